@@ -1,0 +1,181 @@
+//! Distance kernels for Quiver: f32, bf16-stored and int8 vectors, and the RaBitQ
+//! 1-bit code × 4-bit query kernel, each with a portable scalar reference and
+//! per-ISA versions (AVX-512, AVX2+FMA, NEON) chosen once at runtime.
+//!
+//! Single-pair kernels score one row; bulk kernels score a whole block of rows (a
+//! posting list, or a list of candidate rows) in one call, writing into a buffer the
+//! caller owns. Nothing is allocated or copied per call.
+//!
+//! Layout of RaBitQ codes: rows are grouped into blocks of [`RABITQ_BLOCK_ROWS`]
+//! rows; inside a block, 64-bit word `w` of all rows is stored contiguously
+//! (`block[w * 32 + lane]`), so one vector register holds the same word of several
+//! rows and the scan needs no masked or unaligned loads.
+
+mod dispatch;
+mod scalar;
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512;
+
+pub use dispatch::{Isa, selected_isa};
+
+/// Rows per RaBitQ code block.
+pub const RABITQ_BLOCK_ROWS: usize = 32;
+/// Bits per dimension of the quantized query used by the RaBitQ kernel.
+pub const RABITQ_QUERY_BITS: usize = 4;
+
+/// Scalar reference implementations, exposed so tests and benchmarks can compare
+/// every dispatched kernel against them.
+pub mod reference {
+    pub use crate::scalar::{
+        dot_bf16, dot_f32, dot_i8, l2sq_bf16, l2sq_f32, rabitq_blocks as rabitq_scan_blocks,
+    };
+}
+
+/// Returns the inner product of two f32 vectors of equal length.
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot_f32: length mismatch");
+    (dispatch::kernels().dot_f32)(a, b)
+}
+
+/// Returns the squared Euclidean distance between two f32 vectors of equal length.
+#[inline]
+pub fn l2sq_f32(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "l2sq_f32: length mismatch");
+    (dispatch::kernels().l2sq_f32)(a, b)
+}
+
+/// Returns the cosine similarity of two f32 vectors (0 when either has zero norm).
+pub fn cosine_f32(a: &[f32], b: &[f32]) -> f32 {
+    let kernels = dispatch::kernels();
+    assert_eq!(a.len(), b.len(), "cosine_f32: length mismatch");
+    let norms = (kernels.dot_f32)(a, a) * (kernels.dot_f32)(b, b);
+    if norms <= 0.0 {
+        return 0.0;
+    }
+    (kernels.dot_f32)(a, b) / norms.sqrt()
+}
+
+/// Returns the inner product of an f32 query with a row stored as bf16 bit patterns.
+#[inline]
+pub fn dot_bf16(query: &[f32], row: &[u16]) -> f32 {
+    assert_eq!(query.len(), row.len(), "dot_bf16: length mismatch");
+    (dispatch::kernels().dot_bf16)(query, row)
+}
+
+/// Returns the squared Euclidean distance between an f32 query and a bf16 row.
+#[inline]
+pub fn l2sq_bf16(query: &[f32], row: &[u16]) -> f32 {
+    assert_eq!(query.len(), row.len(), "l2sq_bf16: length mismatch");
+    (dispatch::kernels().l2sq_bf16)(query, row)
+}
+
+/// Returns the inner product of two int8 vectors as an exact i32.
+#[inline]
+pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    assert_eq!(a.len(), b.len(), "dot_i8: length mismatch");
+    (dispatch::kernels().dot_i8)(a, b)
+}
+
+/// Which distance a bulk kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BulkOp {
+    /// Inner product (larger is closer).
+    Dot,
+    /// Squared Euclidean distance (smaller is closer).
+    L2Squared,
+}
+
+/// Scores `rows` (row-major, `dim` values each) against `query`, writing one score
+/// per row into `out[..rows.len() / dim]`.
+pub fn score_f32_bulk(op: BulkOp, query: &[f32], rows: &[f32], out: &mut [f32]) {
+    let dim = query.len();
+    assert!(dim > 0 && rows.len() % dim == 0, "score_f32_bulk: rows not a multiple of dim");
+    let n = rows.len() / dim;
+    assert!(out.len() >= n, "score_f32_bulk: output buffer too small");
+    (dispatch::kernels().f32_bulk)(op, query, rows, &mut out[..n]);
+}
+
+/// Scores the rows of a bf16 matrix (`dim` values each) against an f32 query.
+pub fn score_bf16_bulk(op: BulkOp, query: &[f32], rows: &[u16], out: &mut [f32]) {
+    let dim = query.len();
+    assert!(dim > 0 && rows.len() % dim == 0, "score_bf16_bulk: rows not a multiple of dim");
+    let n = rows.len() / dim;
+    assert!(out.len() >= n, "score_bf16_bulk: output buffer too small");
+    (dispatch::kernels().bf16_bulk)(op, query, rows, &mut out[..n]);
+}
+
+/// Scores selected rows of an f32 matrix: `out[i]` = score of row `row_indices[i]`.
+/// Rows ahead are prefetched, so scattered candidates (rescoring) do not stall on
+/// one memory access at a time.
+pub fn score_f32_gather(
+    op: BulkOp,
+    query: &[f32],
+    matrix: &[f32],
+    row_indices: &[u32],
+    out: &mut [f32],
+) {
+    let dim = query.len();
+    assert!(out.len() >= row_indices.len(), "score_f32_gather: output buffer too small");
+    let rows = matrix.len() / dim;
+    assert!(
+        row_indices.iter().all(|&row| (row as usize) < rows),
+        "score_f32_gather: row index out of range"
+    );
+    (dispatch::kernels().f32_gather)(op, query, matrix, row_indices, &mut out[..row_indices.len()]);
+}
+
+/// Scores selected rows of a bf16 matrix: `out[i]` = score of row `row_indices[i]`.
+pub fn score_bf16_gather(
+    op: BulkOp,
+    query: &[f32],
+    matrix: &[u16],
+    row_indices: &[u32],
+    out: &mut [f32],
+) {
+    let dim = query.len();
+    assert!(out.len() >= row_indices.len(), "score_bf16_gather: output buffer too small");
+    let rows = matrix.len() / dim;
+    assert!(
+        row_indices.iter().all(|&row| (row as usize) < rows),
+        "score_bf16_gather: row index out of range"
+    );
+    (dispatch::kernels().bf16_gather)(op, query, matrix, row_indices, &mut out[..row_indices.len()]);
+}
+
+/// Scans RaBitQ code blocks against a 4-bit quantized query.
+///
+/// `codes` holds whole blocks of [`RABITQ_BLOCK_ROWS`] rows × `words` u64 each, in
+/// the blocked layout described in the crate docs. `query_planes` holds the query's
+/// 4 bit planes, `words` u64 each, plane `j` (weight `2^j`) at
+/// `query_planes[j * words..]`. For every row, `out[row]` receives
+/// `Σ_j 2^j · popcount(code & plane_j)`, i.e. the inner product of the row's bit
+/// vector with the quantized query.
+pub fn rabitq_scan_blocks(codes: &[u64], words: usize, query_planes: &[u64], out: &mut [u32]) {
+    let block_len = words * RABITQ_BLOCK_ROWS;
+    assert!(words > 0 && codes.len() % block_len == 0, "rabitq_scan_blocks: partial block");
+    assert_eq!(query_planes.len(), RABITQ_QUERY_BITS * words, "rabitq_scan_blocks: bad planes");
+    let rows = codes.len() / block_len * RABITQ_BLOCK_ROWS;
+    assert!(out.len() >= rows, "rabitq_scan_blocks: output buffer too small");
+    (dispatch::kernels().rabitq_blocks)(codes, words, query_planes, &mut out[..rows]);
+}
+
+/// Converts an f32 to bf16 bits with round-to-nearest-even.
+#[inline]
+pub fn f32_to_bf16_bits(value: f32) -> u16 {
+    half::bf16::from_f32(value).to_bits()
+}
+
+/// Converts bf16 bits to f32 exactly.
+#[inline]
+pub fn bf16_bits_to_f32(bits: u16) -> f32 {
+    f32::from_bits((bits as u32) << 16)
+}
+
+#[cfg(test)]
+mod kernel_tests;
