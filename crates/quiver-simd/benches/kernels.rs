@@ -17,7 +17,10 @@ fn kernels(c: &mut Criterion) {
     for dim in DIMS {
         let query = random_f32(&mut rng, dim);
         let matrix = random_f32(&mut rng, dim * ROWS);
-        let matrix_bf16: Vec<u16> = matrix.iter().map(|&x| quiver_simd::f32_to_bf16_bits(x)).collect();
+        let matrix_bf16: Vec<u16> = matrix
+            .iter()
+            .map(|&x| quiver_simd::f32_to_bf16_bits(x))
+            .collect();
         let matrix_i8: Vec<i8> = (0..dim * ROWS).map(|_| rng.random()).collect();
         let query_i8: Vec<i8> = (0..dim).map(|_| rng.random()).collect();
         let mut out = vec![0f32; ROWS];
@@ -41,13 +44,17 @@ fn kernels(c: &mut Criterion) {
                 total
             })
         });
-        let picks: Vec<u32> = (0..ROWS).map(|_| rng.random_range(0..ROWS as u32)).collect();
+        let picks: Vec<u32> = (0..ROWS)
+            .map(|_| rng.random_range(0..ROWS as u32))
+            .collect();
         group.bench_function(BenchmarkId::new("f32_dot_gather", dim), |b| {
             b.iter(|| quiver_simd::score_f32_gather(BulkOp::Dot, &query, &matrix, &picks, &mut out))
         });
         let words = dim.div_ceil(64);
         let codes: Vec<u64> = (0..words * ROWS).map(|_| rng.random()).collect();
-        let planes: Vec<u64> = (0..words * RABITQ_QUERY_BITS).map(|_| rng.random()).collect();
+        let planes: Vec<u64> = (0..words * RABITQ_QUERY_BITS)
+            .map(|_| rng.random())
+            .collect();
         let mut counts = vec![0u32; ROWS];
         debug_assert_eq!(ROWS % RABITQ_BLOCK_ROWS, 0);
         group.bench_function(BenchmarkId::new("rabitq_1bit_x_4bit", dim), |b| {

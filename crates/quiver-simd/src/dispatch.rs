@@ -35,6 +35,9 @@ impl std::fmt::Display for Isa {
     }
 }
 
+type GatherF32 = fn(BulkOp, &[f32], &[f32], &[u32], &mut [f32]);
+type GatherBf16 = fn(BulkOp, &[f32], &[u16], &[u32], &mut [f32]);
+
 pub(crate) struct Kernels {
     pub isa: Isa,
     pub dot_f32: fn(&[f32], &[f32]) -> f32,
@@ -44,8 +47,8 @@ pub(crate) struct Kernels {
     pub dot_i8: fn(&[i8], &[i8]) -> i32,
     pub f32_bulk: fn(BulkOp, &[f32], &[f32], &mut [f32]),
     pub bf16_bulk: fn(BulkOp, &[f32], &[u16], &mut [f32]),
-    pub f32_gather: fn(BulkOp, &[f32], &[f32], &[u32], &mut [f32]),
-    pub bf16_gather: fn(BulkOp, &[f32], &[u16], &[u32], &mut [f32]),
+    pub f32_gather: GatherF32,
+    pub bf16_gather: GatherBf16,
     pub rabitq_blocks: fn(&[u64], usize, &[u64], &mut [u32]),
 }
 

@@ -11,7 +11,10 @@ fn reference_dot(a: &[f32], b: &[f32]) -> f64 {
 }
 
 fn reference_l2sq(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(&x, &y)| (x as f64 - y as f64).powi(2)).sum()
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum()
 }
 
 /// Float kernels reorder sums; allow error relative to the magnitude of the terms.
@@ -174,6 +177,10 @@ fn an_isa_is_selected_and_reported() {
     assert!(!isa.name().is_empty());
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        assert_ne!(isa, crate::Isa::Scalar, "AVX2 CPU must not fall back to scalar");
+        assert_ne!(
+            isa,
+            crate::Isa::Scalar,
+            "AVX2 CPU must not fall back to scalar"
+        );
     }
 }

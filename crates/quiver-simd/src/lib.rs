@@ -95,7 +95,10 @@ pub enum BulkOp {
 /// per row into `out[..rows.len() / dim]`.
 pub fn score_f32_bulk(op: BulkOp, query: &[f32], rows: &[f32], out: &mut [f32]) {
     let dim = query.len();
-    assert!(dim > 0 && rows.len() % dim == 0, "score_f32_bulk: rows not a multiple of dim");
+    assert!(
+        dim > 0 && rows.len().is_multiple_of(dim),
+        "score_f32_bulk: rows not a multiple of dim"
+    );
     let n = rows.len() / dim;
     assert!(out.len() >= n, "score_f32_bulk: output buffer too small");
     (dispatch::kernels().f32_bulk)(op, query, rows, &mut out[..n]);
@@ -104,7 +107,10 @@ pub fn score_f32_bulk(op: BulkOp, query: &[f32], rows: &[f32], out: &mut [f32]) 
 /// Scores the rows of a bf16 matrix (`dim` values each) against an f32 query.
 pub fn score_bf16_bulk(op: BulkOp, query: &[f32], rows: &[u16], out: &mut [f32]) {
     let dim = query.len();
-    assert!(dim > 0 && rows.len() % dim == 0, "score_bf16_bulk: rows not a multiple of dim");
+    assert!(
+        dim > 0 && rows.len().is_multiple_of(dim),
+        "score_bf16_bulk: rows not a multiple of dim"
+    );
     let n = rows.len() / dim;
     assert!(out.len() >= n, "score_bf16_bulk: output buffer too small");
     (dispatch::kernels().bf16_bulk)(op, query, rows, &mut out[..n]);
@@ -121,13 +127,22 @@ pub fn score_f32_gather(
     out: &mut [f32],
 ) {
     let dim = query.len();
-    assert!(out.len() >= row_indices.len(), "score_f32_gather: output buffer too small");
+    assert!(
+        out.len() >= row_indices.len(),
+        "score_f32_gather: output buffer too small"
+    );
     let rows = matrix.len() / dim;
     assert!(
         row_indices.iter().all(|&row| (row as usize) < rows),
         "score_f32_gather: row index out of range"
     );
-    (dispatch::kernels().f32_gather)(op, query, matrix, row_indices, &mut out[..row_indices.len()]);
+    (dispatch::kernels().f32_gather)(
+        op,
+        query,
+        matrix,
+        row_indices,
+        &mut out[..row_indices.len()],
+    );
 }
 
 /// Scores selected rows of a bf16 matrix: `out[i]` = score of row `row_indices[i]`.
@@ -139,13 +154,22 @@ pub fn score_bf16_gather(
     out: &mut [f32],
 ) {
     let dim = query.len();
-    assert!(out.len() >= row_indices.len(), "score_bf16_gather: output buffer too small");
+    assert!(
+        out.len() >= row_indices.len(),
+        "score_bf16_gather: output buffer too small"
+    );
     let rows = matrix.len() / dim;
     assert!(
         row_indices.iter().all(|&row| (row as usize) < rows),
         "score_bf16_gather: row index out of range"
     );
-    (dispatch::kernels().bf16_gather)(op, query, matrix, row_indices, &mut out[..row_indices.len()]);
+    (dispatch::kernels().bf16_gather)(
+        op,
+        query,
+        matrix,
+        row_indices,
+        &mut out[..row_indices.len()],
+    );
 }
 
 /// Scans RaBitQ code blocks against a 4-bit quantized query.
@@ -158,10 +182,20 @@ pub fn score_bf16_gather(
 /// vector with the quantized query.
 pub fn rabitq_scan_blocks(codes: &[u64], words: usize, query_planes: &[u64], out: &mut [u32]) {
     let block_len = words * RABITQ_BLOCK_ROWS;
-    assert!(words > 0 && codes.len() % block_len == 0, "rabitq_scan_blocks: partial block");
-    assert_eq!(query_planes.len(), RABITQ_QUERY_BITS * words, "rabitq_scan_blocks: bad planes");
+    assert!(
+        words > 0 && codes.len().is_multiple_of(block_len),
+        "rabitq_scan_blocks: partial block"
+    );
+    assert_eq!(
+        query_planes.len(),
+        RABITQ_QUERY_BITS * words,
+        "rabitq_scan_blocks: bad planes"
+    );
     let rows = codes.len() / block_len * RABITQ_BLOCK_ROWS;
-    assert!(out.len() >= rows, "rabitq_scan_blocks: output buffer too small");
+    assert!(
+        out.len() >= rows,
+        "rabitq_scan_blocks: output buffer too small"
+    );
     (dispatch::kernels().rabitq_blocks)(codes, words, query_planes, &mut out[..rows]);
 }
 

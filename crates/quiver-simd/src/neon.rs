@@ -89,7 +89,11 @@ unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         while i + 16 <= n {
             for (lane, accumulator) in acc.iter_mut().enumerate() {
                 let offset = i + lane * 4;
-                *accumulator = vfmaq_f32(*accumulator, vld1q_f32(pa.add(offset)), vld1q_f32(pb.add(offset)));
+                *accumulator = vfmaq_f32(
+                    *accumulator,
+                    vld1q_f32(pa.add(offset)),
+                    vld1q_f32(pb.add(offset)),
+                );
             }
             i += 16;
         }
@@ -97,7 +101,10 @@ unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
             acc[0] = vfmaq_f32(acc[0], vld1q_f32(pa.add(i)), vld1q_f32(pb.add(i)));
             i += 4;
         }
-        vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])))
+        vaddvq_f32(vaddq_f32(
+            vaddq_f32(acc[0], acc[1]),
+            vaddq_f32(acc[2], acc[3]),
+        ))
     };
     for j in i..n {
         sum += a[j] * b[j];
@@ -126,7 +133,10 @@ unsafe fn l2sq_f32(a: &[f32], b: &[f32]) -> f32 {
             acc[0] = vfmaq_f32(acc[0], diff, diff);
             i += 4;
         }
-        vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])))
+        vaddvq_f32(vaddq_f32(
+            vaddq_f32(acc[0], acc[1]),
+            vaddq_f32(acc[2], acc[3]),
+        ))
     };
     for j in i..n {
         let diff = a[j] - b[j];

@@ -2,6 +2,9 @@
 //! fallback on CPUs without a faster path. Chunked loops with independent
 //! accumulators so the compiler can still vectorise them.
 
+// Indexing by lane keeps the accumulators independent, which is what vectorises.
+#![allow(clippy::needless_range_loop)]
+
 use crate::{BulkOp, RABITQ_BLOCK_ROWS, RABITQ_QUERY_BITS, bf16_bits_to_f32};
 
 const LANES: usize = 8;
@@ -132,7 +135,13 @@ pub(crate) fn f32_gather(op: BulkOp, query: &[f32], matrix: &[f32], rows: &[u32]
     }
 }
 
-pub(crate) fn bf16_gather(op: BulkOp, query: &[f32], matrix: &[u16], rows: &[u32], out: &mut [f32]) {
+pub(crate) fn bf16_gather(
+    op: BulkOp,
+    query: &[f32],
+    matrix: &[u16],
+    rows: &[u32],
+    out: &mut [f32],
+) {
     let dim = query.len();
     for (&row, slot) in rows.iter().zip(out.iter_mut()) {
         let vector = &matrix[row as usize * dim..][..dim];

@@ -100,7 +100,11 @@ unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
             i += 32;
         }
         while i + 8 <= n {
-            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[0]);
+            acc[0] = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pa.add(i)),
+                _mm256_loadu_ps(pb.add(i)),
+                acc[0],
+            );
             i += 8;
         }
     }
@@ -126,8 +130,10 @@ unsafe fn l2sq_f32(a: &[f32], b: &[f32]) -> f32 {
         while i + 32 <= n {
             for (lane, accumulator) in acc.iter_mut().enumerate() {
                 let offset = i + lane * 8;
-                let diff =
-                    _mm256_sub_ps(_mm256_loadu_ps(pa.add(offset)), _mm256_loadu_ps(pb.add(offset)));
+                let diff = _mm256_sub_ps(
+                    _mm256_loadu_ps(pa.add(offset)),
+                    _mm256_loadu_ps(pb.add(offset)),
+                );
                 *accumulator = _mm256_fmadd_ps(diff, diff, *accumulator);
             }
             i += 32;
@@ -160,8 +166,11 @@ unsafe fn dot_bf16(query: &[f32], row: &[u16]) -> f32 {
     unsafe {
         while i + 16 <= n {
             acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(i)), load_bf16x8(pr.add(i)), acc[0]);
-            acc[1] =
-                _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(i + 8)), load_bf16x8(pr.add(i + 8)), acc[1]);
+            acc[1] = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pq.add(i + 8)),
+                load_bf16x8(pr.add(i + 8)),
+                acc[1],
+            );
             i += 16;
         }
         while i + 8 <= n {
@@ -275,7 +284,10 @@ unsafe fn f32_gather(op: BulkOp, query: &[f32], matrix: &[f32], rows: &[u32], ou
     let dim = query.len();
     for (i, (&row, slot)) in rows.iter().zip(out.iter_mut()).enumerate() {
         if let Some(&ahead) = rows.get(i + GATHER_PREFETCH_AHEAD) {
-            prefetch_bytes(matrix[ahead as usize * dim..].as_ptr() as *const u8, dim * 4);
+            prefetch_bytes(
+                matrix[ahead as usize * dim..].as_ptr() as *const u8,
+                dim * 4,
+            );
         }
         let vector = &matrix[row as usize * dim..][..dim];
         // SAFETY: same target features as this function.
@@ -293,7 +305,10 @@ unsafe fn bf16_gather(op: BulkOp, query: &[f32], matrix: &[u16], rows: &[u32], o
     let dim = query.len();
     for (i, (&row, slot)) in rows.iter().zip(out.iter_mut()).enumerate() {
         if let Some(&ahead) = rows.get(i + GATHER_PREFETCH_AHEAD) {
-            prefetch_bytes(matrix[ahead as usize * dim..].as_ptr() as *const u8, dim * 2);
+            prefetch_bytes(
+                matrix[ahead as usize * dim..].as_ptr() as *const u8,
+                dim * 2,
+            );
         }
         let vector = &matrix[row as usize * dim..][..dim];
         // SAFETY: same target features as this function.
@@ -317,7 +332,10 @@ fn popcount_bytes(value: __m256i) -> __m256i {
     let low_mask = _mm256_set1_epi8(0x0f);
     let low = _mm256_and_si256(value, low_mask);
     let high = _mm256_and_si256(_mm256_srli_epi16::<4>(value), low_mask);
-    _mm256_add_epi8(_mm256_shuffle_epi8(lookup, low), _mm256_shuffle_epi8(lookup, high))
+    _mm256_add_epi8(
+        _mm256_shuffle_epi8(lookup, low),
+        _mm256_shuffle_epi8(lookup, high),
+    )
 }
 
 #[target_feature(enable = "avx2,fma")]

@@ -106,7 +106,11 @@ unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
             i += 64;
         }
         while i + 16 <= n {
-            acc[0] = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), acc[0]);
+            acc[0] = _mm512_fmadd_ps(
+                _mm512_loadu_ps(pa.add(i)),
+                _mm512_loadu_ps(pb.add(i)),
+                acc[0],
+            );
             i += 16;
         }
         if i < n {
@@ -118,7 +122,10 @@ unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
             );
         }
     }
-    _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])))
+    _mm512_reduce_add_ps(_mm512_add_ps(
+        _mm512_add_ps(acc[0], acc[1]),
+        _mm512_add_ps(acc[2], acc[3]),
+    ))
 }
 
 #[inline]
@@ -133,8 +140,10 @@ unsafe fn l2sq_f32(a: &[f32], b: &[f32]) -> f32 {
         while i + 64 <= n {
             for (lane, accumulator) in acc.iter_mut().enumerate() {
                 let offset = i + lane * 16;
-                let diff =
-                    _mm512_sub_ps(_mm512_loadu_ps(pa.add(offset)), _mm512_loadu_ps(pb.add(offset)));
+                let diff = _mm512_sub_ps(
+                    _mm512_loadu_ps(pa.add(offset)),
+                    _mm512_loadu_ps(pb.add(offset)),
+                );
                 *accumulator = _mm512_fmadd_ps(diff, diff, *accumulator);
             }
             i += 64;
@@ -153,7 +162,10 @@ unsafe fn l2sq_f32(a: &[f32], b: &[f32]) -> f32 {
             acc[1] = _mm512_fmadd_ps(diff, diff, acc[1]);
         }
     }
-    _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])))
+    _mm512_reduce_add_ps(_mm512_add_ps(
+        _mm512_add_ps(acc[0], acc[1]),
+        _mm512_add_ps(acc[2], acc[3]),
+    ))
 }
 
 #[inline]
@@ -166,7 +178,11 @@ unsafe fn dot_bf16(query: &[f32], row: &[u16]) -> f32 {
     // SAFETY: full loads read 16 elements with i + 16 <= n; the tail loads are masked.
     unsafe {
         while i + 32 <= n {
-            acc[0] = _mm512_fmadd_ps(_mm512_loadu_ps(pq.add(i)), load_bf16x16(pr.add(i), 0xffff), acc[0]);
+            acc[0] = _mm512_fmadd_ps(
+                _mm512_loadu_ps(pq.add(i)),
+                load_bf16x16(pr.add(i), 0xffff),
+                acc[0],
+            );
             acc[1] = _mm512_fmadd_ps(
                 _mm512_loadu_ps(pq.add(i + 16)),
                 load_bf16x16(pr.add(i + 16), 0xffff),
@@ -175,7 +191,11 @@ unsafe fn dot_bf16(query: &[f32], row: &[u16]) -> f32 {
             i += 32;
         }
         while i < n {
-            let mask = if n - i >= 16 { 0xffff } else { tail_mask16(n - i) };
+            let mask = if n - i >= 16 {
+                0xffff
+            } else {
+                tail_mask16(n - i)
+            };
             acc[0] = _mm512_fmadd_ps(
                 _mm512_maskz_loadu_ps(mask, pq.add(i)),
                 load_bf16x16(pr.add(i), mask),
@@ -207,7 +227,11 @@ unsafe fn l2sq_bf16(query: &[f32], row: &[u16]) -> f32 {
             i += 32;
         }
         while i < n {
-            let mask = if n - i >= 16 { 0xffff } else { tail_mask16(n - i) };
+            let mask = if n - i >= 16 {
+                0xffff
+            } else {
+                tail_mask16(n - i)
+            };
             let diff = _mm512_sub_ps(
                 _mm512_maskz_loadu_ps(mask, pq.add(i)),
                 load_bf16x16(pr.add(i), mask),
@@ -229,8 +253,11 @@ unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     // SAFETY: each (masked) load reads only bytes below n.
     unsafe {
         while i < n {
-            let mask: __mmask32 =
-                if n - i >= 32 { u32::MAX } else { (1u32 << (n - i)) - 1 };
+            let mask: __mmask32 = if n - i >= 32 {
+                u32::MAX
+            } else {
+                (1u32 << (n - i)) - 1
+            };
             let wide_a = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(mask, pa.add(i)));
             let wide_b = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(mask, pb.add(i)));
             acc = _mm512_add_epi32(acc, _mm512_madd_epi16(wide_a, wide_b));
@@ -283,7 +310,10 @@ unsafe fn f32_gather(op: BulkOp, query: &[f32], matrix: &[f32], rows: &[u32], ou
     let dim = query.len();
     for (i, (&row, slot)) in rows.iter().zip(out.iter_mut()).enumerate() {
         if let Some(&ahead) = rows.get(i + GATHER_PREFETCH_AHEAD) {
-            prefetch_bytes(matrix[ahead as usize * dim..].as_ptr() as *const u8, dim * 4);
+            prefetch_bytes(
+                matrix[ahead as usize * dim..].as_ptr() as *const u8,
+                dim * 4,
+            );
         }
         let vector = &matrix[row as usize * dim..][..dim];
         // SAFETY: same target features as this function.
@@ -301,7 +331,10 @@ unsafe fn bf16_gather(op: BulkOp, query: &[f32], matrix: &[u16], rows: &[u32], o
     let dim = query.len();
     for (i, (&row, slot)) in rows.iter().zip(out.iter_mut()).enumerate() {
         if let Some(&ahead) = rows.get(i + GATHER_PREFETCH_AHEAD) {
-            prefetch_bytes(matrix[ahead as usize * dim..].as_ptr() as *const u8, dim * 2);
+            prefetch_bytes(
+                matrix[ahead as usize * dim..].as_ptr() as *const u8,
+                dim * 2,
+            );
         }
         let vector = &matrix[row as usize * dim..][..dim];
         // SAFETY: same target features as this function.
@@ -357,7 +390,10 @@ unsafe fn rabitq_blocks(codes: &[u64], words: usize, planes: &[u64], out: &mut [
             let narrowed = _mm512_cvtepi64_epi32(*accumulator);
             // SAFETY: `out_block` has 32 u32; this writes 8 of them.
             unsafe {
-                _mm256_storeu_si256(out_block.as_mut_ptr().add(group * 8) as *mut __m256i, narrowed)
+                _mm256_storeu_si256(
+                    out_block.as_mut_ptr().add(group * 8) as *mut __m256i,
+                    narrowed,
+                )
             };
         }
     }

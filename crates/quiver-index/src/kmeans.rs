@@ -1,0 +1,274 @@
+//! k-means for IVF: trained on a sample, k-means++ seeding on a sub-sample, Lloyd
+//! iterations with SIMD distances, empty clusters refilled by splitting the
+//! largest, then one assignment pass over every row.
+
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+
+use quiver_simd::BulkOp;
+
+/// Rows per assignment tile: a tile shares each chunk of centroids while it is hot.
+const TILE_ROWS: usize = 16;
+/// Centroids per chunk (a chunk of 384-d centroids is ~200 KB, within L2).
+const CENTROID_CHUNK: usize = 128;
+/// Rows the k-means++ seeding looks at, per centroid.
+const SEEDING_ROWS_PER_CENTROID: usize = 8;
+
+/// The trained centroids and the list each row belongs to.
+pub struct Clustering {
+    /// `k × dim` centroids.
+    pub centroids: Vec<f32>,
+    /// For every input row, the index of its nearest centroid.
+    pub assignments: Vec<u32>,
+}
+
+/// Progress of a long step, reported as `(done, total)`.
+pub type ProgressFn<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
+/// Clusters `data` (`rows × dim`) into `k` lists.
+pub fn train_and_assign(
+    data: &[f32],
+    dim: usize,
+    k: usize,
+    iterations: usize,
+    sample_per_list: usize,
+    seed: u64,
+    progress: ProgressFn<'_>,
+) -> Clustering {
+    let rows = data.len() / dim;
+    assert!(
+        k >= 1 && rows >= k,
+        "k-means: need at least k = {k} rows, got {rows}"
+    );
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let sample_size = (k * sample_per_list).clamp(k, rows);
+    let sample_rows: Vec<usize> = if sample_size == rows {
+        (0..rows).collect()
+    } else {
+        sample(&mut rng, rows, sample_size).into_vec()
+    };
+    let mut training = Vec::with_capacity(sample_size * dim);
+    for &row in &sample_rows {
+        training.extend_from_slice(&data[row * dim..][..dim]);
+    }
+
+    let mut centroids = seed_plus_plus(&training, dim, k, &mut rng);
+    let total_steps = iterations as u64 + 1;
+    let mut assignments = vec![0u32; sample_size];
+    for iteration in 0..iterations {
+        assign(&training, dim, &centroids, &mut assignments);
+        update_centroids(&training, dim, &assignments, &mut centroids, &mut rng);
+        progress(iteration as u64 + 1, total_steps);
+    }
+    let mut all_assignments = vec![0u32; rows];
+    assign(data, dim, &centroids, &mut all_assignments);
+    // One last update over every row, so each centroid is the mean of its list.
+    recompute_means(data, dim, &all_assignments, &mut centroids);
+    progress(total_steps, total_steps);
+    Clustering {
+        centroids,
+        assignments: all_assignments,
+    }
+}
+
+/// k-means++ seeding on a sub-sample of the training rows.
+fn seed_plus_plus(training: &[f32], dim: usize, k: usize, rng: &mut impl Rng) -> Vec<f32> {
+    let rows = training.len() / dim;
+    let pool_size = (k * SEEDING_ROWS_PER_CENTROID).min(rows);
+    let pool: Vec<usize> = sample(rng, rows, pool_size).into_vec();
+    let vector = |row: usize| &training[row * dim..][..dim];
+    let mut centroids = Vec::with_capacity(k * dim);
+    let first = pool[rng.random_range(0..pool_size)];
+    centroids.extend_from_slice(vector(first));
+    let mut nearest: Vec<f32> = pool
+        .par_iter()
+        .map(|&row| quiver_simd::l2sq_f32(vector(row), vector(first)))
+        .collect();
+    for _ in 1..k {
+        let total: f64 = nearest.iter().map(|&d| d as f64).sum();
+        let chosen = if total <= 0.0 {
+            rng.random_range(0..pool_size)
+        } else {
+            let mut target = rng.random::<f64>() * total;
+            let mut chosen = pool_size - 1;
+            for (index, &distance) in nearest.iter().enumerate() {
+                target -= distance as f64;
+                if target <= 0.0 {
+                    chosen = index;
+                    break;
+                }
+            }
+            chosen
+        };
+        let new_centroid = vector(pool[chosen]).to_vec();
+        nearest
+            .par_iter_mut()
+            .zip(pool.par_iter())
+            .for_each(|(best, &row)| {
+                let distance = quiver_simd::l2sq_f32(vector(row), &new_centroid);
+                if distance < *best {
+                    *best = distance;
+                }
+            });
+        centroids.extend_from_slice(&new_centroid);
+    }
+    centroids
+}
+
+/// Writes the index of the nearest centroid of every row into `assignments`.
+pub fn assign(data: &[f32], dim: usize, centroids: &[f32], assignments: &mut [u32]) {
+    let centroid_count = centroids.len() / dim;
+    let centroid_norms: Vec<f32> = centroids
+        .chunks_exact(dim)
+        .map(|c| quiver_simd::dot_f32(c, c))
+        .collect();
+    data.par_chunks(TILE_ROWS * dim)
+        .zip(assignments.par_chunks_mut(TILE_ROWS))
+        .for_each(|(tile, tile_assignments)| {
+            let tile_rows = tile.len() / dim;
+            let mut best = [(f32::INFINITY, 0u32); TILE_ROWS];
+            let mut dots = [0f32; CENTROID_CHUNK];
+            for chunk_start in (0..centroid_count).step_by(CENTROID_CHUNK) {
+                let chunk_end = (chunk_start + CENTROID_CHUNK).min(centroid_count);
+                let chunk = &centroids[chunk_start * dim..chunk_end * dim];
+                for (row_in_tile, best_slot) in best.iter_mut().enumerate().take(tile_rows) {
+                    let row = &tile[row_in_tile * dim..][..dim];
+                    quiver_simd::score_f32_bulk(BulkOp::Dot, row, chunk, &mut dots);
+                    for (offset, &dot) in dots[..chunk_end - chunk_start].iter().enumerate() {
+                        // ‖x − c‖² − ‖x‖² = ‖c‖² − 2·x·c: the row's norm does not change the argmin.
+                        let distance = centroid_norms[chunk_start + offset] - 2.0 * dot;
+                        if distance < best_slot.0 {
+                            *best_slot = (distance, (chunk_start + offset) as u32);
+                        }
+                    }
+                }
+            }
+            for (slot, (_, centroid)) in tile_assignments.iter_mut().zip(best) {
+                *slot = centroid;
+            }
+        });
+}
+
+fn recompute_means(
+    data: &[f32],
+    dim: usize,
+    assignments: &[u32],
+    centroids: &mut [f32],
+) -> Vec<usize> {
+    let k = centroids.len() / dim;
+    let mut sums = vec![0f64; k * dim];
+    let mut counts = vec![0usize; k];
+    for (row, &cluster) in data.chunks_exact(dim).zip(assignments) {
+        let cluster = cluster as usize;
+        counts[cluster] += 1;
+        for (sum, &value) in sums[cluster * dim..][..dim].iter_mut().zip(row) {
+            *sum += value as f64;
+        }
+    }
+    for cluster in 0..k {
+        if counts[cluster] == 0 {
+            continue;
+        }
+        let inverse = 1.0 / counts[cluster] as f64;
+        for (centroid, sum) in centroids[cluster * dim..][..dim]
+            .iter_mut()
+            .zip(&sums[cluster * dim..][..dim])
+        {
+            *centroid = (sum * inverse) as f32;
+        }
+    }
+    counts
+}
+
+/// Moves every centroid to the mean of its rows; an empty cluster takes half of
+/// the largest cluster by splitting it (as faiss does), so no list stays unused
+/// while another is overloaded.
+fn update_centroids(
+    data: &[f32],
+    dim: usize,
+    assignments: &[u32],
+    centroids: &mut [f32],
+    rng: &mut impl Rng,
+) {
+    let k = centroids.len() / dim;
+    let mut counts = recompute_means(data, dim, assignments, centroids);
+    for empty in 0..k {
+        if counts[empty] != 0 {
+            continue;
+        }
+        let (largest, &largest_count) = counts
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, count)| **count)
+            .expect("k >= 1");
+        if largest_count < 2 {
+            continue;
+        }
+        // Split: two centroids symmetric around the large one, nudged apart.
+        for d in 0..dim {
+            let value = centroids[largest * dim + d];
+            let nudge = 1.0 + 1e-3 * (rng.random::<f32>() - 0.5);
+            centroids[empty * dim + d] = value * nudge;
+            centroids[largest * dim + d] = value / nudge;
+        }
+        counts[empty] = largest_count / 2;
+        counts[largest] = largest_count - largest_count / 2;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_well_separated_clusters_and_uses_every_list() {
+        let dim = 16;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let centers: Vec<Vec<f32>> = (0..8)
+            .map(|_| (0..dim).map(|_| rng.random_range(-10.0..10.0)).collect())
+            .collect();
+        let mut data = Vec::new();
+        let mut truth = Vec::new();
+        for row in 0..4000 {
+            let center = row % 8;
+            truth.push(center);
+            data.extend(
+                centers[center]
+                    .iter()
+                    .map(|c| c + rng.random_range(-0.1..0.1)),
+            );
+        }
+        let clustering = train_and_assign(&data, dim, 8, 10, 64, 1, &|_, _| {});
+        // Every true cluster maps onto exactly one list.
+        let mut mapping = vec![None; 8];
+        for (row, &list) in clustering.assignments.iter().enumerate() {
+            let expected = mapping[truth[row]].get_or_insert(list);
+            assert_eq!(*expected, list, "row {row} split from its cluster");
+        }
+        let mut lists: Vec<u32> = mapping.into_iter().map(|m| m.unwrap()).collect();
+        lists.sort();
+        lists.dedup();
+        assert_eq!(lists.len(), 8, "every list is used");
+    }
+
+    #[test]
+    fn assignment_is_the_nearest_centroid() {
+        let dim = 5;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let data: Vec<f32> = (0..dim * 300)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let centroids: Vec<f32> = (0..dim * 37).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let mut assignments = vec![0; 300];
+        assign(&data, dim, &centroids, &mut assignments);
+        for (row, &chosen) in data.chunks_exact(dim).zip(&assignments) {
+            let best = centroids
+                .chunks_exact(dim)
+                .map(|c| quiver_simd::l2sq_f32(row, c))
+                .fold(f32::INFINITY, f32::min);
+            let got = quiver_simd::l2sq_f32(row, &centroids[chosen as usize * dim..][..dim]);
+            assert!(got <= best + 1e-4);
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! Quiver's vector index: k-means IVF lists, RaBitQ 1-bit codes with an unbiased
+//! estimator and error bound, rescoring with stored full vectors, exact (flat)
+//! search as the reference, and the segment file format v1 (writer and reader).
+//!
+//! The crate does no I/O of its own: the writer emits bytes into any
+//! `std::io::Write`, the reader pulls ranges through a [`ByteSource`] that hands
+//! out borrowed slices (a memory buffer, a mapped file, or the search node's cache).
+
+mod error;
+mod fields;
+mod format;
+mod kmeans;
+mod params;
+mod rabitq;
+mod reader;
+mod rotation;
+mod search;
+mod source;
+mod writer;
+
+pub use error::{IndexError, IndexErrorKind, IndexResult};
+pub use fields::{FieldColumn, FieldKind, FieldSpec, FieldValue};
+pub use format::{FORMAT_VERSION, SectionEntry, SectionKind};
+pub use params::{
+    BuildParams, IdType, MAX_STRING_ID_BYTES, Metric, RawPrecision, SearchParams, default_nlist,
+    default_nprobe,
+};
+pub use reader::Segment;
+pub use search::{Hit, RowFilter, SearchScratch, SearchStats, merge_hits};
+pub use source::{AccessPattern, ByteSource, MemorySource, MmapSource};
+pub use writer::{
+    BuildProgress, BuildStage, PointId, SegmentHeader, SegmentSpec, SegmentSummary, SegmentWriter,
+    validate_vector,
+};

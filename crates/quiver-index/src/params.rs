@@ -1,0 +1,161 @@
+//! Parameters of a segment and of a search.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{IndexError, IndexResult};
+
+/// Similarity measure of a collection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    /// Cosine similarity; vectors are normalised on the way in, higher is better.
+    Cosine,
+    /// Inner product, higher is better.
+    Dot,
+    /// Squared Euclidean distance, lower is better.
+    L2,
+}
+
+impl Metric {
+    /// Returns the lowercase name used in APIs (`cosine`, `dot`, `l2`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Cosine => "cosine",
+            Metric::Dot => "dot",
+            Metric::L2 => "l2",
+        }
+    }
+
+    /// Returns true when a higher score is a better match.
+    pub fn higher_is_better(self) -> bool {
+        !matches!(self, Metric::L2)
+    }
+}
+
+impl std::str::FromStr for Metric {
+    type Err = IndexError;
+
+    fn from_str(text: &str) -> IndexResult<Self> {
+        match text {
+            "cosine" => Ok(Metric::Cosine),
+            "dot" | "ip" => Ok(Metric::Dot),
+            "l2" | "euclidean" => Ok(Metric::L2),
+            other => Err(IndexError::InvalidArgument(format!(
+                "unknown metric {other:?}: expected cosine, dot or l2"
+            ))),
+        }
+    }
+}
+
+/// Kind of the point ids in a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdType {
+    /// Unsigned 64-bit integers.
+    U64,
+    /// UTF-8 strings of at most [`MAX_STRING_ID_BYTES`] bytes.
+    String,
+}
+
+/// Longest string id accepted.
+pub const MAX_STRING_ID_BYTES: usize = 128;
+
+/// Precision of the stored full vectors used for rescoring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RawPrecision {
+    /// 32-bit floats: exact rescoring.
+    #[default]
+    F32,
+    /// bfloat16: half the bytes to read per rescored candidate.
+    Bf16,
+}
+
+impl RawPrecision {
+    /// Returns the bytes one stored value takes.
+    pub fn value_bytes(self) -> usize {
+        match self {
+            RawPrecision::F32 => 4,
+            RawPrecision::Bf16 => 2,
+        }
+    }
+}
+
+/// How a segment's index is built.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuildParams {
+    /// Number of IVF lists; `None` picks one from the row count ([`default_nlist`]).
+    pub nlist: Option<usize>,
+    /// Precision of the stored full vectors.
+    pub raw_precision: RawPrecision,
+    /// k-means iterations.
+    pub kmeans_iterations: usize,
+    /// Training sample size per list (the sample is `nlist × this`, at most all rows).
+    pub kmeans_sample_per_list: usize,
+    /// Seed of k-means sampling and of the RaBitQ rotation.
+    pub seed: u64,
+    /// Threads used to build (0 = all cores).
+    pub threads: usize,
+}
+
+impl Default for BuildParams {
+    fn default() -> Self {
+        BuildParams {
+            nlist: None,
+            raw_precision: RawPrecision::F32,
+            kmeans_iterations: 8,
+            kmeans_sample_per_list: 48,
+            seed: 0x5157_4956_4552,
+            threads: 0,
+        }
+    }
+}
+
+/// Returns the default number of IVF lists for `rows` rows: about `4·√rows`,
+/// keeping at least 64 rows per list on average.
+pub fn default_nlist(rows: usize) -> usize {
+    let by_sqrt = (4.0 * (rows as f64).sqrt()).round() as usize;
+    by_sqrt.min(rows / 64).max(1)
+}
+
+/// Returns the default number of lists to probe for a segment with `nlist` lists:
+/// about 1/16 of them for small indexes down to ~1.5% for large ones, at least 8.
+pub fn default_nprobe(nlist: usize) -> usize {
+    let fraction = if nlist <= 256 { 8 } else { 32 };
+    nlist.div_ceil(fraction).clamp(8.min(nlist), nlist.max(1))
+}
+
+/// Knobs of one search.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchParams {
+    /// Number of hits to return.
+    pub k: usize,
+    /// Lists to probe; `None` uses [`default_nprobe`].
+    pub nprobe: Option<usize>,
+    /// Candidate multiplier: the best `k × rescore` candidates by RaBitQ estimate
+    /// are rescored with full vectors, then any other candidate whose error-bound
+    /// lower bound still beats the k-th exact score.
+    pub rescore: usize,
+    /// Width of the RaBitQ error bound in standard deviations (the paper's ε₀);
+    /// larger is safer and rescores more.
+    pub bound_sigma: f32,
+}
+
+impl SearchParams {
+    /// Returns parameters for top-`k` with the defaults for everything else.
+    pub fn new(k: usize) -> Self {
+        SearchParams {
+            k,
+            nprobe: None,
+            rescore: 4,
+            bound_sigma: 1.9,
+        }
+    }
+}
+
+impl Default for SearchParams {
+    fn default() -> Self {
+        SearchParams::new(10)
+    }
+}

@@ -1,0 +1,503 @@
+//! Segment reader: opens a segment through any [`ByteSource`] with two range reads
+//! (trailer, footer), keeps the small hot parts (header, centroids, list
+//! directory) decoded, and verifies every other chunk's checksum the first time it
+//! is read, so damaged bytes become an error naming the object, never an answer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{IndexError, IndexResult};
+use crate::fields::{self, FieldColumn};
+use crate::format::{self, CHUNK_BYTES, SectionEntry, SectionKind, TRAILER_BYTES};
+use crate::params::{IdType, RawPrecision};
+use crate::rabitq::FACTOR_BLOCK_BYTES;
+use crate::rotation::{Rotation, padded_dimension};
+use crate::source::{AccessPattern, ByteSource};
+use crate::writer::{PointId, SegmentHeader};
+
+/// One IVF list: its rows and code blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ListEntry {
+    pub row_start: u32,
+    pub rows: u32,
+    pub block_start: u32,
+}
+
+/// An open, immutable segment.
+pub struct Segment<S: ByteSource> {
+    pub(crate) source: S,
+    pub(crate) header: SegmentHeader,
+    sections: Vec<SectionEntry>,
+    chunk_crcs: Vec<u32>,
+    verified_chunks: Vec<AtomicU64>,
+    pub(crate) centroids: Vec<f32>,
+    pub(crate) lists: Vec<ListEntry>,
+    pub(crate) rotation: Rotation,
+}
+
+fn cast<'b, T: bytemuck::Pod>(object: &str, what: &str, bytes: &'b [u8]) -> IndexResult<&'b [T]> {
+    bytemuck::try_cast_slice(bytes).map_err(|error| {
+        IndexError::corrupted(
+            object,
+            format!("{what} cannot be read as an array: {error}"),
+        )
+    })
+}
+
+impl<S: ByteSource> Segment<S> {
+    /// Opens the segment in `source`, checking its layout and small sections.
+    pub fn open(source: S) -> IndexResult<Self> {
+        let object = source.name().to_string();
+        let size = source.size();
+        if size < TRAILER_BYTES as u64 {
+            return Err(IndexError::corrupted(
+                &object,
+                format!("object is only {size} bytes"),
+            ));
+        }
+        let trailer = {
+            let bytes = source.read_at(size - TRAILER_BYTES as u64, TRAILER_BYTES)?;
+            format::decode_trailer(&object, size, &bytes)?
+        };
+        let sections = {
+            let footer = source.read_at(trailer.footer_offset, trailer.footer_length as usize)?;
+            if crc32c::crc32c(&footer) != trailer.footer_crc {
+                return Err(IndexError::corrupted(&object, "footer checksum mismatch"));
+            }
+            format::decode_footer(&object, &footer, trailer.footer_offset)?
+        };
+        let entry = |kind: SectionKind| *sections.iter().find(|e| e.kind == kind).expect("checked");
+
+        let read_whole = |kind: SectionKind| -> IndexResult<Vec<u8>> {
+            let entry = entry(kind);
+            let bytes = source.read_at(entry.offset, entry.length as usize)?;
+            if crc32c::crc32c(&bytes) != entry.crc {
+                return Err(IndexError::corrupted(
+                    &object,
+                    format!("{} section checksum mismatch", kind.name()),
+                ));
+            }
+            Ok(bytes.to_vec())
+        };
+
+        let chunk_crcs: Vec<u32> =
+            bytemuck::pod_collect_to_vec(&read_whole(SectionKind::ChunkChecksums)?);
+        let mut expected_first = 0u64;
+        for section in sections
+            .iter()
+            .filter(|e| e.kind != SectionKind::ChunkChecksums)
+        {
+            if section.first_chunk as u64 != expected_first {
+                return Err(IndexError::corrupted(
+                    &object,
+                    "chunk checksum table does not match the sections",
+                ));
+            }
+            expected_first += section.chunk_count();
+        }
+        if chunk_crcs.len() as u64 != expected_first {
+            return Err(IndexError::corrupted(
+                &object,
+                "chunk checksum table has the wrong length",
+            ));
+        }
+
+        let header: SegmentHeader = serde_json::from_slice(&read_whole(SectionKind::Header)?)
+            .map_err(|error| {
+                IndexError::corrupted(&object, format!("header is not valid: {error}"))
+            })?;
+        validate_header(&object, &header)?;
+
+        let words = header.padded_dim / 64;
+        let rows = header.rows;
+        let expected_lengths = [
+            (
+                SectionKind::Centroids,
+                (header.nlist * header.padded_dim * 4) as u64,
+            ),
+            (SectionKind::ClusterDirectory, (header.nlist * 12) as u64),
+            (
+                SectionKind::Codes,
+                (header.blocks * words * header.block_rows * 8) as u64,
+            ),
+            (
+                SectionKind::Factors,
+                (header.blocks * FACTOR_BLOCK_BYTES) as u64,
+            ),
+            (
+                SectionKind::RawVectors,
+                rows * (header.dim * header.raw_precision.value_bytes()) as u64,
+            ),
+        ];
+        for (kind, expected) in expected_lengths {
+            if entry(kind).length != expected {
+                return Err(IndexError::corrupted(
+                    &object,
+                    format!(
+                        "{} section is {} bytes, expected {expected}",
+                        kind.name(),
+                        entry(kind).length
+                    ),
+                ));
+            }
+        }
+        let minimum_lengths = [
+            (
+                SectionKind::RowIds,
+                match header.id_type {
+                    IdType::U64 => rows * 8,
+                    IdType::String => (rows + 1) * 4,
+                },
+            ),
+            (SectionKind::Payloads, (rows + 1) * 8),
+            (
+                SectionKind::IdLookup,
+                match header.id_type {
+                    IdType::U64 => rows * 12,
+                    IdType::String => rows * 4,
+                },
+            ),
+        ];
+        for (kind, minimum) in minimum_lengths {
+            if entry(kind).length < minimum {
+                return Err(IndexError::corrupted(
+                    &object,
+                    format!("{} section is truncated", kind.name()),
+                ));
+            }
+        }
+
+        let centroids: Vec<f32> =
+            bytemuck::pod_collect_to_vec(&read_whole(SectionKind::Centroids)?);
+        let directory: Vec<u32> =
+            bytemuck::pod_collect_to_vec(&read_whole(SectionKind::ClusterDirectory)?);
+        let lists: Vec<ListEntry> = directory
+            .chunks_exact(3)
+            .map(|entry| ListEntry {
+                row_start: entry[0],
+                rows: entry[1],
+                block_start: entry[2],
+            })
+            .collect();
+        let (mut next_row, mut next_block) = (0u64, 0u64);
+        for list in &lists {
+            if list.row_start as u64 != next_row || list.block_start as u64 != next_block {
+                return Err(IndexError::corrupted(
+                    &object,
+                    "list directory is inconsistent",
+                ));
+            }
+            next_row += list.rows as u64;
+            next_block += (list.rows as u64).div_ceil(header.block_rows as u64);
+        }
+        if next_row != rows || next_block != header.blocks as u64 {
+            return Err(IndexError::corrupted(
+                &object,
+                "list directory does not cover the rows",
+            ));
+        }
+
+        let verified_chunks = (0..chunk_crcs.len().div_ceil(64))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let rotation = Rotation::new(header.dim, header.rotation_seed);
+        let segment = Segment {
+            source,
+            header,
+            sections,
+            chunk_crcs,
+            verified_chunks,
+            centroids,
+            lists,
+            rotation,
+        };
+        let codes = segment.section(SectionKind::Codes);
+        segment.source.advise(
+            codes.offset,
+            codes.length as usize,
+            AccessPattern::Sequential,
+        );
+        let raw = segment.section(SectionKind::RawVectors);
+        segment
+            .source
+            .advise(raw.offset, raw.length as usize, AccessPattern::Random);
+        Ok(segment)
+    }
+
+    /// Returns the segment's header.
+    pub fn header(&self) -> &SegmentHeader {
+        &self.header
+    }
+
+    /// Returns the number of rows.
+    pub fn rows(&self) -> u64 {
+        self.header.rows
+    }
+
+    /// Returns the object name of the underlying source.
+    pub fn name(&self) -> &str {
+        self.source.name()
+    }
+
+    /// Returns the section table.
+    pub fn sections(&self) -> &[SectionEntry] {
+        &self.sections
+    }
+
+    /// Returns the bytes that stay hot during search: centroids, list directory,
+    /// codes and factors.
+    pub fn hot_bytes(&self) -> u64 {
+        [
+            SectionKind::Centroids,
+            SectionKind::ClusterDirectory,
+            SectionKind::Codes,
+            SectionKind::Factors,
+        ]
+        .into_iter()
+        .map(|kind| self.section(kind).length)
+        .sum()
+    }
+
+    pub(crate) fn section(&self, kind: SectionKind) -> SectionEntry {
+        *self
+            .sections
+            .iter()
+            .find(|entry| entry.kind == kind)
+            .expect("every kind is present")
+    }
+
+    /// Reads `length` bytes at `offset` inside section `kind`, verifying the
+    /// checksum of every chunk touched the first time it is read.
+    pub(crate) fn read(
+        &self,
+        kind: SectionKind,
+        offset: u64,
+        length: usize,
+    ) -> IndexResult<S::Bytes<'_>> {
+        let entry = self.section(kind);
+        let end = offset.checked_add(length as u64);
+        if end.is_none_or(|end| end > entry.length) {
+            return Err(IndexError::corrupted(
+                self.source.name(),
+                format!(
+                    "read of {} bytes at {offset} is outside the {} section",
+                    length,
+                    kind.name()
+                ),
+            ));
+        }
+        if length > 0 {
+            let first = offset / CHUNK_BYTES;
+            let last = (offset + length as u64 - 1) / CHUNK_BYTES;
+            for chunk in first..=last {
+                self.verify_chunk(&entry, chunk)?;
+            }
+        }
+        self.source.read_at(entry.offset + offset, length)
+    }
+
+    fn verify_chunk(&self, entry: &SectionEntry, chunk: u64) -> IndexResult<()> {
+        let index = entry.first_chunk as usize + chunk as usize;
+        let (word, bit) = (index / 64, 1u64 << (index % 64));
+        if self.verified_chunks[word].load(Ordering::Acquire) & bit != 0 {
+            return Ok(());
+        }
+        let start = chunk * CHUNK_BYTES;
+        let length = (entry.length - start).min(CHUNK_BYTES) as usize;
+        let bytes = self.source.read_at(entry.offset + start, length)?;
+        if crc32c::crc32c(&bytes) != self.chunk_crcs[index] {
+            return Err(IndexError::corrupted(
+                self.source.name(),
+                format!(
+                    "checksum mismatch in {} section, chunk {chunk}",
+                    entry.kind.name()
+                ),
+            ));
+        }
+        self.verified_chunks[word].fetch_or(bit, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Reads every section and checks its whole-section checksum.
+    pub fn verify(&self) -> IndexResult<()> {
+        for entry in &self.sections {
+            let bytes = self.source.read_at(entry.offset, entry.length as usize)?;
+            if crc32c::crc32c(&bytes) != entry.crc {
+                return Err(IndexError::corrupted(
+                    self.source.name(),
+                    format!("{} section checksum mismatch", entry.kind.name()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns the id of `row`.
+    pub fn id(&self, row: u32) -> IndexResult<PointId> {
+        self.check_row(row)?;
+        let object = self.source.name();
+        match self.header.id_type {
+            IdType::U64 => {
+                let bytes = self.read(SectionKind::RowIds, row as u64 * 8, 8)?;
+                Ok(PointId::U64(u64::from_le_bytes(
+                    bytes[..8].try_into().expect("8 bytes"),
+                )))
+            }
+            IdType::String => {
+                let offsets = self.read(SectionKind::RowIds, row as u64 * 4, 8)?;
+                let start = u32::from_le_bytes(offsets[..4].try_into().expect("4 bytes")) as u64;
+                let end = u32::from_le_bytes(offsets[4..8].try_into().expect("4 bytes")) as u64;
+                if end < start {
+                    return Err(IndexError::corrupted(object, "string id offsets decrease"));
+                }
+                let base = (self.header.rows + 1) * 4;
+                let bytes = self.read(SectionKind::RowIds, base + start, (end - start) as usize)?;
+                let text = std::str::from_utf8(&bytes)
+                    .map_err(|_| IndexError::corrupted(object, "string id is not UTF-8"))?;
+                Ok(PointId::String(text.to_string()))
+            }
+        }
+    }
+
+    /// Returns the row holding `id`, if this segment has it.
+    pub fn row_of(&self, id: &PointId) -> IndexResult<Option<u32>> {
+        let rows = self.header.rows;
+        let (mut low, mut high) = (0u64, rows);
+        while low < high {
+            let middle = (low + high) / 2;
+            let (candidate_id, row) = match self.header.id_type {
+                IdType::U64 => {
+                    let id_bytes = self.read(SectionKind::IdLookup, middle * 8, 8)?;
+                    let row_bytes = self.read(SectionKind::IdLookup, rows * 8 + middle * 4, 4)?;
+                    let row = u32::from_le_bytes(row_bytes[..4].try_into().expect("4 bytes"));
+                    (
+                        PointId::U64(u64::from_le_bytes(
+                            id_bytes[..8].try_into().expect("8 bytes"),
+                        )),
+                        row,
+                    )
+                }
+                IdType::String => {
+                    let row_bytes = self.read(SectionKind::IdLookup, middle * 4, 4)?;
+                    let row = u32::from_le_bytes(row_bytes[..4].try_into().expect("4 bytes"));
+                    (self.id(row)?, row)
+                }
+            };
+            match candidate_id.cmp(id) {
+                std::cmp::Ordering::Equal => {
+                    self.check_row(row)?;
+                    return Ok(Some(row));
+                }
+                std::cmp::Ordering::Less => low = middle + 1,
+                std::cmp::Ordering::Greater => high = middle,
+            }
+        }
+        Ok(None)
+    }
+
+    /// Returns the stored payload of `row` as JSON bytes (`None` if it has none).
+    pub fn payload_bytes(&self, row: u32) -> IndexResult<Option<Vec<u8>>> {
+        self.check_row(row)?;
+        let offsets = self.read(SectionKind::Payloads, row as u64 * 8, 16)?;
+        let start = u64::from_le_bytes(offsets[..8].try_into().expect("8 bytes"));
+        let end = u64::from_le_bytes(offsets[8..16].try_into().expect("8 bytes"));
+        if end < start {
+            return Err(IndexError::corrupted(
+                self.source.name(),
+                "payload offsets decrease",
+            ));
+        }
+        if end == start {
+            return Ok(None);
+        }
+        let base = (self.header.rows + 1) * 8;
+        let bytes = self.read(SectionKind::Payloads, base + start, (end - start) as usize)?;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    /// Returns the stored payload of `row` parsed as JSON.
+    pub fn payload(&self, row: u32) -> IndexResult<Option<serde_json::Value>> {
+        match self.payload_bytes(row)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|_| {
+                IndexError::corrupted(
+                    self.source.name(),
+                    format!("payload of row {row} is not JSON"),
+                )
+            }),
+        }
+    }
+
+    /// Returns the stored full vector of `row` (normalised for cosine).
+    pub fn vector(&self, row: u32) -> IndexResult<Vec<f32>> {
+        self.check_row(row)?;
+        let dim = self.header.dim;
+        let value_bytes = self.header.raw_precision.value_bytes();
+        let bytes = self.read(
+            SectionKind::RawVectors,
+            row as u64 * (dim * value_bytes) as u64,
+            dim * value_bytes,
+        )?;
+        Ok(match self.header.raw_precision {
+            RawPrecision::F32 => cast::<f32>(self.source.name(), "raw vector", &bytes)?.to_vec(),
+            RawPrecision::Bf16 => cast::<u16>(self.source.name(), "raw vector", &bytes)?
+                .iter()
+                .map(|&bits| quiver_simd::bf16_bits_to_f32(bits))
+                .collect(),
+        })
+    }
+
+    /// Returns the decoded column of filterable field `name`, if the segment has it.
+    pub fn field_column(&self, name: &str) -> IndexResult<Option<FieldColumn>> {
+        let entry = self.section(SectionKind::Fields);
+        let bytes = self.read(SectionKind::Fields, 0, entry.length as usize)?;
+        fields::decode_column(self.source.name(), &bytes, name, self.header.rows as usize)
+    }
+
+    fn check_row(&self, row: u32) -> IndexResult<()> {
+        if row as u64 >= self.header.rows {
+            return Err(IndexError::InvalidArgument(format!(
+                "row {row} is outside segment {} of {} rows",
+                self.source.name(),
+                self.header.rows
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn cast<'b, T: bytemuck::Pod>(
+        &self,
+        what: &str,
+        bytes: &'b [u8],
+    ) -> IndexResult<&'b [T]> {
+        cast(self.source.name(), what, bytes)
+    }
+}
+
+fn validate_header(object: &str, header: &SegmentHeader) -> IndexResult<()> {
+    let bad = |reason: String| Err(IndexError::corrupted(object, format!("header: {reason}")));
+    if header.format_version != format::FORMAT_VERSION {
+        return Err(IndexError::UnsupportedVersion {
+            object: object.to_string(),
+            found: header.format_version,
+            supported: format::FORMAT_VERSION,
+        });
+    }
+    if header.dim == 0 || header.padded_dim != padded_dimension(header.dim) {
+        return bad(format!(
+            "dimension {} / padded {} is invalid",
+            header.dim, header.padded_dim
+        ));
+    }
+    if header.rows == 0 || header.rows > u32::MAX as u64 {
+        return bad(format!("row count {} is invalid", header.rows));
+    }
+    if header.nlist == 0 || header.nlist as u64 > header.rows {
+        return bad(format!("list count {} is invalid", header.nlist));
+    }
+    if header.block_rows != quiver_simd::RABITQ_BLOCK_ROWS
+        || header.query_bits != quiver_simd::RABITQ_QUERY_BITS
+    {
+        return bad("code layout is not the one this build reads".into());
+    }
+    Ok(())
+}

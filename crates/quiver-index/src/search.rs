@@ -1,0 +1,469 @@
+//! IVF + RaBitQ search over one segment, and exact (flat) search as the reference.
+//!
+//! Keys are "smaller is better" internally: squared distance for l2, negated inner
+//! product for dot and cosine. Hits carry the user-facing score.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use quiver_simd::{BulkOp, RABITQ_BLOCK_ROWS, RABITQ_QUERY_BITS};
+
+use crate::error::{IndexError, IndexResult};
+use crate::format::SectionKind;
+use crate::params::{Metric, RawPrecision, SearchParams, default_nprobe};
+use crate::rabitq::{self, FACTOR_BLOCK_BYTES};
+use crate::reader::Segment;
+use crate::source::ByteSource;
+
+/// One result: a row of a segment and its score.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hit {
+    /// Row in the segment.
+    pub row: u32,
+    /// Cosine similarity, inner product, or squared distance (by metric).
+    pub score: f32,
+}
+
+/// Decides which rows may be returned (deletions, filters).
+pub trait RowFilter: Sync {
+    /// Returns true when `row` may be returned.
+    fn allows(&self, row: u32) -> bool;
+}
+
+impl<F: Fn(u32) -> bool + Sync> RowFilter for F {
+    fn allows(&self, row: u32) -> bool {
+        self(row)
+    }
+}
+
+/// Counters of the last search through a scratch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SearchStats {
+    /// Lists probed.
+    pub lists_probed: usize,
+    /// Rows whose codes were scored.
+    pub rows_scanned: usize,
+    /// Rows rescored with full vectors.
+    pub rows_rescored: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    key: f32,
+    lower: f32,
+    row: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Ranked {
+    key: f32,
+    row: u32,
+}
+
+impl Eq for Ranked {}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key
+            .total_cmp(&other.key)
+            .then(self.row.cmp(&other.row))
+    }
+}
+
+/// The best `k` (smallest keys) seen so far.
+struct TopK {
+    k: usize,
+    heap: BinaryHeap<Ranked>,
+}
+
+impl TopK {
+    fn new(k: usize, heap: BinaryHeap<Ranked>) -> Self {
+        let mut top = TopK { k, heap };
+        top.heap.clear();
+        top
+    }
+
+    /// Returns the key a new row must beat to enter.
+    fn threshold(&self) -> f32 {
+        if self.heap.len() < self.k {
+            f32::INFINITY
+        } else {
+            self.heap.peek().map_or(f32::INFINITY, |r| r.key)
+        }
+    }
+
+    fn push(&mut self, key: f32, row: u32) {
+        if self.heap.len() < self.k {
+            self.heap.push(Ranked { key, row });
+        } else if key < self.threshold() {
+            self.heap.pop();
+            self.heap.push(Ranked { key, row });
+        }
+    }
+}
+
+/// Buffers reused from query to query, so a search allocates nothing per row.
+#[derive(Default)]
+pub struct SearchScratch {
+    query: Vec<f32>,
+    rotated: Vec<f32>,
+    residual: Vec<f32>,
+    planes: Vec<u64>,
+    list_keys: Vec<(f32, u32)>,
+    centroid_scores: Vec<f32>,
+    counts: Vec<u32>,
+    candidates: Vec<Candidate>,
+    row_scores: Vec<f32>,
+    heap: BinaryHeap<Ranked>,
+    /// Counters of the last search.
+    pub stats: SearchStats,
+}
+
+impl SearchScratch {
+    /// Returns empty buffers.
+    pub fn new() -> Self {
+        SearchScratch::default()
+    }
+}
+
+fn to_score(metric: Metric, key: f32) -> f32 {
+    match metric {
+        Metric::L2 => key,
+        Metric::Dot | Metric::Cosine => -key,
+    }
+}
+
+impl<S: ByteSource> Segment<S> {
+    fn prepare_query(&self, query: &[f32], scratch: &mut SearchScratch) -> IndexResult<()> {
+        crate::writer::validate_vector(0, query, self.header.dim, self.header.metric).map_err(
+            |error| match error {
+                IndexError::DimensionMismatch {
+                    expected, actual, ..
+                } => IndexError::InvalidArgument(format!(
+                    "query has dimension {actual}, the segment has dimension {expected}"
+                )),
+                IndexError::NonFinite { position, .. } => IndexError::InvalidArgument(format!(
+                    "query has a non-finite value at position {position}"
+                )),
+                other => other,
+            },
+        )?;
+        scratch.query.clear();
+        if self.header.metric == Metric::Cosine {
+            let norm = query.iter().map(|v| v * v).sum::<f32>().sqrt();
+            scratch.query.extend(query.iter().map(|v| v / norm));
+        } else {
+            scratch.query.extend_from_slice(query);
+        }
+        Ok(())
+    }
+
+    fn exact_key(&self, query: &[f32], raw: &[u8]) -> IndexResult<f32> {
+        let dot_op = self.header.metric != Metric::L2;
+        Ok(match self.header.raw_precision {
+            RawPrecision::F32 => {
+                let row: &[f32] = self.cast("raw vector", raw)?;
+                if dot_op {
+                    -quiver_simd::dot_f32(query, row)
+                } else {
+                    quiver_simd::l2sq_f32(query, row)
+                }
+            }
+            RawPrecision::Bf16 => {
+                let row: &[u16] = self.cast("raw vector", raw)?;
+                if dot_op {
+                    -quiver_simd::dot_bf16(query, row)
+                } else {
+                    quiver_simd::l2sq_bf16(query, row)
+                }
+            }
+        })
+    }
+
+    fn rescore_row(&self, query: &[f32], row: u32) -> IndexResult<f32> {
+        let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
+        let raw = self.read(
+            SectionKind::RawVectors,
+            row as u64 * row_bytes as u64,
+            row_bytes,
+        )?;
+        self.exact_key(query, &raw)
+    }
+
+    /// Returns the approximate top-`k` rows for `query` (IVF + RaBitQ + rescoring).
+    pub fn search(
+        &self,
+        query: &[f32],
+        params: &SearchParams,
+        filter: Option<&dyn RowFilter>,
+        scratch: &mut SearchScratch,
+    ) -> IndexResult<Vec<Hit>> {
+        if params.k == 0 {
+            return Err(IndexError::InvalidArgument("k must be at least 1".into()));
+        }
+        self.prepare_query(query, scratch)?;
+        let header = &self.header;
+        let metric = header.metric;
+        let padded_dim = header.padded_dim;
+        let words = padded_dim / 64;
+        let nlist = header.nlist;
+        let nprobe = params
+            .nprobe
+            .unwrap_or_else(|| default_nprobe(nlist))
+            .clamp(1, nlist);
+        scratch.stats = SearchStats::default();
+
+        scratch.rotated.resize(padded_dim, 0.0);
+        self.rotation.apply(&scratch.query, &mut scratch.rotated);
+
+        // Pick the lists to probe.
+        scratch.centroid_scores.resize(nlist, 0.0);
+        let list_op = if metric == Metric::L2 {
+            BulkOp::L2Squared
+        } else {
+            BulkOp::Dot
+        };
+        quiver_simd::score_f32_bulk(
+            list_op,
+            &scratch.rotated,
+            &self.centroids,
+            &mut scratch.centroid_scores,
+        );
+        scratch.list_keys.clear();
+        scratch
+            .list_keys
+            .extend(
+                scratch
+                    .centroid_scores
+                    .iter()
+                    .enumerate()
+                    .map(|(list, &score)| {
+                        (
+                            if list_op == BulkOp::Dot {
+                                -score
+                            } else {
+                                score
+                            },
+                            list as u32,
+                        )
+                    }),
+            );
+        if nprobe < nlist {
+            scratch
+                .list_keys
+                .select_nth_unstable_by(nprobe - 1, |a, b| a.0.total_cmp(&b.0));
+            scratch.list_keys.truncate(nprobe);
+        }
+        scratch
+            .list_keys
+            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+
+        // Scan the codes of every probed list.
+        let (multiplier, bound_multiplier) = match metric {
+            Metric::L2 => (-2.0f32, 2.0f32),
+            Metric::Dot | Metric::Cosine => (-1.0, 1.0),
+        };
+        let block_u64s = words * RABITQ_BLOCK_ROWS;
+        scratch.residual.resize(padded_dim, 0.0);
+        scratch.planes.resize(RABITQ_QUERY_BITS * words, 0);
+        scratch.candidates.clear();
+        for probe in 0..scratch.list_keys.len() {
+            let list = scratch.list_keys[probe].1 as usize;
+            let entry = self.lists[list];
+            if entry.rows == 0 {
+                continue;
+            }
+            let centroid = &self.centroids[list * padded_dim..][..padded_dim];
+            for ((residual, &q), &c) in scratch
+                .residual
+                .iter_mut()
+                .zip(&scratch.rotated)
+                .zip(centroid)
+            {
+                *residual = q - c;
+            }
+            let quantized = rabitq::quantize_residual(&scratch.residual, &mut scratch.planes);
+            let query_constant = match metric {
+                Metric::L2 => quantized.norm * quantized.norm,
+                Metric::Dot | Metric::Cosine => -quiver_simd::dot_f32(centroid, &scratch.rotated),
+            };
+            let bound_scale = bound_multiplier * quantized.norm * params.bound_sigma;
+
+            let blocks = (entry.rows as usize).div_ceil(RABITQ_BLOCK_ROWS);
+            let code_bytes = self.read(
+                SectionKind::Codes,
+                (entry.block_start as usize * block_u64s * 8) as u64,
+                blocks * block_u64s * 8,
+            )?;
+            let codes: &[u64] = self.cast("codes", &code_bytes)?;
+            scratch.counts.resize(blocks * RABITQ_BLOCK_ROWS, 0);
+            quiver_simd::rabitq_scan_blocks(codes, words, &scratch.planes, &mut scratch.counts);
+            let factor_bytes = self.read(
+                SectionKind::Factors,
+                (entry.block_start as usize * FACTOR_BLOCK_BYTES) as u64,
+                blocks * FACTOR_BLOCK_BYTES,
+            )?;
+            let factors: &[f32] = self.cast("factors", &factor_bytes)?;
+
+            let level_term = quantized.step * 2.0;
+            let level_offset = quantized.step * quantized.level_sum;
+            for block in 0..blocks {
+                let block_factors =
+                    &factors[block * FACTOR_BLOCK_BYTES / 4..][..FACTOR_BLOCK_BYTES / 4];
+                let (add, rest) = block_factors.split_at(RABITQ_BLOCK_ROWS);
+                let (rescale, rest) = rest.split_at(RABITQ_BLOCK_ROWS);
+                let (error, pc2) = rest.split_at(RABITQ_BLOCK_ROWS);
+                let counts = &scratch.counts[block * RABITQ_BLOCK_ROWS..][..RABITQ_BLOCK_ROWS];
+                let lanes =
+                    (entry.rows as usize - block * RABITQ_BLOCK_ROWS).min(RABITQ_BLOCK_ROWS);
+                for lane in 0..lanes {
+                    let inner =
+                        quantized.low * pc2[lane] + level_term * counts[lane] as f32 - level_offset;
+                    let key = add[lane] + query_constant + multiplier * rescale[lane] * inner;
+                    let row = entry.row_start + (block * RABITQ_BLOCK_ROWS + lane) as u32;
+                    if filter.is_some_and(|f| !f.allows(row)) {
+                        continue;
+                    }
+                    scratch.candidates.push(Candidate {
+                        key,
+                        lower: key - bound_scale * error[lane],
+                        row,
+                    });
+                }
+            }
+            scratch.stats.lists_probed += 1;
+            scratch.stats.rows_scanned += entry.rows as usize;
+        }
+
+        // Rescore the best k × rescore by estimate, then anything the error bound
+        // cannot rule out.
+        let mut top = TopK::new(params.k, std::mem::take(&mut scratch.heap));
+        let first_wave = (params.k * params.rescore.max(1)).min(scratch.candidates.len());
+        if first_wave < scratch.candidates.len() && first_wave > 0 {
+            scratch
+                .candidates
+                .select_nth_unstable_by(first_wave - 1, |a, b| a.key.total_cmp(&b.key));
+        }
+        let (wave, rest) = scratch.candidates.split_at_mut(first_wave);
+        wave.sort_unstable_by_key(|candidate| candidate.row);
+        for candidate in wave.iter() {
+            top.push(
+                self.rescore_row(&scratch.query, candidate.row)?,
+                candidate.row,
+            );
+        }
+        let mut rescored = wave.len();
+        let threshold = top.threshold();
+        let mut remaining: Vec<Candidate> = Vec::new();
+        remaining.extend(rest.iter().filter(|c| c.lower < threshold));
+        remaining.sort_unstable_by(|a, b| a.lower.total_cmp(&b.lower));
+        for candidate in &remaining {
+            if candidate.lower >= top.threshold() {
+                break;
+            }
+            top.push(
+                self.rescore_row(&scratch.query, candidate.row)?,
+                candidate.row,
+            );
+            rescored += 1;
+        }
+        scratch.stats.rows_rescored = rescored;
+        Ok(self.finish_hits(top, scratch))
+    }
+
+    fn finish_hits(&self, top: TopK, scratch: &mut SearchScratch) -> Vec<Hit> {
+        let mut ranked = top.heap.into_sorted_vec();
+        let hits = ranked
+            .iter()
+            .map(|r| Hit {
+                row: r.row,
+                score: to_score(self.header.metric, r.key),
+            })
+            .collect();
+        ranked.clear();
+        scratch.heap = BinaryHeap::from(ranked);
+        hits
+    }
+
+    /// Returns the exact top-`k` rows for `query` by scoring every row's full vector.
+    pub fn flat_search(
+        &self,
+        query: &[f32],
+        k: usize,
+        filter: Option<&dyn RowFilter>,
+        scratch: &mut SearchScratch,
+    ) -> IndexResult<Vec<Hit>> {
+        if k == 0 {
+            return Err(IndexError::InvalidArgument("k must be at least 1".into()));
+        }
+        self.prepare_query(query, scratch)?;
+        let dim = self.header.dim;
+        let row_bytes = dim * self.header.raw_precision.value_bytes();
+        let op = if self.header.metric == Metric::L2 {
+            BulkOp::L2Squared
+        } else {
+            BulkOp::Dot
+        };
+        let mut top = TopK::new(k, std::mem::take(&mut scratch.heap));
+        for entry in &self.lists {
+            if entry.rows == 0 {
+                continue;
+            }
+            let bytes = self.read(
+                SectionKind::RawVectors,
+                entry.row_start as u64 * row_bytes as u64,
+                entry.rows as usize * row_bytes,
+            )?;
+            scratch.row_scores.resize(entry.rows as usize, 0.0);
+            match self.header.raw_precision {
+                RawPrecision::F32 => quiver_simd::score_f32_bulk(
+                    op,
+                    &scratch.query,
+                    self.cast("raw vectors", &bytes)?,
+                    &mut scratch.row_scores,
+                ),
+                RawPrecision::Bf16 => quiver_simd::score_bf16_bulk(
+                    op,
+                    &scratch.query,
+                    self.cast("raw vectors", &bytes)?,
+                    &mut scratch.row_scores,
+                ),
+            }
+            for (offset, &score) in scratch.row_scores.iter().enumerate() {
+                let row = entry.row_start + offset as u32;
+                if filter.is_some_and(|f| !f.allows(row)) {
+                    continue;
+                }
+                top.push(if op == BulkOp::Dot { -score } else { score }, row);
+            }
+        }
+        scratch.stats = SearchStats {
+            lists_probed: self.lists.len(),
+            rows_scanned: self.header.rows as usize,
+            rows_rescored: 0,
+        };
+        Ok(self.finish_hits(top, scratch))
+    }
+}
+
+/// Merges per-segment hit lists into the best `k` overall, best first.
+pub fn merge_hits(
+    metric: Metric,
+    lists: impl IntoIterator<Item = Vec<(usize, Hit)>>,
+    k: usize,
+) -> Vec<(usize, Hit)> {
+    let mut all: Vec<(usize, Hit)> = lists.into_iter().flatten().collect();
+    if metric.higher_is_better() {
+        all.sort_by(|a, b| b.1.score.total_cmp(&a.1.score));
+    } else {
+        all.sort_by(|a, b| a.1.score.total_cmp(&b.1.score));
+    }
+    all.truncate(k);
+    all
+}

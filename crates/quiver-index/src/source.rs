@@ -1,0 +1,164 @@
+//! Byte sources: where a segment's bytes come from. The index never does I/O
+//! itself; it asks a source for ranges and gets borrowed slices back (zero copy).
+
+use std::ops::Deref;
+use std::path::Path;
+
+use crate::error::{IndexError, IndexResult};
+
+/// How a range is about to be read, so a cache can advise the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessPattern {
+    /// Scanned front to back (codes, factors).
+    Sequential,
+    /// Touched at scattered offsets (raw vectors for rescoring, payloads).
+    Random,
+}
+
+/// A read-only, random-access view of one object (a segment file).
+///
+/// `read_at` returns a handle that dereferences to the requested bytes; for a
+/// mapped file or memory buffer it is a plain borrowed slice, for a cache it also
+/// pins the memory until dropped. Section offsets in a segment are 4 KiB-aligned,
+/// and sources must preserve at least 8-byte alignment of the object's start.
+pub trait ByteSource: Send + Sync {
+    /// The borrowed bytes of one read.
+    type Bytes<'a>: Deref<Target = [u8]>
+    where
+        Self: 'a;
+
+    /// Returns the object's size in bytes.
+    fn size(&self) -> u64;
+
+    /// Returns `length` bytes starting at `offset`, or an error if the range is
+    /// outside the object or cannot be read.
+    fn read_at(&self, offset: u64, length: usize) -> IndexResult<Self::Bytes<'_>>;
+
+    /// Returns the object's name (path or object-store key) used in errors.
+    fn name(&self) -> &str;
+
+    /// Hints how a range will be read; sources may ignore it.
+    fn advise(&self, _offset: u64, _length: usize, _pattern: AccessPattern) {}
+}
+
+fn out_of_range(name: &str, offset: u64, length: usize, size: u64) -> IndexError {
+    IndexError::corrupted(
+        name,
+        format!(
+            "range {offset}..{} is outside the object of {size} bytes",
+            offset + length as u64
+        ),
+    )
+}
+
+/// An in-memory segment in an 8-byte aligned buffer (enough for every section's
+/// element type).
+pub struct MemorySource {
+    name: String,
+    words: Vec<u64>,
+    size: usize,
+}
+
+impl MemorySource {
+    /// Returns a source holding a copy of `bytes`.
+    pub fn new(name: impl Into<String>, bytes: &[u8]) -> Self {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        MemorySource {
+            name: name.into(),
+            words,
+            size: bytes.len(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.size]
+    }
+}
+
+impl ByteSource for MemorySource {
+    type Bytes<'a> = &'a [u8];
+
+    fn size(&self) -> u64 {
+        self.size as u64
+    }
+
+    fn read_at(&self, offset: u64, length: usize) -> IndexResult<&[u8]> {
+        let end = offset
+            .checked_add(length as u64)
+            .filter(|&end| end <= self.size as u64);
+        match end {
+            Some(end) => Ok(&self.bytes()[offset as usize..end as usize]),
+            None => Err(out_of_range(&self.name, offset, length, self.size as u64)),
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// A segment file on local disk, memory-mapped read-only.
+pub struct MmapSource {
+    name: String,
+    map: memmap2::Mmap,
+}
+
+impl MmapSource {
+    /// Opens and maps the file at `path`.
+    pub fn open(path: &Path) -> IndexResult<Self> {
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|source| IndexError::Io {
+            object: name.clone(),
+            source,
+        })?;
+        // SAFETY: segment files are immutable once written (they are renamed into
+        // place complete and never modified), so the mapping cannot change under us.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| IndexError::Io {
+            object: name.clone(),
+            source,
+        })?;
+        Ok(MmapSource { name, map })
+    }
+}
+
+impl ByteSource for MmapSource {
+    type Bytes<'a> = &'a [u8];
+
+    fn size(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    fn read_at(&self, offset: u64, length: usize) -> IndexResult<&[u8]> {
+        let end = offset
+            .checked_add(length as u64)
+            .filter(|&end| end <= self.map.len() as u64);
+        match end {
+            Some(end) => Ok(&self.map[offset as usize..end as usize]),
+            None => Err(out_of_range(
+                &self.name,
+                offset,
+                length,
+                self.map.len() as u64,
+            )),
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn advise(&self, offset: u64, length: usize, pattern: AccessPattern) {
+        let advice = match pattern {
+            AccessPattern::Sequential => memmap2::Advice::Sequential,
+            AccessPattern::Random => memmap2::Advice::Random,
+        };
+        // Advice is a hint; a failure (e.g. an unaligned range) changes nothing.
+        let page = 4096u64;
+        let aligned_offset = offset / page * page;
+        let aligned_length = (offset + length as u64 - aligned_offset) as usize;
+        let _ = self
+            .map
+            .advise_range(advice, aligned_offset as usize, aligned_length);
+    }
+}

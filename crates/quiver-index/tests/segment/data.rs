@@ -1,0 +1,84 @@
+//! Test data: clustered gaussian vectors, and segment construction helpers.
+
+use quiver_index::{IdType, MemorySource, Metric, PointId, Segment, SegmentSpec, SegmentWriter};
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Normal};
+
+/// `rows` vectors around `clusters` random centres, plus `queries` more from the
+/// same distribution.
+pub fn clustered(
+    rows: usize,
+    queries: usize,
+    dim: usize,
+    clusters: usize,
+    seed: u64,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let unit = Normal::new(0.0f32, 1.0).unwrap();
+    let centres: Vec<f32> = (0..clusters * dim).map(|_| unit.sample(&mut rng)).collect();
+    let mut draw = |count: usize| {
+        let mut out = Vec::with_capacity(count * dim);
+        for _ in 0..count {
+            let centre = rng.random_range(0..clusters);
+            for d in 0..dim {
+                out.push(centres[centre * dim + d] + 0.6 * unit.sample(&mut rng));
+            }
+        }
+        out
+    };
+    let base = draw(rows);
+    let query = draw(queries);
+    (base, query)
+}
+
+/// Builds an in-memory segment of `vectors` with ids 0..n and no payloads.
+pub fn build(
+    vectors: &[f32],
+    dim: usize,
+    metric: Metric,
+    configure: impl FnOnce(&mut SegmentSpec),
+) -> Segment<MemorySource> {
+    let mut spec = SegmentSpec::new(dim, metric, IdType::U64);
+    configure(&mut spec);
+    let mut writer = SegmentWriter::new(spec).unwrap();
+    for (row, vector) in vectors.chunks_exact(dim).enumerate() {
+        writer.add(PointId::U64(row as u64), vector, None).unwrap();
+    }
+    let mut bytes = Vec::new();
+    writer.finish(&mut bytes, &|_, _, _| {}).unwrap();
+    Segment::open(MemorySource::new("test.qseg", &bytes)).unwrap()
+}
+
+/// Returns the bytes of a small segment with string ids, payloads and fields.
+pub fn small_segment_bytes() -> Vec<u8> {
+    use quiver_index::{FieldKind, FieldSpec};
+    let dim = 24;
+    let (vectors, _) = clustered(700, 0, dim, 5, 17);
+    let mut spec = SegmentSpec::new(dim, Metric::Cosine, IdType::String);
+    spec.fields = vec![
+        FieldSpec {
+            name: "color".into(),
+            kind: FieldKind::Keyword,
+        },
+        FieldSpec {
+            name: "price".into(),
+            kind: FieldKind::Integer,
+        },
+    ];
+    spec.build.nlist = Some(8);
+    let mut writer = SegmentWriter::new(spec).unwrap();
+    for (row, vector) in vectors.chunks_exact(dim).enumerate() {
+        let color = ["red", "green", "blue"][row % 3];
+        let payload = serde_json::json!({"color": color, "price": row as i64});
+        writer
+            .add(
+                PointId::String(format!("doc-{row}")),
+                vector,
+                Some(&payload),
+            )
+            .unwrap();
+    }
+    let mut bytes = Vec::new();
+    writer.finish(&mut bytes, &|_, _, _| {}).unwrap();
+    bytes
+}

@@ -1,0 +1,6 @@
+//! Segment round trips, recall against flat search, and damaged files.
+
+mod corruption;
+mod data;
+mod recall;
+mod roundtrip;

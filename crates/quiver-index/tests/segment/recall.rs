@@ -1,0 +1,135 @@
+//! IVF + RaBitQ against exact search on the same segment.
+
+use quiver_index::{Metric, RawPrecision, SearchParams, SearchScratch};
+
+use crate::data::{build, clustered};
+
+fn recall_at_10(metric: Metric, raw_precision: RawPrecision, nprobe: usize) -> f64 {
+    recall_with_bound(
+        metric,
+        raw_precision,
+        nprobe,
+        SearchParams::new(10).bound_sigma,
+    )
+}
+
+fn recall_with_bound(
+    metric: Metric,
+    raw_precision: RawPrecision,
+    nprobe: usize,
+    bound_sigma: f32,
+) -> f64 {
+    let dim = 96;
+    let (mut base, mut queries) = clustered(20_000, 100, dim, 60, 5);
+    if metric == Metric::Dot {
+        // Unnormalised, varied norms: a real inner-product workload.
+        for (i, value) in base.iter_mut().enumerate() {
+            *value *= 0.5 + (i / dim % 7) as f32 * 0.25;
+        }
+        for value in queries.iter_mut() {
+            *value *= 1.3;
+        }
+    }
+    let segment = build(&base, dim, metric, |spec| {
+        spec.build.raw_precision = raw_precision
+    });
+    let mut scratch = SearchScratch::new();
+    let mut params = SearchParams::new(10);
+    params.nprobe = Some(nprobe);
+    params.bound_sigma = bound_sigma;
+    let mut found = 0;
+    for query in queries.chunks_exact(dim) {
+        let exact = segment.flat_search(query, 10, None, &mut scratch).unwrap();
+        let approximate = segment.search(query, &params, None, &mut scratch).unwrap();
+        assert_eq!(approximate.len(), 10);
+        // Hits come best first with the user-facing score.
+        for pair in approximate.windows(2) {
+            if metric.higher_is_better() {
+                assert!(pair[0].score >= pair[1].score);
+            } else {
+                assert!(pair[0].score <= pair[1].score);
+            }
+        }
+        found += approximate
+            .iter()
+            .filter(|hit| exact.iter().any(|e| e.row == hit.row))
+            .count();
+    }
+    found as f64 / (queries.len() / dim * 10) as f64
+}
+
+#[test]
+fn recall_l2() {
+    let recall = recall_at_10(Metric::L2, RawPrecision::F32, 24);
+    assert!(recall >= 0.97, "l2 recall@10 {recall}");
+}
+
+#[test]
+fn recall_cosine() {
+    let recall = recall_at_10(Metric::Cosine, RawPrecision::F32, 24);
+    assert!(recall >= 0.97, "cosine recall@10 {recall}");
+}
+
+#[test]
+fn recall_dot() {
+    let recall = recall_at_10(Metric::Dot, RawPrecision::F32, 24);
+    assert!(recall >= 0.95, "dot recall@10 {recall}");
+}
+
+#[test]
+fn recall_cosine_bf16_rescoring() {
+    let recall = recall_at_10(Metric::Cosine, RawPrecision::Bf16, 24);
+    assert!(recall >= 0.95, "bf16 recall@10 {recall}");
+}
+
+#[test]
+fn more_probes_and_wider_bounds_converge_to_exact() {
+    let few = recall_at_10(Metric::L2, RawPrecision::F32, 2);
+    let all = recall_at_10(Metric::L2, RawPrecision::F32, 10_000);
+    assert!(
+        all >= few,
+        "probing every list ({all}) must not be worse than 2 lists ({few})"
+    );
+    assert!(
+        all >= 0.98,
+        "probing every list must be close to exact, got {all}"
+    );
+    // With a 4σ bound almost no true neighbour is ruled out by its estimate.
+    let wide = recall_with_bound(Metric::L2, RawPrecision::F32, 10_000, 4.0);
+    assert!(
+        wide >= 0.998,
+        "every list with a 4σ bound must be near exact, got {wide}"
+    );
+}
+
+#[test]
+fn filters_and_exact_scores() {
+    let dim = 32;
+    let (base, queries) = clustered(3_000, 5, dim, 10, 9);
+    let segment = build(&base, dim, Metric::L2, |_| {});
+    let mut scratch = SearchScratch::new();
+    let even_rows = |row: u32| row.is_multiple_of(2);
+    let params = SearchParams {
+        nprobe: Some(1000),
+        ..SearchParams::new(5)
+    };
+    for query in queries.chunks_exact(dim) {
+        let hits = segment
+            .search(query, &params, Some(&even_rows), &mut scratch)
+            .unwrap();
+        assert_eq!(hits.len(), 5);
+        for hit in &hits {
+            assert!(hit.row.is_multiple_of(2), "filtered-out row returned");
+            let stored = segment.vector(hit.row).unwrap();
+            let exact: f32 = stored
+                .iter()
+                .zip(query)
+                .map(|(a, b)| (a - b) * (a - b))
+                .sum();
+            assert!(
+                (exact - hit.score).abs() <= 1e-3 * exact.max(1.0),
+                "score is the exact distance"
+            );
+        }
+    }
+}
