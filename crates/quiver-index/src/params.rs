@@ -133,9 +133,9 @@ pub struct SearchParams {
     pub k: usize,
     /// Lists to probe; `None` uses [`default_nprobe`].
     pub nprobe: Option<usize>,
-    /// Candidate multiplier: the best `k × rescore` candidates by RaBitQ estimate
-    /// are rescored with full vectors, then any other candidate whose error-bound
-    /// lower bound still beats the k-th exact score.
+    /// Candidate multiplier: every row whose error-bound lower bound beats the
+    /// k-th exact key is rescored with its full vector; of the rows the bound rules
+    /// out, the best `k × rescore` by estimate are rescored too.
     pub rescore: usize,
     /// Width of the RaBitQ error bound in standard deviations (the paper's ε₀);
     /// larger is safer and rescores more.

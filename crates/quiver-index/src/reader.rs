@@ -30,6 +30,12 @@ pub struct Segment<S: ByteSource> {
     chunk_crcs: Vec<u32>,
     verified_chunks: Vec<AtomicU64>,
     pub(crate) centroids: Vec<f32>,
+    /// The centroids in bf16, half the bytes to stream when picking lists.
+    pub(crate) centroids_bf16: Vec<u16>,
+    /// ‖c‖² of every rotated centroid.
+    pub(crate) centroid_norms: Vec<f32>,
+    /// Σ c_i of every rotated centroid.
+    pub(crate) centroid_sums: Vec<f32>,
     pub(crate) lists: Vec<ListEntry>,
     pub(crate) rotation: Rotation,
 }
@@ -200,6 +206,18 @@ impl<S: ByteSource> Segment<S> {
             .map(|_| AtomicU64::new(0))
             .collect();
         let rotation = Rotation::new(header.dim, header.rotation_seed);
+        let centroids_bf16 = centroids
+            .iter()
+            .map(|&v| quiver_simd::f32_to_bf16_bits(v))
+            .collect();
+        let centroid_norms = centroids
+            .chunks_exact(header.padded_dim)
+            .map(|c| quiver_simd::dot_f32(c, c))
+            .collect();
+        let centroid_sums = centroids
+            .chunks_exact(header.padded_dim)
+            .map(|c| c.iter().sum())
+            .collect();
         let segment = Segment {
             source,
             header,
@@ -207,6 +225,9 @@ impl<S: ByteSource> Segment<S> {
             chunk_crcs,
             verified_chunks,
             centroids,
+            centroids_bf16,
+            centroid_norms,
+            centroid_sums,
             lists,
             rotation,
         };

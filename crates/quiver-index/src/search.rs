@@ -47,7 +47,7 @@ pub struct SearchStats {
     pub rows_rescored: usize,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Candidate {
     key: f32,
     lower: f32,
@@ -113,7 +113,6 @@ impl TopK {
 pub struct SearchScratch {
     query: Vec<f32>,
     rotated: Vec<f32>,
-    residual: Vec<f32>,
     planes: Vec<u64>,
     list_keys: Vec<(f32, u32)>,
     centroid_scores: Vec<f32>,
@@ -121,6 +120,7 @@ pub struct SearchScratch {
     candidates: Vec<Candidate>,
     row_scores: Vec<f32>,
     heap: BinaryHeap<Ranked>,
+    reserve: BinaryHeap<Ranked>,
     /// Counters of the last search.
     pub stats: SearchStats,
 }
@@ -197,6 +197,13 @@ impl<S: ByteSource> Segment<S> {
     }
 
     /// Returns the approximate top-`k` rows for `query` (IVF + RaBitQ + rescoring).
+    ///
+    /// Lists are probed nearest first. Every scanned row gets an estimated key and
+    /// a lower bound (estimate − `bound_sigma` standard deviations); rows whose lower
+    /// bound beats the current k-th exact key are rescored with their full vector
+    /// right away (in lower-bound order, prefetching ahead). Of the rows the bound
+    /// ruled out, the best `k × rescore` by estimate are rescored at the end too, a
+    /// guard against the bound's rare misses.
     pub fn search(
         &self,
         query: &[f32],
@@ -221,18 +228,21 @@ impl<S: ByteSource> Segment<S> {
 
         scratch.rotated.resize(padded_dim, 0.0);
         self.rotation.apply(&scratch.query, &mut scratch.rotated);
+        scratch.planes.resize(RABITQ_QUERY_BITS * words, 0);
+        let quantized = rabitq::quantize_query(&scratch.rotated, &mut scratch.planes);
+        let query_norm_sq = quiver_simd::dot_f32(&scratch.rotated, &scratch.rotated);
 
-        // Pick the lists to probe.
+        // Pick the lists to probe (bf16 centroids: half the bytes, same choice).
         scratch.centroid_scores.resize(nlist, 0.0);
         let list_op = if metric == Metric::L2 {
             BulkOp::L2Squared
         } else {
             BulkOp::Dot
         };
-        quiver_simd::score_f32_bulk(
+        quiver_simd::score_bf16_bulk(
             list_op,
             &scratch.rotated,
-            &self.centroids,
+            &self.centroids_bf16,
             &mut scratch.centroid_scores,
         );
         scratch.list_keys.clear();
@@ -264,15 +274,12 @@ impl<S: ByteSource> Segment<S> {
             .list_keys
             .sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
 
-        // Scan the codes of every probed list.
-        let (multiplier, bound_multiplier) = match metric {
-            Metric::L2 => (-2.0f32, 2.0f32),
-            Metric::Dot | Metric::Cosine => (-1.0, 1.0),
-        };
+        let multiplier = rabitq::key_multiplier(metric);
         let block_u64s = words * RABITQ_BLOCK_ROWS;
-        scratch.residual.resize(padded_dim, 0.0);
-        scratch.planes.resize(RABITQ_QUERY_BITS * words, 0);
-        scratch.candidates.clear();
+        let mut top = TopK::new(params.k, std::mem::take(&mut scratch.heap));
+        let reserve_size = params.k * params.rescore.max(1);
+        let mut reserve = TopK::new(reserve_size, std::mem::take(&mut scratch.reserve));
+        let mut rescored = 0usize;
         for probe in 0..scratch.list_keys.len() {
             let list = scratch.list_keys[probe].1 as usize;
             let entry = self.lists[list];
@@ -280,20 +287,15 @@ impl<S: ByteSource> Segment<S> {
                 continue;
             }
             let centroid = &self.centroids[list * padded_dim..][..padded_dim];
-            for ((residual, &q), &c) in scratch
-                .residual
-                .iter_mut()
-                .zip(&scratch.rotated)
-                .zip(centroid)
-            {
-                *residual = q - c;
-            }
-            let quantized = rabitq::quantize_residual(&scratch.residual, &mut scratch.planes);
-            let query_constant = match metric {
-                Metric::L2 => quantized.norm * quantized.norm,
-                Metric::Dot | Metric::Cosine => -quiver_simd::dot_f32(centroid, &scratch.rotated),
+            let query_dot_centroid = quiver_simd::dot_f32(centroid, &scratch.rotated);
+            let residual_norm_sq =
+                (query_norm_sq + self.centroid_norms[list] - 2.0 * query_dot_centroid).max(0.0);
+            let list_constant = match metric {
+                Metric::L2 => residual_norm_sq,
+                Metric::Dot | Metric::Cosine => -query_dot_centroid,
             };
-            let bound_scale = bound_multiplier * quantized.norm * params.bound_sigma;
+            let list_term = self.centroid_sums[list] - quantized.sum;
+            let bound_scale = -multiplier * residual_norm_sq.sqrt() * params.bound_sigma;
 
             let blocks = (entry.rows as usize).div_ceil(RABITQ_BLOCK_ROWS);
             let code_bytes = self.read(
@@ -311,68 +313,78 @@ impl<S: ByteSource> Segment<S> {
             )?;
             let factors: &[f32] = self.cast("factors", &factor_bytes)?;
 
-            let level_term = quantized.step * 2.0;
-            let level_offset = quantized.step * quantized.level_sum;
+            let threshold = top.threshold();
+            let step2 = 2.0 * quantized.step;
+            scratch.candidates.clear();
             for block in 0..blocks {
                 let block_factors =
                     &factors[block * FACTOR_BLOCK_BYTES / 4..][..FACTOR_BLOCK_BYTES / 4];
-                let (add, rest) = block_factors.split_at(RABITQ_BLOCK_ROWS);
+                let (constant, rest) = block_factors.split_at(RABITQ_BLOCK_ROWS);
                 let (rescale, rest) = rest.split_at(RABITQ_BLOCK_ROWS);
-                let (error, pc2) = rest.split_at(RABITQ_BLOCK_ROWS);
+                let (error, popcount2) = rest.split_at(RABITQ_BLOCK_ROWS);
                 let counts = &scratch.counts[block * RABITQ_BLOCK_ROWS..][..RABITQ_BLOCK_ROWS];
                 let lanes =
                     (entry.rows as usize - block * RABITQ_BLOCK_ROWS).min(RABITQ_BLOCK_ROWS);
                 for lane in 0..lanes {
                     let inner =
-                        quantized.low * pc2[lane] + level_term * counts[lane] as f32 - level_offset;
-                    let key = add[lane] + query_constant + multiplier * rescale[lane] * inner;
+                        quantized.low * popcount2[lane] + step2 * counts[lane] as f32 + list_term;
+                    let key = constant[lane] + list_constant + multiplier * rescale[lane] * inner;
+                    let lower = key - bound_scale * error[lane];
+                    if lower >= threshold && key >= reserve.threshold() {
+                        continue;
+                    }
                     let row = entry.row_start + (block * RABITQ_BLOCK_ROWS + lane) as u32;
                     if filter.is_some_and(|f| !f.allows(row)) {
                         continue;
                     }
-                    scratch.candidates.push(Candidate {
-                        key,
-                        lower: key - bound_scale * error[lane],
-                        row,
-                    });
+                    if lower < threshold {
+                        scratch.candidates.push(Candidate { key, lower, row });
+                    } else {
+                        reserve.push(key, row);
+                    }
                 }
+            }
+            // Rescore this list's hopeful rows, most hopeful first.
+            scratch
+                .candidates
+                .sort_unstable_by(|a, b| a.lower.total_cmp(&b.lower));
+            let row_bytes = header.dim * header.raw_precision.value_bytes();
+            const PREFETCH_AHEAD: usize = 3;
+            for ahead in scratch.candidates.iter().take(PREFETCH_AHEAD) {
+                quiver_simd::prefetch_read(&self.read(
+                    SectionKind::RawVectors,
+                    ahead.row as u64 * row_bytes as u64,
+                    row_bytes,
+                )?);
+            }
+            for index in 0..scratch.candidates.len() {
+                let candidate = scratch.candidates[index];
+                if let Some(ahead) = scratch.candidates.get(index + PREFETCH_AHEAD) {
+                    quiver_simd::prefetch_read(&self.read(
+                        SectionKind::RawVectors,
+                        ahead.row as u64 * row_bytes as u64,
+                        row_bytes,
+                    )?);
+                }
+                if candidate.lower >= top.threshold() {
+                    reserve.push(candidate.key, candidate.row);
+                    continue;
+                }
+                top.push(
+                    self.rescore_row(&scratch.query, candidate.row)?,
+                    candidate.row,
+                );
+                rescored += 1;
             }
             scratch.stats.lists_probed += 1;
             scratch.stats.rows_scanned += entry.rows as usize;
         }
-
-        // Rescore the best k × rescore by estimate, then anything the error bound
-        // cannot rule out.
-        let mut top = TopK::new(params.k, std::mem::take(&mut scratch.heap));
-        let first_wave = (params.k * params.rescore.max(1)).min(scratch.candidates.len());
-        if first_wave < scratch.candidates.len() && first_wave > 0 {
-            scratch
-                .candidates
-                .select_nth_unstable_by(first_wave - 1, |a, b| a.key.total_cmp(&b.key));
-        }
-        let (wave, rest) = scratch.candidates.split_at_mut(first_wave);
-        wave.sort_unstable_by_key(|candidate| candidate.row);
-        for candidate in wave.iter() {
-            top.push(
-                self.rescore_row(&scratch.query, candidate.row)?,
-                candidate.row,
-            );
-        }
-        let mut rescored = wave.len();
-        let threshold = top.threshold();
-        let mut remaining: Vec<Candidate> = Vec::new();
-        remaining.extend(rest.iter().filter(|c| c.lower < threshold));
-        remaining.sort_unstable_by(|a, b| a.lower.total_cmp(&b.lower));
-        for candidate in &remaining {
-            if candidate.lower >= top.threshold() {
-                break;
-            }
-            top.push(
-                self.rescore_row(&scratch.query, candidate.row)?,
-                candidate.row,
-            );
+        // The guard: the best ruled-out rows by estimate are rescored as well.
+        for ranked in reserve.heap.drain() {
+            top.push(self.rescore_row(&scratch.query, ranked.row)?, ranked.row);
             rescored += 1;
         }
+        scratch.reserve = reserve.heap;
         scratch.stats.rows_rescored = rescored;
         Ok(self.finish_hits(top, scratch))
     }

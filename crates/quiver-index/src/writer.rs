@@ -347,10 +347,10 @@ impl SegmentWriter {
                                 block_codes[word * RABITQ_BLOCK_ROWS + lane] = bits;
                             }
                             let block_factors = &mut list_factors[block * FACTOR_BLOCK_BYTES / 4..];
-                            block_factors[lane] = row_factors.add;
+                            block_factors[lane] = row_factors.constant;
                             block_factors[RABITQ_BLOCK_ROWS + lane] = row_factors.rescale;
                             block_factors[2 * RABITQ_BLOCK_ROWS + lane] = row_factors.error;
-                            block_factors[3 * RABITQ_BLOCK_ROWS + lane] = row_factors.pc2;
+                            block_factors[3 * RABITQ_BLOCK_ROWS + lane] = row_factors.popcount2;
                         }
                         let done =
                             encoded_lists.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;

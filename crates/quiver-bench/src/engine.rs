@@ -1,0 +1,396 @@
+//! `quiver-bench engine`: builds real segment files with the real writer, searches
+//! them through the real file reader (mmap byte source), sweeps nprobe × rescore,
+//! and reports recall@k, QPS and latency percentiles.
+
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use quiver_index::{
+    IdType, Metric, MmapSource, PointId, RawPrecision, SearchParams, SearchScratch, Segment,
+    SegmentSpec, SegmentWriter, merge_hits,
+};
+use serde::Serialize;
+
+use crate::progress::bar;
+use crate::vecs::{Matrix, read_fvecs, read_ivecs};
+
+/// Options of one engine run.
+pub struct EngineOptions {
+    pub base: PathBuf,
+    pub queries: PathBuf,
+    pub ground_truth: PathBuf,
+    pub metric: Metric,
+    pub k: usize,
+    pub nprobes: Vec<usize>,
+    pub rescores: Vec<usize>,
+    pub threads: usize,
+    pub build_threads: usize,
+    pub segment_rows: Option<usize>,
+    pub nlist: Option<usize>,
+    pub raw_precision: RawPrecision,
+    pub bound_sigma: f32,
+    pub max_queries: Option<usize>,
+    pub segment_dir: Option<PathBuf>,
+    pub json: PathBuf,
+}
+
+/// One measured point of the sweep.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    pub nprobe: usize,
+    pub rescore: usize,
+    pub recall: f64,
+    pub qps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub rows_scanned: f64,
+    pub rows_rescored: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    dataset: serde_json::Value,
+    build_s: f64,
+    index_bytes: u64,
+    hot_bytes: u64,
+    raw_bytes: u64,
+    segments: usize,
+    nlist: Vec<usize>,
+    isa: String,
+    threads: usize,
+    build_threads: usize,
+    points: Vec<Point>,
+}
+
+struct BuiltSegments {
+    segments: Vec<Segment<MmapSource>>,
+    build_seconds: f64,
+    file_bytes: u64,
+    hot_bytes: u64,
+    raw_bytes: u64,
+}
+
+fn build_segments(
+    options: &EngineOptions,
+    base: &Matrix<f32>,
+    directory: &Path,
+) -> Result<BuiltSegments> {
+    let rows = base.rows();
+    let segment_rows = options.segment_rows.unwrap_or(rows).max(1);
+    let started = Instant::now();
+    let (mut file_bytes, mut hot_bytes, mut raw_bytes) = (0, 0, 0);
+    let mut paths = Vec::new();
+    for (index, start) in (0..rows).step_by(segment_rows).enumerate() {
+        let end = (start + segment_rows).min(rows);
+        let mut spec = SegmentSpec::new(base.dim, options.metric, IdType::U64);
+        spec.build.nlist = options.nlist;
+        spec.build.threads = options.build_threads;
+        spec.build.raw_precision = options.raw_precision;
+        let mut writer = SegmentWriter::new(spec)?;
+        for row in start..end {
+            writer
+                .add(PointId::U64(row as u64), base.row(row), None)
+                .with_context(|| format!("base vector {row}"))?;
+        }
+        let path = directory.join(format!("segment-{index:04}.qseg"));
+        let partial = path.with_extension("qseg.partial");
+        let file = std::fs::File::create(&partial)
+            .with_context(|| format!("creating {}", partial.display()))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let progress = bar(&format!("segment {index}"), 1);
+        let summary = writer.finish(&mut out, &|stage, done, total| {
+            progress.set_message(format!("{stage:?}"));
+            progress.set_prefix(format!(
+                "seg {index} {}",
+                format!("{stage:?}").to_lowercase()
+            ));
+            progress.set_length(total);
+            progress.set_position(done);
+        })?;
+        progress.finish();
+        drop(out);
+        std::fs::rename(&partial, &path)?;
+        file_bytes += summary.file_bytes;
+        hot_bytes += summary.hot_bytes;
+        raw_bytes += summary.raw_bytes;
+        paths.push(path);
+    }
+    let build_seconds = started.elapsed().as_secs_f64();
+    let segments = paths
+        .iter()
+        .map(|path| Segment::open(MmapSource::open(path)?))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(BuiltSegments {
+        segments,
+        build_seconds,
+        file_bytes,
+        hot_bytes,
+        raw_bytes,
+    })
+}
+
+/// Searches every segment and returns the merged top-k ids.
+fn search_all(
+    segments: &[Segment<MmapSource>],
+    metric: Metric,
+    query: &[f32],
+    params: &SearchParams,
+    scratch: &mut SearchScratch,
+    counters: &mut (usize, usize),
+) -> Result<Vec<u64>> {
+    let mut lists = Vec::with_capacity(segments.len());
+    for (index, segment) in segments.iter().enumerate() {
+        let hits = segment.search(query, params, None, scratch)?;
+        counters.0 += scratch.stats.rows_scanned;
+        counters.1 += scratch.stats.rows_rescored;
+        lists.push(hits.into_iter().map(|hit| (index, hit)).collect());
+    }
+    let merged = if segments.len() == 1 {
+        lists.pop().unwrap_or_default()
+    } else {
+        merge_hits(metric, lists, params.k)
+    };
+    merged
+        .into_iter()
+        .map(|(index, hit)| match segments[index].id(hit.row)? {
+            PointId::U64(id) => Ok(id),
+            PointId::String(id) => bail!("unexpected string id {id}"),
+        })
+        .collect()
+}
+
+fn percentile(sorted: &[f64], fraction: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
+    sorted[index]
+}
+
+fn measure(
+    built: &BuiltSegments,
+    options: &EngineOptions,
+    queries: &Matrix<f32>,
+    truth: &Matrix<i32>,
+    params: &SearchParams,
+) -> Result<Point> {
+    let query_count = queries.rows();
+    let k = options.k;
+    let threads = options.threads.max(1);
+    // Warm the page cache and the scratch buffers.
+    let mut scratch = SearchScratch::new();
+    let mut ignored = (0, 0);
+    for query in 0..query_count.min(200) {
+        search_all(
+            &built.segments,
+            options.metric,
+            queries.row(query),
+            params,
+            &mut scratch,
+            &mut ignored,
+        )?;
+    }
+    let started = Instant::now();
+    let results: Vec<Result<ThreadAnswers>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                scope.spawn(move || -> Result<ThreadAnswers> {
+                    let mut scratch = SearchScratch::new();
+                    let mut counters = (0, 0);
+                    let mut out = Vec::new();
+                    for query in (thread..query_count).step_by(threads) {
+                        let begun = Instant::now();
+                        let ids = search_all(
+                            &built.segments,
+                            options.metric,
+                            queries.row(query),
+                            params,
+                            &mut scratch,
+                            &mut counters,
+                        )?;
+                        out.push((query, ids, begun.elapsed().as_secs_f64() * 1e3));
+                    }
+                    Ok((out, counters))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("search thread"))
+            .collect()
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let (mut found, mut latencies, mut scanned, mut rescored) =
+        (0usize, Vec::with_capacity(query_count), 0, 0);
+    for result in results {
+        let (answers, counters) = result?;
+        scanned += counters.0;
+        rescored += counters.1;
+        for (query, ids, latency) in answers {
+            let expected = &truth.row(query)[..k.min(truth.dim)];
+            found += ids
+                .iter()
+                .filter(|id| expected.contains(&(**id as i32)))
+                .count();
+            latencies.push(latency);
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    Ok(Point {
+        nprobe: params.nprobe.unwrap_or(0),
+        rescore: params.rescore,
+        recall: found as f64 / (query_count * k.min(truth.dim)) as f64,
+        qps: query_count as f64 / elapsed,
+        p50_ms: percentile(&latencies, 0.5),
+        p99_ms: percentile(&latencies, 0.99),
+        rows_scanned: scanned as f64 / query_count as f64,
+        rows_rescored: rescored as f64 / query_count as f64,
+    })
+}
+
+/// One thread's answers `(query, ids, latency_ms)` and its (scanned, rescored) counters.
+type ThreadAnswers = (Vec<(usize, Vec<u64>, f64)>, (usize, usize));
+
+/// Runs the engine benchmark and writes the JSON report and the plot.
+pub fn run(options: &EngineOptions) -> Result<()> {
+    let base = read_fvecs(&options.base, None)?;
+    let queries = read_fvecs(&options.queries, options.max_queries)?;
+    let truth = read_ivecs(&options.ground_truth, options.max_queries)?;
+    if queries.dim != base.dim {
+        bail!(
+            "queries have dimension {}, base vectors {}",
+            queries.dim,
+            base.dim
+        );
+    }
+    if truth.rows() < queries.rows() {
+        bail!(
+            "ground truth has {} rows for {} queries",
+            truth.rows(),
+            queries.rows()
+        );
+    }
+    if truth.dim < options.k {
+        bail!(
+            "ground truth has depth {}, less than k = {}",
+            truth.dim,
+            options.k
+        );
+    }
+    let temporary;
+    let directory = match &options.segment_dir {
+        Some(directory) => {
+            std::fs::create_dir_all(directory)?;
+            directory.clone()
+        }
+        None => {
+            temporary = TempDir::new()?;
+            temporary.path.clone()
+        }
+    };
+    println!(
+        "quiver-bench engine: {} base × {}, {} queries, metric {}, k = {}, isa {}",
+        base.rows(),
+        base.dim,
+        queries.rows(),
+        options.metric.name(),
+        options.k,
+        quiver_simd::selected_isa()
+    );
+    let built = build_segments(options, &base, &directory)?;
+    let nlist: Vec<usize> = built.segments.iter().map(|s| s.header().nlist).collect();
+    println!(
+        "built {} segment(s) in {:.2} s (nlist {:?}); {} bytes on disk, hot {} bytes = 1/{:.1} of raw f32",
+        built.segments.len(),
+        built.build_seconds,
+        nlist,
+        built.file_bytes,
+        built.hot_bytes,
+        (base.rows() * base.dim * 4) as f64 / built.hot_bytes as f64
+    );
+    println!(
+        "{:>7} {:>7} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9}",
+        "nprobe", "rescore", "recall", "qps", "p50_ms", "p99_ms", "scanned", "rescored"
+    );
+    let mut points = Vec::new();
+    for &nprobe in &options.nprobes {
+        for &rescore in &options.rescores {
+            let params = SearchParams {
+                k: options.k,
+                nprobe: Some(nprobe),
+                rescore,
+                bound_sigma: options.bound_sigma,
+            };
+            let point = measure(&built, options, &queries, &truth, &params)?;
+            println!(
+                "{:>7} {:>7} {:>8.4} {:>10.0} {:>8.3} {:>8.3} {:>9.0} {:>9.0}",
+                point.nprobe,
+                point.rescore,
+                point.recall,
+                point.qps,
+                point.p50_ms,
+                point.p99_ms,
+                point.rows_scanned,
+                point.rows_rescored
+            );
+            points.push(point);
+        }
+    }
+    let report = Report {
+        dataset: serde_json::json!({
+            "base": options.base.display().to_string(),
+            "queries": options.queries.display().to_string(),
+            "ground_truth": options.ground_truth.display().to_string(),
+            "rows": base.rows(),
+            "dim": base.dim,
+            "query_count": queries.rows(),
+            "metric": options.metric.name(),
+            "k": options.k,
+        }),
+        build_s: built.build_seconds,
+        index_bytes: built.file_bytes,
+        hot_bytes: built.hot_bytes,
+        raw_bytes: built.raw_bytes,
+        segments: built.segments.len(),
+        nlist,
+        isa: quiver_simd::selected_isa().to_string(),
+        threads: options.threads,
+        build_threads: options.build_threads,
+        points,
+    };
+    std::fs::write(&options.json, serde_json::to_vec_pretty(&report)?)
+        .with_context(|| format!("writing {}", options.json.display()))?;
+    let plot_path = options.json.with_extension("png");
+    crate::plot::recall_vs_qps(
+        &plot_path,
+        &format!("quiver engine, {} × {}", base.rows(), base.dim),
+        &report.points,
+    )?;
+    println!(
+        "wrote {} and {}",
+        options.json.display(),
+        plot_path.display()
+    );
+    Ok(())
+}
+
+/// A scratch directory removed on drop.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> Result<Self> {
+        let path = std::env::temp_dir().join(format!("quiver-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&path)?;
+        Ok(TempDir { path })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}

@@ -1,0 +1,210 @@
+//! `quiver-bench`: synthetic datasets and benchmarks of the Quiver engine.
+
+mod engine;
+mod generate;
+mod plot;
+mod progress;
+mod vecs;
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use quiver_index::{Metric, RawPrecision};
+
+#[derive(Parser)]
+#[command(
+    name = "quiver-bench",
+    version,
+    about = "Datasets and benchmarks for Quiver"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DatasetKind {
+    /// Gaussian clusters with anisotropic noise, normalised.
+    Clustered,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum MetricArg {
+    Cosine,
+    Dot,
+    L2,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PrecisionArg {
+    F32,
+    Bf16,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generates a synthetic dataset with exact ground truth.
+    Gen {
+        #[arg(long, value_enum, default_value = "clustered")]
+        kind: DatasetKind,
+        /// Number of base vectors.
+        #[arg(long)]
+        n: usize,
+        /// Dimension.
+        #[arg(long)]
+        dim: usize,
+        /// Number of gaussian clusters.
+        #[arg(long, default_value_t = 2000)]
+        clusters: usize,
+        /// Number of queries (drawn fresh, never copies of base vectors).
+        #[arg(long, default_value_t = 1000)]
+        queries: usize,
+        /// Norm of the noise added to a unit-norm centre.
+        #[arg(long, default_value_t = 0.8)]
+        noise: f32,
+        /// Noise spectrum decay (0 = isotropic).
+        #[arg(long, default_value_t = 1.0)]
+        decay: f32,
+        /// Cluster weights ∝ 1/rank^zipf.
+        #[arg(long, default_value_t = 0.5)]
+        zipf: f64,
+        /// Ground-truth depth.
+        #[arg(long, default_value_t = 100)]
+        gt_k: usize,
+        #[arg(long, default_value_t = 1234)]
+        seed: u64,
+        /// Output directory (base.fvecs, queries.fvecs, groundtruth.ivecs).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Builds segments with the real writer and benchmarks search through the real reader.
+    Engine {
+        #[arg(long)]
+        base: PathBuf,
+        #[arg(long)]
+        queries: PathBuf,
+        #[arg(long)]
+        gt: PathBuf,
+        #[arg(long, value_enum)]
+        metric: MetricArg,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Lists probed, comma-separated sweep.
+        #[arg(long, value_delimiter = ',', default_value = "8,16,32,64,128")]
+        nprobe: Vec<usize>,
+        /// Candidate multipliers (k × rescore rescored first), comma-separated sweep.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+        rescore: Vec<usize>,
+        /// Query threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Build threads (0 = all cores).
+        #[arg(long, default_value_t = 0)]
+        build_threads: usize,
+        /// Rows per segment (default: one segment).
+        #[arg(long)]
+        segment_rows: Option<usize>,
+        /// IVF lists per segment (default: from the row count).
+        #[arg(long)]
+        nlist: Option<usize>,
+        /// Precision of the stored vectors used for rescoring.
+        #[arg(long, value_enum, default_value = "f32")]
+        raw_precision: PrecisionArg,
+        /// Width of the RaBitQ error bound, in standard deviations.
+        #[arg(long, default_value_t = quiver_index::SearchParams::new(10).bound_sigma)]
+        bound_sigma: f32,
+        /// Use only the first N queries.
+        #[arg(long)]
+        max_queries: Option<usize>,
+        /// Keep the segment files here (default: a temporary directory).
+        #[arg(long)]
+        segment_dir: Option<PathBuf>,
+        /// JSON report path; the plot is written beside it as .png.
+        #[arg(long)]
+        json: PathBuf,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Gen {
+            kind: DatasetKind::Clustered,
+            n,
+            dim,
+            clusters,
+            queries,
+            noise,
+            decay,
+            zipf,
+            gt_k,
+            seed,
+            out,
+        } => generate::generate(
+            &generate::GenSpec {
+                rows: n,
+                dim,
+                clusters,
+                queries,
+                noise,
+                decay,
+                zipf,
+                ground_truth_k: gt_k,
+                seed,
+            },
+            &out,
+        ),
+        Command::Engine {
+            base,
+            queries,
+            gt,
+            metric,
+            k,
+            nprobe,
+            rescore,
+            threads,
+            build_threads,
+            segment_rows,
+            nlist,
+            raw_precision,
+            bound_sigma,
+            max_queries,
+            segment_dir,
+            json,
+        } => {
+            if k == 0
+                || nprobe.is_empty()
+                || rescore.is_empty()
+                || nprobe.contains(&0)
+                || rescore.contains(&0)
+            {
+                bail!("--k, --nprobe and --rescore must be positive");
+            }
+            engine::run(&engine::EngineOptions {
+                base,
+                queries,
+                ground_truth: gt,
+                metric: match metric {
+                    MetricArg::Cosine => Metric::Cosine,
+                    MetricArg::Dot => Metric::Dot,
+                    MetricArg::L2 => Metric::L2,
+                },
+                k,
+                nprobes: nprobe,
+                rescores: rescore,
+                threads,
+                build_threads,
+                segment_rows,
+                nlist,
+                raw_precision: match raw_precision {
+                    PrecisionArg::F32 => RawPrecision::F32,
+                    PrecisionArg::Bf16 => RawPrecision::Bf16,
+                },
+                bound_sigma,
+                max_queries,
+                segment_dir,
+                json,
+            })
+        }
+    }
+}
