@@ -112,10 +112,10 @@ impl Default for BuildParams {
     }
 }
 
-/// Returns the default number of IVF lists for `rows` rows: about `4·√rows`,
+/// Returns the default number of IVF lists for `rows` rows: about `3·√rows`,
 /// keeping at least 64 rows per list on average.
 pub fn default_nlist(rows: usize) -> usize {
-    let by_sqrt = (4.0 * (rows as f64).sqrt()).round() as usize;
+    let by_sqrt = (3.0 * (rows as f64).sqrt()).round() as usize;
     by_sqrt.min(rows / 64).max(1)
 }
 
