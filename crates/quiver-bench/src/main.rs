@@ -93,7 +93,8 @@ enum Command {
         /// Lists probed, comma-separated sweep.
         #[arg(long, value_delimiter = ',', default_value = "8,16,32,64,128")]
         nprobe: Vec<usize>,
-        /// Candidate multipliers (k × rescore rescored first), comma-separated sweep.
+        /// Guard multipliers: besides every row the error bound cannot rule out, the best
+        /// k × rescore of the others by estimate are rescored too. Comma-separated sweep.
         #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
         rescore: Vec<usize>,
         /// Query threads.
