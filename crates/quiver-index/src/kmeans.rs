@@ -6,12 +6,11 @@ use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
-use quiver_simd::BulkOp;
+use quiver_simd::BLOCK_COLUMNS;
 
-/// Rows per assignment tile: a tile shares each chunk of centroids while it is hot.
-const TILE_ROWS: usize = 16;
-/// Centroids per chunk (a chunk of 384-d centroids is ~200 KB, within L2).
-const CENTROID_CHUNK: usize = 128;
+/// Rows per assignment tile: the tile (96 KB at 384-d) stays in L2 while every
+/// block of 16 centroids (24 KB) streams through L1.
+const TILE_ROWS: usize = 64;
 /// Rows the k-means++ seeding looks at, per centroid.
 const SEEDING_ROWS_PER_CENTROID: usize = 8;
 
@@ -117,29 +116,43 @@ fn seed_plus_plus(training: &[f32], dim: usize, k: usize, rng: &mut impl Rng) ->
 }
 
 /// Writes the index of the nearest centroid of every row into `assignments`.
+///
+/// A small matrix product: centroids are transposed into blocks of 16, and a tile
+/// of rows is scored against one block at a time with the register-blocked kernel
+/// (each centroid value loaded once per 8 rows, no horizontal sums).
 pub fn assign(data: &[f32], dim: usize, centroids: &[f32], assignments: &mut [u32]) {
     let centroid_count = centroids.len() / dim;
-    let centroid_norms: Vec<f32> = centroids
-        .chunks_exact(dim)
-        .map(|c| quiver_simd::dot_f32(c, c))
-        .collect();
+    let blocks = centroid_count.div_ceil(BLOCK_COLUMNS);
+    let mut transposed = vec![0f32; blocks * dim * BLOCK_COLUMNS];
+    // Padding columns get an infinite norm, so they are never the nearest.
+    let mut norms = vec![f32::INFINITY; blocks * BLOCK_COLUMNS];
+    for (centroid, values) in centroids.chunks_exact(dim).enumerate() {
+        let (block, column) = (centroid / BLOCK_COLUMNS, centroid % BLOCK_COLUMNS);
+        let block_values = &mut transposed[block * dim * BLOCK_COLUMNS..][..dim * BLOCK_COLUMNS];
+        for (d, &value) in values.iter().enumerate() {
+            block_values[d * BLOCK_COLUMNS + column] = value;
+        }
+        norms[centroid] = quiver_simd::dot_f32(values, values);
+    }
     data.par_chunks(TILE_ROWS * dim)
         .zip(assignments.par_chunks_mut(TILE_ROWS))
         .for_each(|(tile, tile_assignments)| {
             let tile_rows = tile.len() / dim;
             let mut best = [(f32::INFINITY, 0u32); TILE_ROWS];
-            let mut dots = [0f32; CENTROID_CHUNK];
-            for chunk_start in (0..centroid_count).step_by(CENTROID_CHUNK) {
-                let chunk_end = (chunk_start + CENTROID_CHUNK).min(centroid_count);
-                let chunk = &centroids[chunk_start * dim..chunk_end * dim];
-                for (row_in_tile, best_slot) in best.iter_mut().enumerate().take(tile_rows) {
-                    let row = &tile[row_in_tile * dim..][..dim];
-                    quiver_simd::score_f32_bulk(BulkOp::Dot, row, chunk, &mut dots);
-                    for (offset, &dot) in dots[..chunk_end - chunk_start].iter().enumerate() {
+            let mut dots = [0f32; TILE_ROWS * BLOCK_COLUMNS];
+            for (block, block_values) in transposed.chunks_exact(dim * BLOCK_COLUMNS).enumerate() {
+                quiver_simd::dot_transposed_block(tile, dim, block_values, &mut dots);
+                let block_norms = &norms[block * BLOCK_COLUMNS..][..BLOCK_COLUMNS];
+                for (row_best, row_dots) in best
+                    .iter_mut()
+                    .zip(dots.chunks_exact(BLOCK_COLUMNS))
+                    .take(tile_rows)
+                {
+                    for (column, (&norm, &dot)) in block_norms.iter().zip(row_dots).enumerate() {
                         // ‖x − c‖² − ‖x‖² = ‖c‖² − 2·x·c: the row's norm does not change the argmin.
-                        let distance = centroid_norms[chunk_start + offset] - 2.0 * dot;
-                        if distance < best_slot.0 {
-                            *best_slot = (distance, (chunk_start + offset) as u32);
+                        let distance = norm - 2.0 * dot;
+                        if distance < row_best.0 {
+                            *row_best = (distance, (block * BLOCK_COLUMNS + column) as u32);
                         }
                     }
                 }

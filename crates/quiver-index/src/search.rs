@@ -325,12 +325,26 @@ impl<S: ByteSource> Segment<S> {
                 let counts = &scratch.counts[block * RABITQ_BLOCK_ROWS..][..RABITQ_BLOCK_ROWS];
                 let lanes =
                     (entry.rows as usize - block * RABITQ_BLOCK_ROWS).min(RABITQ_BLOCK_ROWS);
-                for lane in 0..lanes {
+                // All 32 lanes in straight-line, vectorisable arithmetic; padding
+                // lanes are computed and ignored.
+                let mut keys = [0f32; RABITQ_BLOCK_ROWS];
+                let mut lowers = [0f32; RABITQ_BLOCK_ROWS];
+                for lane in 0..RABITQ_BLOCK_ROWS {
                     let inner =
                         quantized.low * popcount2[lane] + step2 * counts[lane] as f32 + list_term;
-                    let key = constant[lane] + list_constant + multiplier * rescale[lane] * inner;
-                    let lower = key - bound_scale * error[lane];
-                    if lower >= threshold && key >= reserve.threshold() {
+                    keys[lane] =
+                        constant[lane] + list_constant + multiplier * rescale[lane] * inner;
+                    lowers[lane] = keys[lane] - bound_scale * error[lane];
+                }
+                let reserve_threshold = reserve.threshold();
+                let lowest_lower = lowers[..lanes].iter().fold(f32::INFINITY, |m, &v| m.min(v));
+                let lowest_key = keys[..lanes].iter().fold(f32::INFINITY, |m, &v| m.min(v));
+                if lowest_lower >= threshold && lowest_key >= reserve_threshold {
+                    continue;
+                }
+                for lane in 0..lanes {
+                    let (key, lower) = (keys[lane], lowers[lane]);
+                    if lower >= threshold && key >= reserve_threshold {
                         continue;
                     }
                     let row = entry.row_start + (block * RABITQ_BLOCK_ROWS + lane) as u32;

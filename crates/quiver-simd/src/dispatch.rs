@@ -50,6 +50,7 @@ pub(crate) struct Kernels {
     pub f32_gather: GatherF32,
     pub bf16_gather: GatherBf16,
     pub rabitq_blocks: fn(&[u64], usize, &[u64], &mut [u32]),
+    pub dot_block16: fn(&[f32], usize, &[f32], &mut [f32]),
 }
 
 const SCALAR: Kernels = Kernels {
@@ -64,6 +65,7 @@ const SCALAR: Kernels = Kernels {
     f32_gather: scalar::f32_gather,
     bf16_gather: scalar::bf16_gather,
     rabitq_blocks: scalar::rabitq_blocks,
+    dot_block16: scalar::dot_block16,
 };
 
 static KERNELS: OnceLock<Kernels> = OnceLock::new();

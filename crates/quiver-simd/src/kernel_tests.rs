@@ -118,6 +118,24 @@ proptest! {
     }
 
     #[test]
+    fn transposed_block_matches_reference(dim in 1usize..90, queries in 0usize..21, seed in any::<u64>()) {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let query_data: Vec<f32> = (0..dim * queries).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let block: Vec<f32> = (0..dim * 16).map(|_| rng.random_range(-1.0..1.0)).collect();
+        for kernels in all_kernel_sets() {
+            let mut out = vec![f32::NAN; queries * 16];
+            (kernels.dot_block16)(&query_data, dim, &block, &mut out);
+            for q in 0..queries {
+                for column in 0..16 {
+                    let expected: f64 = (0..dim).map(|d| query_data[q * dim + d] as f64 * block[d * 16 + column] as f64).sum();
+                    assert_close(out[q * 16 + column], expected, dim as f64, kernels.isa.name());
+                }
+            }
+        }
+    }
+
+    #[test]
     fn bulk_and_gather_match_single_row_kernels(
         dim in 1usize..200,
         rows in 1usize..40,

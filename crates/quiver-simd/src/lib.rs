@@ -32,7 +32,8 @@ pub const RABITQ_QUERY_BITS: usize = 4;
 /// every dispatched kernel against them.
 pub mod reference {
     pub use crate::scalar::{
-        dot_bf16, dot_f32, dot_i8, l2sq_bf16, l2sq_f32, rabitq_blocks as rabitq_scan_blocks,
+        dot_bf16, dot_block16 as dot_transposed_block, dot_f32, dot_i8, l2sq_bf16, l2sq_f32,
+        rabitq_blocks as rabitq_scan_blocks,
     };
 }
 
@@ -215,6 +216,31 @@ pub fn prefetch_read(bytes: &[u8]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;
+}
+
+/// Columns of a transposed block for [`dot_transposed_block`].
+pub const BLOCK_COLUMNS: usize = 16;
+
+/// Scores many queries against 16 vectors at once, the inner loop of k-means
+/// assignment (a small matrix product): `block` holds the 16 vectors transposed
+/// (`block[d * 16 + column]`, `dim × 16` values), and `out[q * 16 + column]`
+/// receives the inner product of query `q` with vector `column`.
+pub fn dot_transposed_block(queries: &[f32], dim: usize, block: &[f32], out: &mut [f32]) {
+    assert!(
+        dim > 0 && queries.len().is_multiple_of(dim),
+        "dot_transposed_block: ragged queries"
+    );
+    assert_eq!(
+        block.len(),
+        dim * BLOCK_COLUMNS,
+        "dot_transposed_block: block is not dim × 16"
+    );
+    let count = queries.len() / dim;
+    assert!(
+        out.len() >= count * BLOCK_COLUMNS,
+        "dot_transposed_block: output buffer too small"
+    );
+    (dispatch::kernels().dot_block16)(queries, dim, block, &mut out[..count * BLOCK_COLUMNS]);
 }
 
 /// Converts an f32 to bf16 bits with round-to-nearest-even.

@@ -17,6 +17,7 @@ pub(crate) const KERNELS: Kernels = Kernels {
     f32_gather: entry_f32_gather,
     bf16_gather: entry_bf16_gather,
     rabitq_blocks: entry_rabitq_blocks,
+    dot_block16: crate::scalar::dot_block16,
 };
 
 // SAFETY (all entry points below): this kernel set is installed only after NEON

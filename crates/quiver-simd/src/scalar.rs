@@ -104,6 +104,20 @@ pub fn rabitq_blocks(codes: &[u64], words: usize, query_planes: &[u64], out: &mu
     }
 }
 
+/// Inner products of every query with the 16 columns of a transposed block
+/// (`block[d * 16 + column]`), written as 16 scores per query (scalar reference).
+pub fn dot_block16(queries: &[f32], dim: usize, block: &[f32], out: &mut [f32]) {
+    for (query, scores) in queries.chunks_exact(dim).zip(out.chunks_exact_mut(16)) {
+        let mut acc = [0f32; 16];
+        for (d, &value) in query.iter().enumerate() {
+            for (column, slot) in acc.iter_mut().enumerate() {
+                *slot += value * block[d * 16 + column];
+            }
+        }
+        scores.copy_from_slice(&acc);
+    }
+}
+
 pub(crate) fn f32_bulk(op: BulkOp, query: &[f32], rows: &[f32], out: &mut [f32]) {
     let dim = query.len();
     for (row, slot) in rows.chunks_exact(dim).zip(out.iter_mut()) {

@@ -24,6 +24,7 @@ pub(crate) const KERNELS: Kernels = Kernels {
     f32_gather: entry_f32_gather,
     bf16_gather: entry_bf16_gather,
     rabitq_blocks: entry_rabitq_blocks,
+    dot_block16: entry_dot_block16,
 };
 
 // SAFETY (all entry points below): this kernel set is installed only after
@@ -57,6 +58,43 @@ fn entry_bf16_gather(op: BulkOp, query: &[f32], matrix: &[u16], rows: &[u32], ou
 }
 fn entry_rabitq_blocks(codes: &[u64], words: usize, planes: &[u64], out: &mut [u32]) {
     unsafe { rabitq_blocks(codes, words, planes, out) }
+}
+fn entry_dot_block16(queries: &[f32], dim: usize, block: &[f32], out: &mut [f32]) {
+    unsafe { dot_block16(queries, dim, block, out) }
+}
+
+/// 16 columns = two registers per query; 4 queries per pass keep 8 FMA chains busy.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_block16(queries: &[f32], dim: usize, block: &[f32], out: &mut [f32]) {
+    const TILE: usize = 4;
+    let count = queries.len() / dim;
+    let column_ptr = block.as_ptr();
+    let mut query = 0;
+    while query < count {
+        let tile = (count - query).min(TILE);
+        let mut acc = [[_mm256_setzero_ps(); 2]; TILE];
+        // SAFETY: d < dim, so every load stays inside `block` (dim × 16) and the
+        // tile's query rows; stores write 16 floats per query of `out`.
+        unsafe {
+            let rows: [*const f32; TILE] =
+                std::array::from_fn(|i| queries.as_ptr().add((query + i.min(tile - 1)) * dim));
+            for d in 0..dim {
+                let low = _mm256_loadu_ps(column_ptr.add(d * 16));
+                let high = _mm256_loadu_ps(column_ptr.add(d * 16 + 8));
+                for (i, pair) in acc.iter_mut().enumerate() {
+                    let value = _mm256_set1_ps(*rows[i].add(d));
+                    pair[0] = _mm256_fmadd_ps(value, low, pair[0]);
+                    pair[1] = _mm256_fmadd_ps(value, high, pair[1]);
+                }
+            }
+            for (i, pair) in acc.iter().enumerate().take(tile) {
+                let target = out.as_mut_ptr().add((query + i) * 16);
+                _mm256_storeu_ps(target, pair[0]);
+                _mm256_storeu_ps(target.add(8), pair[1]);
+            }
+        }
+        query += tile;
+    }
 }
 
 #[inline]

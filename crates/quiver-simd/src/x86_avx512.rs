@@ -35,6 +35,7 @@ pub(crate) const KERNELS: Kernels = Kernels {
     f32_gather: entry_f32_gather,
     bf16_gather: entry_bf16_gather,
     rabitq_blocks: entry_rabitq_blocks,
+    dot_block16: entry_dot_block16,
 };
 
 // SAFETY (all entry points below): this kernel set is installed only after
@@ -68,6 +69,40 @@ fn entry_bf16_gather(op: BulkOp, query: &[f32], matrix: &[u16], rows: &[u32], ou
 }
 fn entry_rabitq_blocks(codes: &[u64], words: usize, planes: &[u64], out: &mut [u32]) {
     unsafe { rabitq_blocks(codes, words, planes, out) }
+}
+fn entry_dot_block16(queries: &[f32], dim: usize, block: &[f32], out: &mut [f32]) {
+    unsafe { dot_block16(queries, dim, block, out) }
+}
+
+/// 16 columns = one register per query; 8 queries per pass keep 8 FMA chains busy.
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn dot_block16(queries: &[f32], dim: usize, block: &[f32], out: &mut [f32]) {
+    const TILE: usize = 8;
+    let count = queries.len() / dim;
+    let column_ptr = block.as_ptr();
+    let mut query = 0;
+    while query < count {
+        let tile = (count - query).min(TILE);
+        let mut acc = [_mm512_setzero_ps(); TILE];
+        // SAFETY: d < dim, so every load stays inside `block` (dim × 16) and the
+        // tile's query rows (short tiles repeat their last row); stores write 16
+        // floats per real query of `out`.
+        unsafe {
+            let rows: [*const f32; TILE] =
+                std::array::from_fn(|i| queries.as_ptr().add((query + i.min(tile - 1)) * dim));
+            for d in 0..dim {
+                let columns = _mm512_loadu_ps(column_ptr.add(d * 16));
+                for (i, accumulator) in acc.iter_mut().enumerate() {
+                    *accumulator =
+                        _mm512_fmadd_ps(_mm512_set1_ps(*rows[i].add(d)), columns, *accumulator);
+                }
+            }
+            for (i, accumulator) in acc.iter().enumerate().take(tile) {
+                _mm512_storeu_ps(out.as_mut_ptr().add((query + i) * 16), *accumulator);
+            }
+        }
+        query += tile;
+    }
 }
 
 #[inline]
