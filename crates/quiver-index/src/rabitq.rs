@@ -145,6 +145,81 @@ pub(crate) fn quantize_query(query: &[f32], planes: &mut [u64]) -> QuantizedQuer
     QuantizedQuery { low, step, sum }
 }
 
+/// 1-bit codes of the centroids themselves, so picking the lists to probe costs a
+/// popcount scan (48 bytes per list at 384-d) instead of streaming every full
+/// centroid; only a shortlist is then scored exactly.
+pub(crate) struct ListCodes {
+    codes: Vec<u64>,
+    factors: Vec<f32>,
+    lists: usize,
+    metric: Metric,
+}
+
+impl ListCodes {
+    /// Encodes `centroids` (rotated, `padded_dim` each) for probing by `metric`
+    /// (`L2` for squared distance, `Dot` for inner product).
+    pub(crate) fn new(centroids: &[f32], padded_dim: usize, metric: Metric) -> Self {
+        let words = padded_dim / 64;
+        let lists = centroids.len() / padded_dim;
+        let blocks = lists.div_ceil(RABITQ_BLOCK_ROWS);
+        let mut codes = vec![0u64; blocks * words * RABITQ_BLOCK_ROWS];
+        let mut factors = vec![0f32; blocks * FACTOR_BLOCK_BYTES / 4];
+        let origin = vec![0f32; padded_dim];
+        let mut bits = vec![0u64; words];
+        for (list, centroid) in centroids.chunks_exact(padded_dim).enumerate() {
+            let row = encode_row(centroid, &origin, metric, &mut bits);
+            let (block, lane) = (list / RABITQ_BLOCK_ROWS, list % RABITQ_BLOCK_ROWS);
+            for (word, &value) in bits.iter().enumerate() {
+                codes[block * words * RABITQ_BLOCK_ROWS + word * RABITQ_BLOCK_ROWS + lane] = value;
+            }
+            let block_factors = &mut factors[block * FACTOR_BLOCK_BYTES / 4..];
+            block_factors[lane] = row.constant;
+            block_factors[RABITQ_BLOCK_ROWS + lane] = row.rescale;
+            block_factors[2 * RABITQ_BLOCK_ROWS + lane] = row.error;
+            block_factors[3 * RABITQ_BLOCK_ROWS + lane] = row.popcount2;
+        }
+        ListCodes {
+            codes,
+            factors,
+            lists,
+            metric,
+        }
+    }
+
+    /// Writes `(estimated key, list)` for every list: squared distance to the
+    /// query, or its negated inner product.
+    pub(crate) fn estimate(
+        &self,
+        planes: &[u64],
+        quantized: &QuantizedQuery,
+        query_norm_sq: f32,
+        counts: &mut Vec<u32>,
+        keys: &mut Vec<(f32, u32)>,
+    ) {
+        let words = planes.len() / RABITQ_QUERY_BITS;
+        counts.resize(self.codes.len() / words, 0);
+        quiver_simd::rabitq_scan_blocks(&self.codes, words, planes, counts);
+        let multiplier = key_multiplier(self.metric);
+        let query_constant = if self.metric == Metric::L2 {
+            query_norm_sq
+        } else {
+            0.0
+        };
+        keys.clear();
+        keys.extend((0..self.lists).map(|list| {
+            let (block, lane) = (list / RABITQ_BLOCK_ROWS, list % RABITQ_BLOCK_ROWS);
+            let factors = &self.factors[block * FACTOR_BLOCK_BYTES / 4..];
+            let inner = quantized.low * factors[3 * RABITQ_BLOCK_ROWS + lane]
+                + 2.0 * quantized.step * counts[list] as f32
+                - quantized.sum;
+            let key = factors[lane]
+                + query_constant
+                + multiplier * factors[RABITQ_BLOCK_ROWS + lane] * inner;
+            (key, list as u32)
+        }));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rand::{Rng, SeedableRng};

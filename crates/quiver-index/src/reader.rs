@@ -30,8 +30,8 @@ pub struct Segment<S: ByteSource> {
     chunk_crcs: Vec<u32>,
     verified_chunks: Vec<AtomicU64>,
     pub(crate) centroids: Vec<f32>,
-    /// The centroids in bf16, half the bytes to stream when picking lists.
-    pub(crate) centroids_bf16: Vec<u16>,
+    /// 1-bit codes of the centroids, to shortlist the lists to probe.
+    pub(crate) list_codes: crate::rabitq::ListCodes,
     /// ‖c‖² of every rotated centroid.
     pub(crate) centroid_norms: Vec<f32>,
     /// Σ c_i of every rotated centroid.
@@ -206,10 +206,12 @@ impl<S: ByteSource> Segment<S> {
             .map(|_| AtomicU64::new(0))
             .collect();
         let rotation = Rotation::new(header.dim, header.rotation_seed);
-        let centroids_bf16 = centroids
-            .iter()
-            .map(|&v| quiver_simd::f32_to_bf16_bits(v))
-            .collect();
+        let probe_metric = if header.metric == crate::params::Metric::Dot {
+            crate::params::Metric::Dot
+        } else {
+            crate::params::Metric::L2
+        };
+        let list_codes = crate::rabitq::ListCodes::new(&centroids, header.padded_dim, probe_metric);
         let centroid_norms = centroids
             .chunks_exact(header.padded_dim)
             .map(|c| quiver_simd::dot_f32(c, c))
@@ -225,7 +227,7 @@ impl<S: ByteSource> Segment<S> {
             chunk_crcs,
             verified_chunks,
             centroids,
-            centroids_bf16,
+            list_codes,
             centroid_norms,
             centroid_sums,
             lists,

@@ -15,6 +15,10 @@ use crate::rabitq::{self, FACTOR_BLOCK_BYTES};
 use crate::reader::Segment;
 use crate::source::ByteSource;
 
+/// Lists scored exactly beyond 1.5 × `nprobe`, so the 1-bit list estimates only
+/// have to put the right lists in a generous shortlist.
+const PROBE_SHORTLIST_EXTRA: usize = 32;
+
 /// One result: a row of a segment and its score.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Hit {
@@ -115,7 +119,7 @@ pub struct SearchScratch {
     rotated: Vec<f32>,
     planes: Vec<u64>,
     list_keys: Vec<(f32, u32)>,
-    centroid_scores: Vec<f32>,
+    list_dots: Vec<f32>,
     counts: Vec<u32>,
     candidates: Vec<Candidate>,
     row_scores: Vec<f32>,
@@ -232,39 +236,40 @@ impl<S: ByteSource> Segment<S> {
         let quantized = rabitq::quantize_query(&scratch.rotated, &mut scratch.planes);
         let query_norm_sq = quiver_simd::dot_f32(&scratch.rotated, &scratch.rotated);
 
-        // Pick the lists to probe (bf16 centroids: half the bytes, same choice).
-        scratch.centroid_scores.resize(nlist, 0.0);
-        let list_op = if metric == Metric::L2 {
-            BulkOp::L2Squared
-        } else {
-            BulkOp::Dot
-        };
-        quiver_simd::score_bf16_bulk(
-            list_op,
-            &scratch.rotated,
-            &self.centroids_bf16,
-            &mut scratch.centroid_scores,
+        // Pick the lists to probe: estimate every list's key from the centroids'
+        // 1-bit codes, then score a shortlist exactly. Lists were clustered by
+        // Euclidean distance, so for l2 and cosine (unit vectors) the nearest
+        // centroids are probed: ranking by inner product would favour tight
+        // clusters, whose centroids are longer, and miss neighbours in looser ones.
+        // Only for dot is the query's inner product the ranking.
+        self.list_codes.estimate(
+            &scratch.planes,
+            &quantized,
+            query_norm_sq,
+            &mut scratch.counts,
+            &mut scratch.list_keys,
         );
-        scratch.list_keys.clear();
-        scratch
-            .list_keys
-            .extend(
-                scratch
-                    .centroid_scores
-                    .iter()
-                    .enumerate()
-                    .map(|(list, &score)| {
-                        (
-                            if list_op == BulkOp::Dot {
-                                -score
-                            } else {
-                                score
-                            },
-                            list as u32,
-                        )
-                    }),
-            );
-        if nprobe < nlist {
+        let shortlist = (nprobe + nprobe / 2 + PROBE_SHORTLIST_EXTRA).min(nlist);
+        if shortlist < nlist {
+            scratch
+                .list_keys
+                .select_nth_unstable_by(shortlist - 1, |a, b| a.0.total_cmp(&b.0));
+            scratch.list_keys.truncate(shortlist);
+        }
+        // One exact inner product per shortlisted list, kept for the scan below.
+        scratch.list_dots.resize(nlist, 0.0);
+        for (key, list) in scratch.list_keys.iter_mut() {
+            let list = *list as usize;
+            let centroid = &self.centroids[list * padded_dim..][..padded_dim];
+            let dot = quiver_simd::dot_f32(centroid, &scratch.rotated);
+            scratch.list_dots[list] = dot;
+            *key = if metric == Metric::Dot {
+                -dot
+            } else {
+                query_norm_sq + self.centroid_norms[list] - 2.0 * dot
+            };
+        }
+        if nprobe < scratch.list_keys.len() {
             scratch
                 .list_keys
                 .select_nth_unstable_by(nprobe - 1, |a, b| a.0.total_cmp(&b.0));
@@ -286,8 +291,7 @@ impl<S: ByteSource> Segment<S> {
             if entry.rows == 0 {
                 continue;
             }
-            let centroid = &self.centroids[list * padded_dim..][..padded_dim];
-            let query_dot_centroid = quiver_simd::dot_f32(centroid, &scratch.rotated);
+            let query_dot_centroid = scratch.list_dots[list];
             let residual_norm_sq =
                 (query_norm_sq + self.centroid_norms[list] - 2.0 * query_dot_centroid).max(0.0);
             let list_constant = match metric {
