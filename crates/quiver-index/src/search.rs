@@ -6,7 +6,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use quiver_simd::{BulkOp, RABITQ_BLOCK_ROWS, RABITQ_QUERY_BITS};
+use quiver_simd::{BulkOp, EstimateTerms, RABITQ_BLOCK_ROWS, RABITQ_QUERY_BITS};
 
 use crate::error::{IndexError, IndexResult};
 use crate::format::SectionKind;
@@ -120,6 +120,9 @@ pub struct SearchScratch {
     planes: Vec<u64>,
     list_keys: Vec<(f32, u32)>,
     list_dots: Vec<f32>,
+    keys: Vec<f32>,
+    lowers: Vec<f32>,
+    masks: Vec<u32>,
     counts: Vec<u32>,
     candidates: Vec<Candidate>,
     row_scores: Vec<f32>,
@@ -318,40 +321,44 @@ impl<S: ByteSource> Segment<S> {
             let factors: &[f32] = self.cast("factors", &factor_bytes)?;
 
             let threshold = top.threshold();
-            let step2 = 2.0 * quantized.step;
+            let terms = EstimateTerms {
+                low: quantized.low,
+                step2: 2.0 * quantized.step,
+                list_term,
+                list_constant,
+                multiplier,
+                bound_scale,
+                lower_threshold: threshold,
+                key_threshold: reserve.threshold(),
+            };
+            let rows_in_blocks = blocks * RABITQ_BLOCK_ROWS;
+            scratch.keys.resize(rows_in_blocks, 0.0);
+            scratch.lowers.resize(rows_in_blocks, 0.0);
+            scratch.masks.resize(blocks, 0);
+            quiver_simd::rabitq_estimate_blocks(
+                &scratch.counts,
+                factors,
+                &terms,
+                &mut scratch.keys,
+                &mut scratch.lowers,
+                &mut scratch.masks,
+            );
             scratch.candidates.clear();
-            for block in 0..blocks {
-                let block_factors =
-                    &factors[block * FACTOR_BLOCK_BYTES / 4..][..FACTOR_BLOCK_BYTES / 4];
-                let (constant, rest) = block_factors.split_at(RABITQ_BLOCK_ROWS);
-                let (rescale, rest) = rest.split_at(RABITQ_BLOCK_ROWS);
-                let (error, popcount2) = rest.split_at(RABITQ_BLOCK_ROWS);
-                let counts = &scratch.counts[block * RABITQ_BLOCK_ROWS..][..RABITQ_BLOCK_ROWS];
+            for (block, &block_mask) in scratch.masks.iter().enumerate() {
                 let lanes =
                     (entry.rows as usize - block * RABITQ_BLOCK_ROWS).min(RABITQ_BLOCK_ROWS);
-                // All 32 lanes in straight-line, vectorisable arithmetic; padding
-                // lanes are computed and ignored.
-                let mut keys = [0f32; RABITQ_BLOCK_ROWS];
-                let mut lowers = [0f32; RABITQ_BLOCK_ROWS];
-                for lane in 0..RABITQ_BLOCK_ROWS {
-                    let inner =
-                        quantized.low * popcount2[lane] + step2 * counts[lane] as f32 + list_term;
-                    keys[lane] =
-                        constant[lane] + list_constant + multiplier * rescale[lane] * inner;
-                    lowers[lane] = keys[lane] - bound_scale * error[lane];
-                }
-                let reserve_threshold = reserve.threshold();
-                let lowest_lower = lowers[..lanes].iter().fold(f32::INFINITY, |m, &v| m.min(v));
-                let lowest_key = keys[..lanes].iter().fold(f32::INFINITY, |m, &v| m.min(v));
-                if lowest_lower >= threshold && lowest_key >= reserve_threshold {
-                    continue;
-                }
-                for lane in 0..lanes {
-                    let (key, lower) = (keys[lane], lowers[lane]);
-                    if lower >= threshold && key >= reserve_threshold {
-                        continue;
-                    }
-                    let row = entry.row_start + (block * RABITQ_BLOCK_ROWS + lane) as u32;
+                // Padding lanes past the list's end are never looked at.
+                let mut mask = if lanes == RABITQ_BLOCK_ROWS {
+                    block_mask
+                } else {
+                    block_mask & ((1u32 << lanes) - 1)
+                };
+                while mask != 0 {
+                    let lane = mask.trailing_zeros() as usize;
+                    mask &= mask - 1;
+                    let position = block * RABITQ_BLOCK_ROWS + lane;
+                    let (key, lower) = (scratch.keys[position], scratch.lowers[position]);
+                    let row = entry.row_start + position as u32;
                     if filter.is_some_and(|f| !f.allows(row)) {
                         continue;
                     }

@@ -35,6 +35,7 @@ impl std::fmt::Display for Isa {
     }
 }
 
+type Estimate = fn(&[u32], &[f32], &crate::EstimateTerms, &mut [f32], &mut [f32], &mut [u32]);
 type GatherF32 = fn(BulkOp, &[f32], &[f32], &[u32], &mut [f32]);
 type GatherBf16 = fn(BulkOp, &[f32], &[u16], &[u32], &mut [f32]);
 
@@ -51,6 +52,7 @@ pub(crate) struct Kernels {
     pub bf16_gather: GatherBf16,
     pub rabitq_blocks: fn(&[u64], usize, &[u64], &mut [u32]),
     pub dot_block16: fn(&[f32], usize, &[f32], &mut [f32]),
+    pub estimate: Estimate,
 }
 
 const SCALAR: Kernels = Kernels {
@@ -66,6 +68,7 @@ const SCALAR: Kernels = Kernels {
     bf16_gather: scalar::bf16_gather,
     rabitq_blocks: scalar::rabitq_blocks,
     dot_block16: scalar::dot_block16,
+    estimate: crate::estimate::estimate_scalar,
 };
 
 static KERNELS: OnceLock<Kernels> = OnceLock::new();

@@ -118,6 +118,41 @@ proptest! {
     }
 
     #[test]
+    fn estimates_match_reference(blocks in 1usize..4, seed in any::<u64>()) {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let rows = blocks * RABITQ_BLOCK_ROWS;
+        let counts: Vec<u32> = (0..rows).map(|_| rng.random_range(0..2000)).collect();
+        let factors: Vec<f32> = (0..rows * 4).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let terms = crate::EstimateTerms {
+            low: -0.3, step2: 0.04, list_term: 1.5, list_constant: 0.7, multiplier: -2.0,
+            bound_scale: 1.9, lower_threshold: rng.random_range(-50.0..50.0), key_threshold: rng.random_range(-50.0..50.0),
+        };
+        let mut expected = (vec![0f32; rows], vec![0f32; rows], vec![0u32; blocks]);
+        crate::estimate::estimate_scalar(&counts, &factors, &terms, &mut expected.0, &mut expected.1, &mut expected.2);
+        for kernels in all_kernel_sets() {
+            let mut got = (vec![0f32; rows], vec![0f32; rows], vec![0u32; blocks]);
+            (kernels.estimate)(&counts, &factors, &terms, &mut got.0, &mut got.1, &mut got.2);
+            for row in 0..rows {
+                assert_close(got.0[row], expected.0[row] as f64, 100.0, kernels.isa.name());
+                assert_close(got.1[row], expected.1[row] as f64, 100.0, kernels.isa.name());
+            }
+            // FMA contraction may move a value across a threshold only within rounding.
+            for block in 0..blocks {
+                let differing = got.2[block] ^ expected.2[block];
+                for lane in 0..RABITQ_BLOCK_ROWS {
+                    if differing >> lane & 1 == 1 {
+                        let row = block * RABITQ_BLOCK_ROWS + lane;
+                        let near = (expected.1[row] - terms.lower_threshold).abs() < 1e-3
+                            || (expected.0[row] - terms.key_threshold).abs() < 1e-3;
+                        prop_assert!(near, "mask differs at row {} for {}", row, kernels.isa.name());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn transposed_block_matches_reference(dim in 1usize..90, queries in 0usize..21, seed in any::<u64>()) {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

@@ -12,6 +12,7 @@
 //! rows and the scan needs no masked or unaligned loads.
 
 mod dispatch;
+mod estimate;
 mod scalar;
 
 #[cfg(target_arch = "aarch64")]
@@ -22,6 +23,7 @@ mod x86_avx2;
 mod x86_avx512;
 
 pub use dispatch::{Isa, selected_isa};
+pub use estimate::EstimateTerms;
 
 /// Rows per RaBitQ code block.
 pub const RABITQ_BLOCK_ROWS: usize = 32;
@@ -216,6 +218,34 @@ pub fn prefetch_read(bytes: &[u8]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;
+}
+
+/// Turns popcount-kernel outputs into RaBitQ keys and lower bounds for whole blocks.
+///
+/// `counts` holds the kernel's output for `masks.len()` blocks, `factors` the
+/// blocks' factor arrays (per block: 32 constants, 32 rescales, 32 error factors,
+/// 32 doubled popcounts). For every row `key = constant + list_constant +
+/// multiplier·rescale·(low·popcount2 + step2·count + list_term)` and
+/// `lower = key − bound_scale·error`; bit `lane` of `masks[block]` is set when the
+/// row's lower bound is below `lower_threshold` or its key below `key_threshold`.
+pub fn rabitq_estimate_blocks(
+    counts: &[u32],
+    factors: &[f32],
+    terms: &EstimateTerms,
+    keys: &mut [f32],
+    lowers: &mut [f32],
+    masks: &mut [u32],
+) {
+    let rows = masks.len() * RABITQ_BLOCK_ROWS;
+    assert!(
+        counts.len() >= rows && keys.len() >= rows && lowers.len() >= rows,
+        "rabitq_estimate_blocks: short buffers"
+    );
+    assert!(
+        factors.len() >= masks.len() * 4 * RABITQ_BLOCK_ROWS,
+        "rabitq_estimate_blocks: short factors"
+    );
+    (dispatch::kernels().estimate)(counts, factors, terms, keys, lowers, masks);
 }
 
 /// Columns of a transposed block for [`dot_transposed_block`].

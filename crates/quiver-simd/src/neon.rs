@@ -18,6 +18,7 @@ pub(crate) const KERNELS: Kernels = Kernels {
     bf16_gather: entry_bf16_gather,
     rabitq_blocks: entry_rabitq_blocks,
     dot_block16: crate::scalar::dot_block16,
+    estimate: crate::estimate::estimate_scalar,
 };
 
 // SAFETY (all entry points below): this kernel set is installed only after NEON

@@ -25,6 +25,7 @@ pub(crate) const KERNELS: Kernels = Kernels {
     bf16_gather: entry_bf16_gather,
     rabitq_blocks: entry_rabitq_blocks,
     dot_block16: entry_dot_block16,
+    estimate: crate::estimate::estimate_avx2,
 };
 
 // SAFETY (all entry points below): this kernel set is installed only after
