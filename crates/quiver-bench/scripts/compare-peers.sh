@@ -27,4 +27,4 @@ mkdir -p "$out"
     --out "$out/peers.json" | tee "$out/peers.txt"
 
 "$bench" engine --base "$base" --queries "$queries" --gt "$gt" --metric cosine --k 10 \
-    --max-queries 1000 --json "$out/quiver.json" "$@" | tee "$out/quiver.txt"
+    --max-queries 1000 --peers "$out/peers.json" --json "$out/quiver.json" "$@" | tee "$out/quiver.txt"

@@ -13,6 +13,8 @@ use quiver_index::{
 };
 use serde::Serialize;
 
+use crate::peers;
+use crate::plot::Series;
 use crate::progress::bar;
 use crate::vecs::{Matrix, read_fvecs, read_ivecs};
 
@@ -34,6 +36,7 @@ pub struct EngineOptions {
     pub max_queries: Option<usize>,
     pub segment_dir: Option<PathBuf>,
     pub json: PathBuf,
+    pub peers: Option<PathBuf>,
 }
 
 /// One measured point of the sweep.
@@ -62,6 +65,8 @@ struct Report {
     threads: usize,
     build_threads: usize,
     points: Vec<Point>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    comparison: Vec<serde_json::Value>,
 }
 
 struct BuiltSegments {
@@ -338,6 +343,53 @@ pub fn run(options: &EngineOptions) -> Result<()> {
             points.push(point);
         }
     }
+    let quiver_points: Vec<(f64, f64)> = points.iter().map(|p| (p.recall, p.qps)).collect();
+    let peer_curves = match &options.peers {
+        Some(path) => peers::load(path)?,
+        None => Vec::new(),
+    };
+    let mut comparison = Vec::new();
+    if !peer_curves.is_empty() {
+        println!(
+            "best single-thread QPS reaching each recall (peers: qps1_cpu from {})",
+            options
+                .peers
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        );
+        println!(
+            "{:<32} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "system", "≥0.90", "≥0.95", "≥0.98", "≥0.99", "build_s"
+        );
+        let mut rows = vec![(
+            "quiver".to_string(),
+            quiver_points.clone(),
+            built.build_seconds,
+        )];
+        rows.extend(
+            peer_curves
+                .iter()
+                .map(|peer| (peer.system.clone(), peer.points.clone(), peer.build_s)),
+        );
+        for (system, system_points, build_s) in rows {
+            let best: Vec<Option<f64>> = peers::RECALL_TARGETS
+                .iter()
+                .map(|&t| peers::best_at(&system_points, t))
+                .collect();
+            let cell = |value: Option<f64>| value.map_or("-".to_string(), |q| format!("{q:.0}"));
+            println!(
+                "{:<32} {:>9} {:>9} {:>9} {:>9} {:>9.1}",
+                system,
+                cell(best[0]),
+                cell(best[1]),
+                cell(best[2]),
+                cell(best[3]),
+                build_s
+            );
+            comparison.push(serde_json::json!({"system": system, "build_s": build_s, "best_qps_at_recall": peers::RECALL_TARGETS.iter().zip(&best).map(|(t, b)| (format!("{t:.2}"), *b)).collect::<std::collections::BTreeMap<_, _>>()}));
+        }
+    }
     let report = Report {
         dataset: serde_json::json!({
             "base": options.base.display().to_string(),
@@ -359,14 +411,34 @@ pub fn run(options: &EngineOptions) -> Result<()> {
         threads: options.threads,
         build_threads: options.build_threads,
         points,
+        comparison,
     };
     std::fs::write(&options.json, serde_json::to_vec_pretty(&report)?)
         .with_context(|| format!("writing {}", options.json.display()))?;
     let plot_path = options.json.with_extension("png");
+    let mut rescores: Vec<usize> = report.points.iter().map(|p| p.rescore).collect();
+    rescores.sort_unstable();
+    rescores.dedup();
+    let mut series: Vec<Series> = rescores
+        .iter()
+        .map(|rescore| Series {
+            label: format!("quiver (rescore {rescore})"),
+            points: report
+                .points
+                .iter()
+                .filter(|p| p.rescore == *rescore)
+                .map(|p| (p.recall, p.qps))
+                .collect(),
+        })
+        .collect();
+    series.extend(peer_curves.iter().map(|peer| Series {
+        label: peer.system.clone(),
+        points: peers::frontier(&peer.points),
+    }));
     crate::plot::recall_vs_qps(
         &plot_path,
-        &format!("quiver engine, {} × {}", base.rows(), base.dim),
-        &report.points,
+        &format!("{} × {}, k = {}", base.rows(), base.dim, options.k),
+        &series,
     )?;
     println!(
         "wrote {} and {}",

@@ -2,6 +2,7 @@
 
 mod engine;
 mod generate;
+mod peers;
 mod plot;
 mod progress;
 mod vecs;
@@ -124,6 +125,9 @@ enum Command {
         /// JSON report path; the plot is written beside it as .png.
         #[arg(long)]
         json: PathBuf,
+        /// Peers' results (run_peers.py --out JSON) to compare with in the table and plot.
+        #[arg(long)]
+        peers: Option<PathBuf>,
     },
 }
 
@@ -172,6 +176,7 @@ fn main() -> Result<()> {
             max_queries,
             segment_dir,
             json,
+            peers,
         } => {
             if k == 0
                 || nprobe.is_empty()
@@ -205,6 +210,7 @@ fn main() -> Result<()> {
                 max_queries,
                 segment_dir,
                 json,
+                peers,
             })
         }
     }
