@@ -34,12 +34,7 @@ pub fn recall_vs_qps(path: &Path, title: &str, series: &[Series]) -> Result<()> 
         .collect();
     let root = BitMapBackend::new(path, (1024, 680)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("plot: {e}"))?;
-    let min_recall = all
-        .iter()
-        .map(|p| p.0)
-        .fold(1.0, f64::min)
-        .max(0.8)
-        .min(0.9);
+    let min_recall = all.iter().map(|p| p.0).fold(1.0, f64::min).clamp(0.8, 0.9);
     let max_qps = all.iter().map(|p| p.1).fold(1.0, f64::max) * 1.5;
     let min_qps = all
         .iter()
