@@ -64,12 +64,25 @@ pub fn small_segment_bytes() -> Vec<u8> {
             name: "price".into(),
             kind: FieldKind::Integer,
         },
+        FieldSpec {
+            name: "weight".into(),
+            kind: FieldKind::Float,
+        },
+        FieldSpec {
+            name: "sale".into(),
+            kind: FieldKind::Bool,
+        },
     ];
     spec.build.nlist = Some(8);
     let mut writer = SegmentWriter::new(spec).unwrap();
     for (row, vector) in vectors.chunks_exact(dim).enumerate() {
         let color = ["red", "green", "blue"][row % 3];
-        let payload = serde_json::json!({"color": color, "price": row as i64});
+        let mut payload =
+            serde_json::json!({"color": color, "price": row as i64, "sale": row % 2 == 0});
+        // Every seventh row has no weight: a missing value, not a zero.
+        if row % 7 != 0 {
+            payload["weight"] = serde_json::json!(row as f64 * 0.25);
+        }
         writer
             .add(
                 PointId::String(format!("doc-{row}")),

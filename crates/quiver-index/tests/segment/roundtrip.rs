@@ -26,6 +26,8 @@ fn ids_payloads_vectors_fields_and_lookup_round_trip() {
         .field_column("price")
         .unwrap()
         .expect("price column");
+    let weight = segment.field_column("weight").unwrap().expect("weight");
+    let sale = segment.field_column("sale").unwrap().expect("sale");
     assert!(segment.field_column("missing").unwrap().is_none());
     let (vectors, _) = clustered(700, 0, 24, 5, 17);
     for input in 0..700u32 {
@@ -37,6 +39,12 @@ fn ids_payloads_vectors_fields_and_lookup_round_trip() {
         assert_eq!(
             price.value(row as usize),
             Some(FieldValue::Integer(input as i64))
+        );
+        let expected_weight = (input % 7 != 0).then_some(FieldValue::Float(input as f64 * 0.25));
+        assert_eq!(weight.value(row as usize), expected_weight);
+        assert_eq!(
+            sale.value(row as usize),
+            Some(FieldValue::Bool(input % 2 == 0))
         );
         let expected_color = ["red", "green", "blue"][input as usize % 3];
         assert_eq!(
