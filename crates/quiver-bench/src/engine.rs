@@ -315,6 +315,15 @@ pub fn run(options: &EngineOptions) -> Result<()> {
         built.hot_bytes,
         (base.rows() * base.dim * 4) as f64 / built.hot_bytes as f64
     );
+    let mut sizes: Vec<u32> = built.segments.iter().flat_map(|s| s.list_sizes()).collect();
+    sizes.sort_unstable();
+    if let (Some(smallest), Some(largest)) = (sizes.first(), sizes.last()) {
+        println!(
+            "rows per list: min {smallest}, median {}, p99 {}, max {largest}",
+            sizes[sizes.len() / 2],
+            sizes[(sizes.len() - 1) * 99 / 100]
+        );
+    }
     println!(
         "{:>7} {:>7} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9}",
         "nprobe", "rescore", "recall", "qps", "p50_ms", "p99_ms", "scanned", "rescored"

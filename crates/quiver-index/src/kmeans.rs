@@ -1,6 +1,7 @@
 //! k-means for IVF: trained on a sample, k-means++ seeding on a sub-sample, Lloyd
 //! iterations with SIMD distances, empty clusters refilled by splitting the
-//! largest, then one assignment pass over every row.
+//! largest, then one assignment pass over every row that caps list sizes at 4× the
+//! average.
 
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
@@ -11,6 +12,10 @@ use quiver_simd::BLOCK_COLUMNS;
 /// Rows per assignment tile: the tile (96 KB at 384-d) stays in L2 while every
 /// block of 16 centroids (24 KB) streams through L1.
 const TILE_ROWS: usize = 64;
+/// During training, a list over this many times the average is split.
+const OVERSIZE_SPLIT_FACTOR: usize = 2;
+/// No list holds more than this many times the average (see `assign_balanced`).
+const MAX_LIST_FACTOR: usize = 4;
 /// Rows the k-means++ seeding looks at, per centroid.
 const SEEDING_ROWS_PER_CENTROID: usize = 8;
 
@@ -60,8 +65,8 @@ pub fn train_and_assign(
         update_centroids(&training, dim, &assignments, &mut centroids, &mut rng);
         progress(iteration as u64 + 1, total_steps);
     }
-    let mut all_assignments = vec![0u32; rows];
-    assign(data, dim, &centroids, &mut all_assignments);
+    let capacity = (rows.div_ceil(k) * MAX_LIST_FACTOR).max(1);
+    let all_assignments = assign_balanced(&nearest_two(data, dim, &centroids), k, capacity);
     // One last update over every row, so each centroid is the mean of its list.
     recompute_means(data, dim, &all_assignments, &mut centroids);
     progress(total_steps, total_steps);
@@ -116,11 +121,28 @@ fn seed_plus_plus(training: &[f32], dim: usize, k: usize, rng: &mut impl Rng) ->
 }
 
 /// Writes the index of the nearest centroid of every row into `assignments`.
+pub fn assign(data: &[f32], dim: usize, centroids: &[f32], assignments: &mut [u32]) {
+    let nearest = nearest_two(data, dim, centroids);
+    for (slot, pair) in assignments.iter_mut().zip(nearest) {
+        *slot = pair.first;
+    }
+}
+
+/// A row's nearest and second-nearest centroid.
+#[derive(Clone, Copy, Debug)]
+struct NearestTwo {
+    first: u32,
+    second: u32,
+    /// How much farther the second is (in ‖c‖² − 2·x·c units).
+    margin: f32,
+}
+
+/// Returns every row's two nearest centroids.
 ///
 /// A small matrix product: centroids are transposed into blocks of 16, and a tile
 /// of rows is scored against one block at a time with the register-blocked kernel
 /// (each centroid value loaded once per 8 rows, no horizontal sums).
-pub fn assign(data: &[f32], dim: usize, centroids: &[f32], assignments: &mut [u32]) {
+fn nearest_two(data: &[f32], dim: usize, centroids: &[f32]) -> Vec<NearestTwo> {
     let centroid_count = centroids.len() / dim;
     let blocks = centroid_count.div_ceil(BLOCK_COLUMNS);
     let mut transposed = vec![0f32; blocks * dim * BLOCK_COLUMNS];
@@ -134,11 +156,19 @@ pub fn assign(data: &[f32], dim: usize, centroids: &[f32], assignments: &mut [u3
         }
         norms[centroid] = quiver_simd::dot_f32(values, values);
     }
+    let rows = data.len() / dim;
+    let unset = NearestTwo {
+        first: 0,
+        second: 0,
+        margin: 0.0,
+    };
+    let mut nearest = vec![unset; rows];
     data.par_chunks(TILE_ROWS * dim)
-        .zip(assignments.par_chunks_mut(TILE_ROWS))
-        .for_each(|(tile, tile_assignments)| {
+        .zip(nearest.par_chunks_mut(TILE_ROWS))
+        .for_each(|(tile, tile_nearest)| {
             let tile_rows = tile.len() / dim;
-            let mut best = [(f32::INFINITY, 0u32); TILE_ROWS];
+            // (best distance, best, second distance, second)
+            let mut best = [(f32::INFINITY, 0u32, f32::INFINITY, 0u32); TILE_ROWS];
             let mut dots = [0f32; TILE_ROWS * BLOCK_COLUMNS];
             for (block, block_values) in transposed.chunks_exact(dim * BLOCK_COLUMNS).enumerate() {
                 quiver_simd::dot_transposed_block(tile, dim, block_values, &mut dots);
@@ -149,18 +179,59 @@ pub fn assign(data: &[f32], dim: usize, centroids: &[f32], assignments: &mut [u3
                     .take(tile_rows)
                 {
                     for (column, (&norm, &dot)) in block_norms.iter().zip(row_dots).enumerate() {
-                        // ‖x − c‖² − ‖x‖² = ‖c‖² − 2·x·c: the row's norm does not change the argmin.
+                        // ‖x − c‖² − ‖x‖² = ‖c‖² − 2·x·c: the row's norm does not change the order.
                         let distance = norm - 2.0 * dot;
-                        if distance < row_best.0 {
-                            *row_best = (distance, (block * BLOCK_COLUMNS + column) as u32);
+                        if distance < row_best.2 {
+                            let centroid = (block * BLOCK_COLUMNS + column) as u32;
+                            if distance < row_best.0 {
+                                *row_best = (distance, centroid, row_best.0, row_best.1);
+                            } else {
+                                row_best.2 = distance;
+                                row_best.3 = centroid;
+                            }
                         }
                     }
                 }
             }
-            for (slot, (_, centroid)) in tile_assignments.iter_mut().zip(best) {
-                *slot = centroid;
+            for (slot, (first_distance, first, second_distance, second)) in
+                tile_nearest.iter_mut().zip(best)
+            {
+                *slot = NearestTwo {
+                    first,
+                    second,
+                    margin: second_distance - first_distance,
+                };
             }
         });
+    nearest
+}
+
+/// Assigns rows to their nearest list, except that no list may hold more than
+/// `capacity` rows while the rows it sheds (those closest to their second choice)
+/// fit in their second-nearest list: bounds the largest list, and so the cost of
+/// probing it, at a small cost in recall for the few rows moved.
+fn assign_balanced(nearest: &[NearestTwo], lists: usize, capacity: usize) -> Vec<u32> {
+    let mut assignments: Vec<u32> = nearest.iter().map(|pair| pair.first).collect();
+    let mut counts = vec![0usize; lists];
+    for &list in &assignments {
+        counts[list as usize] += 1;
+    }
+    if counts.iter().all(|&count| count <= capacity) {
+        return assignments;
+    }
+    let mut movable: Vec<usize> = (0..nearest.len())
+        .filter(|&row| counts[nearest[row].first as usize] > capacity)
+        .collect();
+    movable.sort_by(|&a, &b| nearest[a].margin.total_cmp(&nearest[b].margin));
+    for row in movable {
+        let (from, to) = (nearest[row].first as usize, nearest[row].second as usize);
+        if counts[from] > capacity && counts[to] < capacity && from != to {
+            counts[from] -= 1;
+            counts[to] += 1;
+            assignments[row] = to as u32;
+        }
+    }
+    assignments
 }
 
 fn recompute_means(
@@ -210,23 +281,57 @@ fn update_centroids(
         if counts[empty] != 0 {
             continue;
         }
-        let (largest, &largest_count) = counts
-            .iter()
-            .enumerate()
-            .max_by_key(|(_, count)| **count)
-            .expect("k >= 1");
+        let (largest, largest_count) = max_count(&counts);
         if largest_count < 2 {
             continue;
         }
-        // Split: two centroids symmetric around the large one, nudged apart.
-        for d in 0..dim {
-            let value = centroids[largest * dim + d];
-            let nudge = 1.0 + 1e-3 * (rng.random::<f32>() - 0.5);
-            centroids[empty * dim + d] = value * nudge;
-            centroids[largest * dim + d] = value / nudge;
-        }
+        split(centroids, dim, largest, empty, rng);
         counts[empty] = largest_count / 2;
         counts[largest] = largest_count - largest_count / 2;
+    }
+    // Balance: a list over twice the average takes the centroid of a list under a
+    // quarter of it (whose rows find other lists next iteration), a bounded number
+    // of times per iteration, so dense regions end up with more lists.
+    let average = (data.len() / dim).div_ceil(k).max(1);
+    for _ in 0..k / 8 + 1 {
+        let (largest, largest_count) = max_count(&counts);
+        if largest_count <= OVERSIZE_SPLIT_FACTOR * average {
+            break;
+        }
+        let Some((smallest, smallest_count)) = counts
+            .iter()
+            .enumerate()
+            .filter(|(list, _)| *list != largest)
+            .min_by_key(|(_, count)| **count)
+            .map(|(list, count)| (list, *count))
+        else {
+            break;
+        };
+        if smallest_count * 4 > average {
+            break;
+        }
+        split(centroids, dim, largest, smallest, rng);
+        counts[smallest] = largest_count / 2;
+        counts[largest] = largest_count - largest_count / 2;
+    }
+}
+
+fn max_count(counts: &[usize]) -> (usize, usize) {
+    let (list, count) = counts
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, count)| **count)
+        .expect("k >= 1");
+    (list, *count)
+}
+
+/// Puts centroid `target` next to `source`: two centroids nudged apart around it.
+fn split(centroids: &mut [f32], dim: usize, source: usize, target: usize, rng: &mut impl Rng) {
+    for d in 0..dim {
+        let value = centroids[source * dim + d];
+        let nudge = 1.0 + 1e-3 * (rng.random::<f32>() - 0.5);
+        centroids[target * dim + d] = value * nudge;
+        centroids[source * dim + d] = value / nudge;
     }
 }
 
@@ -263,6 +368,28 @@ mod tests {
         lists.sort();
         lists.dedup();
         assert_eq!(lists.len(), 8, "every list is used");
+    }
+
+    #[test]
+    fn no_list_exceeds_four_times_the_average() {
+        // One dense blob and a sprinkle: plain k-means would put most rows in few lists.
+        let dim = 8;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let mut data = Vec::new();
+        for row in 0..6000 {
+            let spread = if row % 10 == 0 { 10.0 } else { 0.01 };
+            data.extend((0..dim).map(|_| rng.random_range(-spread..spread)));
+        }
+        let clustering = train_and_assign(&data, dim, 40, 6, 64, 2, &|_, _| {});
+        let mut counts = vec![0usize; 40];
+        for &list in &clustering.assignments {
+            counts[list as usize] += 1;
+        }
+        let largest = *counts.iter().max().unwrap();
+        assert!(
+            largest <= 4 * 6000usize.div_ceil(40),
+            "largest list {largest}"
+        );
     }
 
     #[test]

@@ -261,6 +261,11 @@ impl<S: ByteSource> Segment<S> {
         self.source.name()
     }
 
+    /// Returns the number of rows in every IVF list.
+    pub fn list_sizes(&self) -> Vec<u32> {
+        self.lists.iter().map(|list| list.rows).collect()
+    }
+
     /// Returns the section table.
     pub fn sections(&self) -> &[SectionEntry] {
         &self.sections
