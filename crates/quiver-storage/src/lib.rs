@@ -1,0 +1,18 @@
+//! Object storage for Quiver: stores opened from URLs (`s3://bucket/prefix`,
+//! `file:///path`, `memory://`) with timeouts on every operation, retries with
+//! exponential backoff and jitter (object_store's client), ranged reads, multipart
+//! uploads, Prometheus metrics, the bucket bootstrap, and the key layout.
+
+mod bootstrap;
+mod error;
+pub mod keys;
+mod location;
+mod metrics;
+mod settings;
+mod storage;
+
+pub use bootstrap::ensure_bucket;
+pub use error::{StorageError, StorageErrorKind, StorageResult};
+pub use location::StoreUrl;
+pub use settings::{S3Settings, StorageOptions};
+pub use storage::{ObjectInfo, Storage};

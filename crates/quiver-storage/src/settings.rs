@@ -1,0 +1,116 @@
+//! Connection settings: S3 endpoint, region and credentials, timeouts, retries.
+
+use std::time::Duration;
+
+/// How to reach an S3-compatible server. Filled from the usual AWS variables
+/// (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+/// `AWS_SESSION_TOKEN`) or from configuration. `Debug` never prints secrets.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct S3Settings {
+    /// Endpoint URL of an S3-compatible server; `None` for AWS itself.
+    pub endpoint: Option<String>,
+    /// Region (default `us-east-1`).
+    pub region: Option<String>,
+    /// Access key id.
+    pub access_key_id: Option<String>,
+    /// Secret access key.
+    pub secret_access_key: Option<String>,
+    /// Session token for temporary credentials.
+    pub session_token: Option<String>,
+    /// Use virtual-hosted-style requests (`bucket.host`); the default is path
+    /// style, which every S3-compatible server accepts.
+    pub virtual_hosted_style: bool,
+}
+
+impl std::fmt::Debug for S3Settings {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |value: &Option<String>| value.as_ref().map(|_| "<redacted>");
+        formatter
+            .debug_struct("S3Settings")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &redacted(&self.secret_access_key))
+            .field("session_token", &redacted(&self.session_token))
+            .field("virtual_hosted_style", &self.virtual_hosted_style)
+            .finish()
+    }
+}
+
+impl S3Settings {
+    /// Returns settings from the process environment.
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        S3Settings {
+            endpoint: var("AWS_ENDPOINT_URL_S3").or_else(|| var("AWS_ENDPOINT_URL")),
+            region: var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION")),
+            access_key_id: var("AWS_ACCESS_KEY_ID"),
+            secret_access_key: var("AWS_SECRET_ACCESS_KEY"),
+            session_token: var("AWS_SESSION_TOKEN"),
+            virtual_hosted_style: var("AWS_VIRTUAL_HOSTED_STYLE_REQUEST")
+                .is_some_and(|v| v == "true"),
+        }
+    }
+
+    /// Returns the region, defaulting to `us-east-1`.
+    pub fn region_or_default(&self) -> &str {
+        self.region.as_deref().unwrap_or("us-east-1")
+    }
+}
+
+/// Timeouts, retries and upload sizes of a [`crate::Storage`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct StorageOptions {
+    /// Bound on one operation, retries included.
+    pub operation_timeout: Duration,
+    /// Bound on one HTTP request.
+    pub request_timeout: Duration,
+    /// Bound on connecting.
+    pub connect_timeout: Duration,
+    /// Retries of a failed request (exponential backoff with jitter).
+    pub max_retries: usize,
+    /// First retry delay.
+    pub initial_backoff: Duration,
+    /// Objects larger than this are uploaded in parts.
+    pub multipart_threshold_bytes: usize,
+    /// Size of one uploaded part.
+    pub part_size_bytes: usize,
+}
+
+impl Default for StorageOptions {
+    fn default() -> Self {
+        StorageOptions {
+            operation_timeout: Duration::from_secs(120),
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_retries: 5,
+            initial_backoff: Duration::from_millis(100),
+            multipart_threshold_bytes: 64 << 20,
+            part_size_bytes: 16 << 20,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_secrets() {
+        let settings = S3Settings {
+            access_key_id: Some("AKIDEXAMPLE".into()),
+            secret_access_key: Some("s3cr3t-value".into()),
+            session_token: Some("t0ken-value".into()),
+            ..Default::default()
+        };
+        let shown = format!("{settings:?}");
+        assert!(
+            shown.contains("AKIDEXAMPLE") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("s3cr3t-value") && !shown.contains("t0ken-value"),
+            "{shown}"
+        );
+    }
+}

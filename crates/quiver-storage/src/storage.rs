@@ -1,0 +1,287 @@
+//! [`Storage`]: one object store (from a URL) with timeouts, retries, multipart
+//! uploads and metrics on every operation.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+
+use crate::error::{StorageError, StorageResult};
+use crate::location::StoreUrl;
+use crate::metrics::METRICS;
+use crate::settings::{S3Settings, StorageOptions};
+
+/// What `head` and `list` report about an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Key relative to the store's prefix.
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Entity tag or version, when the store has one; changes when the object does.
+    pub version: Option<String>,
+}
+
+/// An object store with the operations Quiver needs. Cheap to clone.
+#[derive(Clone)]
+pub struct Storage {
+    store: Arc<dyn ObjectStore>,
+    description: String,
+    options: StorageOptions,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Storage")
+            .field("store", &self.description)
+            .finish()
+    }
+}
+
+impl Storage {
+    /// Opens the store at `url` (creating the directory of a `file://` store).
+    pub fn open(
+        url: &StoreUrl,
+        settings: &S3Settings,
+        options: StorageOptions,
+    ) -> StorageResult<Self> {
+        let store: Arc<dyn ObjectStore> = match url {
+            StoreUrl::Memory => Arc::new(object_store::memory::InMemory::new()),
+            StoreUrl::File { root } => {
+                std::fs::create_dir_all(root).map_err(|error| {
+                    StorageError::Config(format!("creating {}: {error}", root.display()))
+                })?;
+                let local = object_store::local::LocalFileSystem::new_with_prefix(root).map_err(
+                    |error| StorageError::Config(format!("{}: {error}", root.display())),
+                )?;
+                Arc::new(local.with_automatic_cleanup(true))
+            }
+            StoreUrl::S3 { bucket, prefix } => {
+                let retry = object_store::RetryConfig {
+                    backoff: object_store::BackoffConfig {
+                        init_backoff: options.initial_backoff,
+                        ..Default::default()
+                    },
+                    max_retries: options.max_retries,
+                    retry_timeout: options.operation_timeout,
+                };
+                let client = object_store::ClientOptions::new()
+                    .with_timeout(options.request_timeout)
+                    .with_connect_timeout(options.connect_timeout)
+                    .with_allow_http(
+                        settings
+                            .endpoint
+                            .as_deref()
+                            .is_some_and(|e| e.starts_with("http://")),
+                    );
+                let mut builder = object_store::aws::AmazonS3Builder::new()
+                    .with_bucket_name(bucket)
+                    .with_region(settings.region_or_default())
+                    .with_virtual_hosted_style_request(settings.virtual_hosted_style)
+                    .with_retry(retry)
+                    .with_client_options(client);
+                if let Some(endpoint) = &settings.endpoint {
+                    builder = builder.with_endpoint(endpoint);
+                }
+                if let (Some(id), Some(secret)) =
+                    (&settings.access_key_id, &settings.secret_access_key)
+                {
+                    builder = builder
+                        .with_access_key_id(id)
+                        .with_secret_access_key(secret);
+                }
+                if let Some(token) = &settings.session_token {
+                    builder = builder.with_token(token);
+                }
+                let s3 = builder
+                    .build()
+                    .map_err(|error| StorageError::Config(format!("{url}: {error}")))?;
+                if prefix.is_empty() {
+                    Arc::new(s3)
+                } else {
+                    Arc::new(object_store::prefix::PrefixStore::new(s3, prefix.as_str()))
+                }
+            }
+        };
+        Ok(Storage {
+            store,
+            description: url.to_string(),
+            options,
+        })
+    }
+
+    /// Wraps an existing store (tests use it to inject faults).
+    pub fn from_store(
+        store: Arc<dyn ObjectStore>,
+        description: impl Into<String>,
+        options: StorageOptions,
+    ) -> Self {
+        Storage {
+            store,
+            description: description.into(),
+            options,
+        }
+    }
+
+    /// Returns the same store with other timeouts, retries or upload sizes.
+    pub fn from_store_with_options(other: &Storage, options: StorageOptions) -> Self {
+        Storage {
+            store: other.store.clone(),
+            description: other.description.clone(),
+            options,
+        }
+    }
+
+    /// Returns the store's URL (no secrets).
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    async fn run<T>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        future: impl Future<Output = Result<T, object_store::Error>>,
+    ) -> StorageResult<T> {
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.options.operation_timeout, future).await;
+        METRICS
+            .duration
+            .with_label_values(&[operation])
+            .observe(started.elapsed().as_secs_f64());
+        let (outcome, result) = match result {
+            Ok(Ok(value)) => ("ok", Ok(value)),
+            Ok(Err(error)) => {
+                let error = StorageError::from_store(operation, key, error);
+                let outcome = if matches!(error, StorageError::NotFound { .. }) {
+                    "not_found"
+                } else {
+                    "error"
+                };
+                (outcome, Err(error))
+            }
+            Err(_) => (
+                "timeout",
+                Err(StorageError::Timeout {
+                    operation,
+                    key: key.to_string(),
+                    timeout_ms: self.options.operation_timeout.as_millis() as u64,
+                }),
+            ),
+        };
+        METRICS
+            .requests
+            .with_label_values(&[operation, outcome])
+            .inc();
+        if let Err(error) = &result {
+            tracing::debug!(store = %self.description, %key, operation, %error, "object store operation failed");
+        }
+        result
+    }
+
+    /// Writes `bytes` as object `key` (in parts above the multipart threshold).
+    pub async fn put(&self, key: &str, bytes: Bytes) -> StorageResult<()> {
+        let path = Path::from(key);
+        let size = bytes.len();
+        if size > self.options.multipart_threshold_bytes {
+            let part_size = self.options.part_size_bytes;
+            self.run("put_multipart", key, async {
+                let upload = self.store.put_multipart(&path).await?;
+                let mut writer = WriteMultipart::new_with_chunk_size(upload, part_size);
+                writer.put(bytes);
+                writer.finish().await.map(|_| ())
+            })
+            .await?;
+        } else {
+            self.run(
+                "put",
+                key,
+                self.store.put(&path, PutPayload::from_bytes(bytes)),
+            )
+            .await?;
+        }
+        METRICS
+            .bytes
+            .with_label_values(&["write"])
+            .inc_by(size as u64);
+        Ok(())
+    }
+
+    /// Reads the whole object `key`.
+    pub async fn get(&self, key: &str) -> StorageResult<Bytes> {
+        let path = Path::from(key);
+        let bytes = self
+            .run("get", key, async {
+                self.store.get(&path).await?.bytes().await
+            })
+            .await?;
+        METRICS
+            .bytes
+            .with_label_values(&["read"])
+            .inc_by(bytes.len() as u64);
+        Ok(bytes)
+    }
+
+    /// Reads `range` of object `key`; fewer bytes than asked is an error.
+    pub async fn get_range(&self, key: &str, range: Range<u64>) -> StorageResult<Bytes> {
+        let path = Path::from(key);
+        let expected = range.end - range.start;
+        let bytes = self
+            .run("get_range", key, self.store.get_range(&path, range))
+            .await?;
+        METRICS
+            .bytes
+            .with_label_values(&["read"])
+            .inc_by(bytes.len() as u64);
+        if bytes.len() as u64 != expected {
+            return Err(StorageError::ShortRead {
+                operation: "get_range",
+                key: key.to_string(),
+                expected,
+                actual: bytes.len() as u64,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Returns the size and version of object `key`.
+    pub async fn head(&self, key: &str) -> StorageResult<ObjectInfo> {
+        let path = Path::from(key);
+        let meta = self.run("head", key, self.store.head(&path)).await?;
+        Ok(ObjectInfo {
+            key: key.to_string(),
+            size: meta.size,
+            version: meta.e_tag.or(meta.version),
+        })
+    }
+
+    /// Deletes object `key` (deleting a missing object succeeds).
+    pub async fn delete(&self, key: &str) -> StorageResult<()> {
+        let path = Path::from(key);
+        match self.run("delete", key, self.store.delete(&path)).await {
+            Err(StorageError::NotFound { .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Lists every object whose key starts with `prefix` (a directory-like prefix).
+    pub async fn list(&self, prefix: &str) -> StorageResult<Vec<ObjectInfo>> {
+        use futures_util::TryStreamExt;
+        let path = Path::from(prefix);
+        let listed: Vec<object_store::ObjectMeta> = self
+            .run("list", prefix, self.store.list(Some(&path)).try_collect())
+            .await?;
+        Ok(listed
+            .into_iter()
+            .map(|meta| ObjectInfo {
+                key: meta.location.to_string(),
+                size: meta.size,
+                version: meta.e_tag.or(meta.version),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,153 @@
+//! Storage against real stores: memory, a local directory, and an S3-compatible
+//! server over HTTP (started by `.ci/run`; its endpoint in `QUIVER_TEST_S3_ENDPOINT`).
+
+use bytes::Bytes;
+use quiver_storage::{
+    S3Settings, Storage, StorageErrorKind, StorageOptions, StoreUrl, ensure_bucket, keys,
+};
+
+/// Returns the S3 test settings, or `None` when no server is configured; under CI a
+/// missing server is a failure, not a skip.
+fn s3_settings() -> Option<S3Settings> {
+    match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
+        Ok(endpoint) => Some(S3Settings {
+            endpoint: Some(endpoint),
+            region: Some("us-east-1".into()),
+            access_key_id: Some("testing".into()),
+            secret_access_key: Some("testing".into()),
+            session_token: None,
+            virtual_hosted_style: false,
+        }),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("QUIVER_TEST_S3_ENDPOINT is not set: .ci/run must start the S3 server")
+        }
+        Err(_) => {
+            eprintln!("QUIVER_TEST_S3_ENDPOINT not set: skipping the S3 part of this test");
+            None
+        }
+    }
+}
+
+async fn stores(directory: &std::path::Path) -> Vec<Storage> {
+    let options = StorageOptions::default();
+    let mut stores = vec![
+        Storage::open(&StoreUrl::Memory, &S3Settings::default(), options.clone()).unwrap(),
+        Storage::open(
+            &StoreUrl::File {
+                root: directory.join("objects"),
+            },
+            &S3Settings::default(),
+            options.clone(),
+        )
+        .unwrap(),
+    ];
+    if let Some(settings) = s3_settings() {
+        let bucket = format!("quiver-test-{}", std::process::id());
+        ensure_bucket(&settings, &bucket).await.unwrap();
+        // A second call on an existing bucket succeeds.
+        ensure_bucket(&settings, &bucket).await.unwrap();
+        let url: StoreUrl = format!("s3://{bucket}/prefix/one").parse().unwrap();
+        stores.push(Storage::open(&url, &settings, options).unwrap());
+    }
+    stores
+}
+
+#[tokio::test]
+async fn put_get_range_head_list_delete_on_every_store() {
+    let directory = tempfile::tempdir().unwrap();
+    for store in stores(directory.path()).await {
+        let name = store.description().to_string();
+        let key = keys::segment_key("c1", 2, "seg-1");
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        store.put(&key, Bytes::from(data.clone())).await.unwrap();
+        assert_eq!(
+            store.get(&key).await.unwrap().as_ref(),
+            data.as_slice(),
+            "{name}"
+        );
+        let range = store.get_range(&key, 4096..9000).await.unwrap();
+        assert_eq!(range.as_ref(), &data[4096..9000], "{name}");
+        let info = store.head(&key).await.unwrap();
+        assert_eq!(info.size, 100_000, "{name}");
+        store
+            .put(&keys::wal_key("c1", 2, 1, 1), Bytes::from_static(b"wal"))
+            .await
+            .unwrap();
+        let mut listed: Vec<String> = store
+            .list(&keys::shard_prefix("c1", 2))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        listed.sort();
+        assert_eq!(
+            listed,
+            vec![
+                keys::segment_key("c1", 2, "seg-1"),
+                keys::wal_key("c1", 2, 1, 1)
+            ],
+            "{name}"
+        );
+        // A range past the end is an error naming the object, not a short answer.
+        let error = store.get_range(&key, 99_000..120_000).await.unwrap_err();
+        assert!(error.to_string().contains(&key), "{name}: {error}");
+        store.delete(&key).await.unwrap();
+        store.delete(&key).await.unwrap();
+        let missing = store.get(&key).await.unwrap_err();
+        assert_eq!(
+            missing.kind(),
+            StorageErrorKind::NotFound,
+            "{name}: {missing}"
+        );
+        assert!(missing.to_string().contains(&key), "{name}: {missing}");
+    }
+}
+
+#[tokio::test]
+async fn large_objects_go_up_in_parts() {
+    let directory = tempfile::tempdir().unwrap();
+    for store in stores(directory.path()).await {
+        let name = store.description().to_string();
+        // Lower the threshold so a 12 MiB object takes the multipart path (S3 parts ≥ 5 MiB).
+        let options = StorageOptions {
+            multipart_threshold_bytes: 6 << 20,
+            part_size_bytes: 5 << 20,
+            ..Default::default()
+        };
+        let store = Storage::from_store_with_options(&store, options);
+        let data: Vec<u8> = (0..(12u32 << 20)).map(|i| (i % 253) as u8).collect();
+        store
+            .put("big/object", Bytes::from(data.clone()))
+            .await
+            .unwrap();
+        let back = store.get("big/object").await.unwrap();
+        assert!(
+            back.as_ref() == data.as_slice(),
+            "{name}: multipart object differs"
+        );
+        store.delete("big/object").await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_server_fails_within_the_timeout_with_the_key() {
+    let settings = S3Settings {
+        endpoint: Some("http://127.0.0.1:9".into()),
+        access_key_id: Some("a".into()),
+        secret_access_key: Some("b".into()),
+        ..Default::default()
+    };
+    let options = StorageOptions {
+        operation_timeout: std::time::Duration::from_secs(3),
+        max_retries: 2,
+        initial_backoff: std::time::Duration::from_millis(10),
+        ..Default::default()
+    };
+    let store = Storage::open(&"s3://nowhere".parse().unwrap(), &settings, options).unwrap();
+    let started = std::time::Instant::now();
+    let error = store.get("some/key").await.unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(error.kind(), StorageErrorKind::Unavailable);
+    assert!(error.to_string().contains("some/key"), "{error}");
+}
