@@ -1,0 +1,46 @@
+//! Errors of the region cache.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong reading through the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The cache configuration cannot work.
+    #[error("cache configuration: {0}")]
+    Config(String),
+    /// Creating, sizing or mapping the cache file failed (e.g. the disk is full).
+    #[error("cache file {path}: {source}")]
+    CacheFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Every region is pinned by a reader or being filled; the read fails at once
+    /// rather than wait (readers hold pins only for the length of one scan).
+    #[error("cache full of pinned regions ({regions} regions): nothing can be evicted")]
+    Full { regions: usize },
+    /// Filling a region from the object store failed.
+    #[error("fetching region {region} of {key}: {message}")]
+    Fill {
+        key: String,
+        region: u64,
+        message: String,
+    },
+    /// A read outside the object.
+    #[error("read of {length} bytes at {offset} is outside {key} ({size} bytes)")]
+    OutOfRange {
+        key: String,
+        offset: u64,
+        length: usize,
+        size: u64,
+    },
+    /// Asking the object store about an object failed.
+    #[error(transparent)]
+    Storage {
+        #[from]
+        source: quiver_storage::StorageError,
+    },
+}
+
+/// Result alias of this crate.
+pub type CacheResult<T> = Result<T, CacheError>;

@@ -1,0 +1,97 @@
+//! Prometheus metrics of the region cache (process-wide), and per-cache counters
+//! returned by [`crate::BlobCache::stats`].
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus::{IntCounter, IntGauge, register_int_counter, register_int_gauge};
+
+pub(crate) struct CacheMetrics {
+    pub hits: IntCounter,
+    pub misses: IntCounter,
+    pub bytes_fetched: IntCounter,
+    pub evictions: IntCounter,
+    pub boundary_copies: IntCounter,
+    pub fill_errors: IntCounter,
+    pub fills_in_flight: IntGauge,
+    pub pinned_regions: IntGauge,
+    pub resident_regions: IntGauge,
+}
+
+fn counter(name: &str, help: &str) -> IntCounter {
+    register_int_counter!(name, help).expect("metric registers once")
+}
+
+fn gauge(name: &str, help: &str) -> IntGauge {
+    register_int_gauge!(name, help).expect("metric registers once")
+}
+
+pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetrics {
+    hits: counter(
+        "quiver_cache_hits_total",
+        "Region lookups served from the cache.",
+    ),
+    misses: counter(
+        "quiver_cache_misses_total",
+        "Region lookups that had to fetch from the object store.",
+    ),
+    bytes_fetched: counter(
+        "quiver_cache_bytes_fetched_total",
+        "Bytes fetched from the object store into regions.",
+    ),
+    evictions: counter(
+        "quiver_cache_evictions_total",
+        "Regions evicted to make room.",
+    ),
+    boundary_copies: counter(
+        "quiver_cache_boundary_copies_total",
+        "Reads that crossed a region boundary and were copied.",
+    ),
+    fill_errors: counter(
+        "quiver_cache_fill_errors_total",
+        "Region fills that failed.",
+    ),
+    fills_in_flight: gauge("quiver_cache_fills_in_flight", "Region fills in progress."),
+    pinned_regions: gauge("quiver_cache_pinned_regions", "Regions pinned by readers."),
+    resident_regions: gauge("quiver_cache_resident_regions", "Regions holding data."),
+});
+
+/// Counters of one cache since it was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Region lookups served from memory.
+    pub hits: u64,
+    /// Region lookups that fetched from the object store.
+    pub misses: u64,
+    /// Bytes fetched from the object store.
+    pub bytes_fetched: u64,
+    /// Regions evicted.
+    pub evictions: u64,
+    /// Reads that crossed a region boundary (copied).
+    pub boundary_copies: u64,
+    /// Failed fills.
+    pub fill_errors: u64,
+    /// Regions pinned right now.
+    pub pinned_regions: u64,
+    /// Regions holding data right now.
+    pub resident_regions: u64,
+    /// Regions in the cache file.
+    pub total_regions: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub bytes_fetched: AtomicU64,
+    pub evictions: AtomicU64,
+    pub boundary_copies: AtomicU64,
+    pub fill_errors: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(&self, counter: &AtomicU64, metric: &IntCounter, amount: u64) {
+        counter.fetch_add(amount, Ordering::Relaxed);
+        metric.inc_by(amount);
+    }
+}

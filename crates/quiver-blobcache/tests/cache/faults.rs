@@ -1,0 +1,245 @@
+//! A store that fails, stalls and truncates on demand: reads fail cleanly with
+//! the object key, later reads succeed, and no half-filled region is ever served.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
+    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use quiver_storage::{Storage, StorageOptions};
+
+use crate::support::{cache, put, random_bytes, runtime};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    None,
+    Error,
+    ShortBody,
+    Stall,
+}
+
+#[derive(Debug)]
+struct FaultyStore {
+    inner: object_store::memory::InMemory,
+    fault: Mutex<Fault>,
+    gets: AtomicUsize,
+}
+
+impl fmt::Display for FaultyStore {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "FaultyStore")
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FaultyStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let fault = *self.fault.lock().unwrap();
+        let is_range = options.range.is_some();
+        if is_range {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+        }
+        match fault {
+            Fault::Error if is_range => Err(object_store::Error::Generic {
+                store: "faulty",
+                source: "injected 503 slow down".into(),
+            }),
+            Fault::Stall if is_range => {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                self.inner.get_opts(location, options).await
+            }
+            Fault::ShortBody if is_range => {
+                let result = self.inner.get_opts(location, options).await?;
+                let (meta, range, attributes) = (
+                    result.meta.clone(),
+                    result.range.clone(),
+                    result.attributes.clone(),
+                );
+                let mut bytes = result.bytes().await?;
+                bytes.truncate(bytes.len() / 2);
+                let stream =
+                    futures_util::stream::once(
+                        async move { Ok::<Bytes, object_store::Error>(bytes) },
+                    )
+                    .boxed();
+                Ok(GetResult {
+                    payload: GetResultPayload::Stream(stream),
+                    meta,
+                    range,
+                    attributes,
+                    extensions: Default::default(),
+                })
+            }
+            _ => self.inner.get_opts(location, options).await,
+        }
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+#[test]
+fn failed_fills_leave_nothing_behind_and_later_reads_succeed() {
+    let runtime = runtime();
+    let faulty = Arc::new(FaultyStore {
+        inner: object_store::memory::InMemory::new(),
+        fault: Mutex::new(Fault::None),
+        gets: AtomicUsize::new(0),
+    });
+    let options = StorageOptions {
+        operation_timeout: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let storage = Storage::from_store(faulty.clone(), "faulty://", options);
+    let bytes = random_bytes(400_000, 3);
+    put(&runtime, &storage, "segments/s.qseg", &bytes);
+    let directory = tempfile::tempdir().unwrap();
+    let cache = cache(&runtime, storage, directory.path(), 4, 64 << 10);
+    let object = cache.open_blocking("segments/s.qseg").unwrap();
+    // Each fault on a region that is not cached yet.
+    for (fault, offset) in [
+        (Fault::Error, 100_000u64),
+        (Fault::ShortBody, 200_000),
+        (Fault::Stall, 300_000),
+    ] {
+        *faulty.fault.lock().unwrap() = fault;
+        let error = object
+            .read(offset, 5_000)
+            .err()
+            .unwrap_or_else(|| panic!("{fault:?} must fail the read"));
+        let message = error.to_string();
+        assert!(message.contains("segments/s.qseg"), "{fault:?}: {message}");
+        let stats = cache.stats();
+        assert_eq!(stats.pinned_regions, 0, "{fault:?}: {stats:?}");
+        *faulty.fault.lock().unwrap() = Fault::None;
+        let read = object.read(offset, 5_000).unwrap();
+        let start = offset as usize;
+        assert!(
+            read[..] == bytes[start..start + 5_000],
+            "{fault:?}: a retry returns the right bytes"
+        );
+    }
+    assert_eq!(cache.stats().fill_errors, 3);
+}
+
+#[test]
+fn concurrent_readers_of_one_missing_region_share_one_fill_and_its_error() {
+    let runtime = runtime();
+    let faulty = Arc::new(FaultyStore {
+        inner: object_store::memory::InMemory::new(),
+        fault: Mutex::new(Fault::None),
+        gets: AtomicUsize::new(0),
+    });
+    let options = StorageOptions {
+        operation_timeout: Duration::from_millis(400),
+        ..Default::default()
+    };
+    let storage = Storage::from_store(faulty.clone(), "faulty://", options);
+    let bytes = random_bytes(200_000, 4);
+    put(&runtime, &storage, "one", &bytes);
+    let directory = tempfile::tempdir().unwrap();
+    let cache = cache(&runtime, storage, directory.path(), 4, 64 << 10);
+    let object = cache.open_blocking("one").unwrap();
+    // A stalled fill: every reader waits for it and gets its timeout error.
+    *faulty.fault.lock().unwrap() = Fault::Stall;
+    let before = faulty.gets.load(Ordering::SeqCst);
+    let errors: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..6)
+            .map(|_| scope.spawn(|| object.read(10, 100).err().map(|e| e.to_string())))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().expect("every reader sees the failure"))
+            .collect()
+    });
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("one") && e.contains("timed out")),
+        "{errors:?}"
+    );
+    let stalled_gets = faulty.gets.load(Ordering::SeqCst) - before;
+    assert!(
+        stalled_gets <= 6,
+        "at most one fetch per failed attempt, got {stalled_gets}"
+    );
+    // Healthy again: concurrent readers share a single fetch.
+    *faulty.fault.lock().unwrap() = Fault::None;
+    let before = faulty.gets.load(Ordering::SeqCst);
+    std::thread::scope(|scope| {
+        for _ in 0..6 {
+            scope.spawn(|| assert!(object.read(10, 100).unwrap()[..] == bytes[10..110]));
+        }
+    });
+    assert_eq!(
+        faulty.gets.load(Ordering::SeqCst) - before,
+        1,
+        "single flight"
+    );
+    assert_eq!(cache.stats().pinned_regions, 0);
+}
+
+#[test]
+fn a_changed_object_is_never_served_from_the_old_regions() {
+    let runtime = runtime();
+    let storage = crate::support::memory_storage();
+    let directory = tempfile::tempdir().unwrap();
+    put(&runtime, &storage, "mutable", &[1u8; 5000]);
+    let cache = cache(&runtime, storage.clone(), directory.path(), 4, 4096);
+    let old = cache.open_blocking("mutable").unwrap();
+    assert_eq!(old.read(0, 4).unwrap()[..], [1, 1, 1, 1]);
+    put(&runtime, &storage, "mutable", &[2u8; 5000]);
+    let new = cache.open_blocking("mutable").unwrap();
+    assert_eq!(new.read(0, 4).unwrap()[..], [2, 2, 2, 2]);
+}
