@@ -8,10 +8,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use quiver_index::{
-    IdType, Metric, MmapSource, PointId, RawPrecision, SearchParams, SearchScratch, Segment,
-    SegmentSpec, SegmentWriter, merge_hits,
+    ByteSource, IdType, Metric, MmapSource, PointId, RawPrecision, SearchParams, SearchScratch,
+    Segment, SegmentSpec, SegmentWriter, merge_hits,
 };
 use serde::Serialize;
+
+use quiver_blobcache::{BlobCache, BlobCacheConfig};
+use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl};
 
 use crate::peers;
 use crate::plot::Series;
@@ -37,6 +40,10 @@ pub struct EngineOptions {
     pub segment_dir: Option<PathBuf>,
     pub json: PathBuf,
     pub peers: Option<PathBuf>,
+    pub object_store: Option<String>,
+    pub cache_dir: Option<PathBuf>,
+    pub cache_size: Option<u64>,
+    pub region_size: u64,
 }
 
 /// One measured point of the sweep.
@@ -67,10 +74,13 @@ struct Report {
     points: Vec<Point>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     comparison: Vec<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache: Option<serde_json::Value>,
 }
 
 struct BuiltSegments {
-    segments: Vec<Segment<MmapSource>>,
+    paths: Vec<PathBuf>,
+    file_sizes: Vec<u64>,
     build_seconds: f64,
     file_bytes: u64,
     hot_bytes: u64,
@@ -87,6 +97,7 @@ fn build_segments(
     let started = Instant::now();
     let (mut file_bytes, mut hot_bytes, mut raw_bytes) = (0, 0, 0);
     let mut paths = Vec::new();
+    let mut file_sizes = Vec::new();
     for (index, start) in (0..rows).step_by(segment_rows).enumerate() {
         let end = (start + segment_rows).min(rows);
         let mut spec = SegmentSpec::new(base.dim, options.metric, IdType::U64);
@@ -121,14 +132,12 @@ fn build_segments(
         hot_bytes += summary.hot_bytes;
         raw_bytes += summary.raw_bytes;
         paths.push(path);
+        file_sizes.push(summary.file_bytes);
     }
     let build_seconds = started.elapsed().as_secs_f64();
-    let segments = paths
-        .iter()
-        .map(|path| Segment::open(MmapSource::open(path)?))
-        .collect::<Result<Vec<_>, _>>()?;
     Ok(BuiltSegments {
-        segments,
+        paths,
+        file_sizes,
         build_seconds,
         file_bytes,
         hot_bytes,
@@ -137,8 +146,8 @@ fn build_segments(
 }
 
 /// Searches every segment and returns the merged top-k ids.
-fn search_all(
-    segments: &[Segment<MmapSource>],
+fn search_all<S: ByteSource>(
+    segments: &[Segment<S>],
     metric: Metric,
     query: &[f32],
     params: &SearchParams,
@@ -174,8 +183,8 @@ fn percentile(sorted: &[f64], fraction: f64) -> f64 {
     sorted[index]
 }
 
-fn measure(
-    built: &BuiltSegments,
+fn measure<S: ByteSource>(
+    segments: &[Segment<S>],
     options: &EngineOptions,
     queries: &Matrix<f32>,
     truth: &Matrix<i32>,
@@ -189,7 +198,7 @@ fn measure(
     let mut ignored = (0, 0);
     for query in 0..query_count.min(200) {
         search_all(
-            &built.segments,
+            segments,
             options.metric,
             queries.row(query),
             params,
@@ -208,7 +217,7 @@ fn measure(
                     for query in (thread..query_count).step_by(threads) {
                         let begun = Instant::now();
                         let ids = search_all(
-                            &built.segments,
+                            segments,
                             options.metric,
                             queries.row(query),
                             params,
@@ -305,53 +314,29 @@ pub fn run(options: &EngineOptions) -> Result<()> {
         quiver_simd::selected_isa()
     );
     let built = build_segments(options, &base, &directory)?;
-    let nlist: Vec<usize> = built.segments.iter().map(|s| s.header().nlist).collect();
     println!(
-        "built {} segment(s) in {:.2} s (nlist {:?}); {} bytes on disk, hot {} bytes = 1/{:.1} of raw f32",
-        built.segments.len(),
+        "built {} segment(s) in {:.2} s; {} bytes on disk, hot {} bytes = 1/{:.1} of raw f32",
+        built.paths.len(),
         built.build_seconds,
-        nlist,
         built.file_bytes,
         built.hot_bytes,
         (base.rows() * base.dim * 4) as f64 / built.hot_bytes as f64
     );
-    let mut sizes: Vec<u32> = built.segments.iter().flat_map(|s| s.list_sizes()).collect();
-    sizes.sort_unstable();
-    if let (Some(smallest), Some(largest)) = (sizes.first(), sizes.last()) {
-        println!(
-            "rows per list: min {smallest}, median {}, p99 {}, max {largest}",
-            sizes[sizes.len() / 2],
-            sizes[(sizes.len() - 1) * 99 / 100]
-        );
-    }
-    println!(
-        "{:>7} {:>7} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9}",
-        "nprobe", "rescore", "recall", "qps", "p50_ms", "p99_ms", "scanned", "rescored"
-    );
-    let mut points = Vec::new();
-    for &nprobe in &options.nprobes {
-        for &rescore in &options.rescores {
-            let params = SearchParams {
-                k: options.k,
-                nprobe: Some(nprobe),
-                rescore,
-                bound_sigma: options.bound_sigma,
-            };
-            let point = measure(&built, options, &queries, &truth, &params)?;
-            println!(
-                "{:>7} {:>7} {:>8.4} {:>10.0} {:>8.3} {:>8.3} {:>9.0} {:>9.0}",
-                point.nprobe,
-                point.rescore,
-                point.recall,
-                point.qps,
-                point.p50_ms,
-                point.p99_ms,
-                point.rows_scanned,
-                point.rows_rescored
-            );
-            points.push(point);
+    let (nlist, points, cache_report) = match &options.object_store {
+        None => {
+            let segments = built
+                .paths
+                .iter()
+                .map(|path| Segment::open(MmapSource::open(path)?))
+                .collect::<Result<Vec<_>, _>>()?;
+            let nlist = describe(&segments);
+            (nlist, sweep(&segments, options, &queries, &truth)?, None)
         }
-    }
+        Some(url) => {
+            let (nlist, points, report) = through_cache(url, &built, options, &queries, &truth)?;
+            (nlist, points, Some(report))
+        }
+    };
     let quiver_points: Vec<(f64, f64)> = points.iter().map(|p| (p.recall, p.qps)).collect();
     let peer_curves = match &options.peers {
         Some(path) => peers::load(path)?,
@@ -414,13 +399,14 @@ pub fn run(options: &EngineOptions) -> Result<()> {
         index_bytes: built.file_bytes,
         hot_bytes: built.hot_bytes,
         raw_bytes: built.raw_bytes,
-        segments: built.segments.len(),
+        segments: built.paths.len(),
         nlist,
         isa: quiver_simd::selected_isa().to_string(),
         threads: options.threads,
         build_threads: options.build_threads,
         points,
         comparison,
+        cache: cache_report,
     };
     std::fs::write(&options.json, serde_json::to_vec_pretty(&report)?)
         .with_context(|| format!("writing {}", options.json.display()))?;
@@ -455,6 +441,154 @@ pub fn run(options: &EngineOptions) -> Result<()> {
         plot_path.display()
     );
     Ok(())
+}
+
+/// Prints the segments' list layout; returns their list counts.
+fn describe<S: ByteSource>(segments: &[Segment<S>]) -> Vec<usize> {
+    let nlist: Vec<usize> = segments.iter().map(|s| s.header().nlist).collect();
+    let mut sizes: Vec<u32> = segments.iter().flat_map(|s| s.list_sizes()).collect();
+    sizes.sort_unstable();
+    if let (Some(smallest), Some(largest)) = (sizes.first(), sizes.last()) {
+        println!(
+            "lists {nlist:?}; rows per list: min {smallest}, median {}, p99 {}, max {largest}",
+            sizes[sizes.len() / 2],
+            sizes[(sizes.len() - 1) * 99 / 100]
+        );
+    }
+    nlist
+}
+
+/// Measures every nprobe × rescore point, printing the table as it goes.
+fn sweep<S: ByteSource>(
+    segments: &[Segment<S>],
+    options: &EngineOptions,
+    queries: &Matrix<f32>,
+    truth: &Matrix<i32>,
+) -> Result<Vec<Point>> {
+    println!(
+        "{:>7} {:>7} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9}",
+        "nprobe", "rescore", "recall", "qps", "p50_ms", "p99_ms", "scanned", "rescored"
+    );
+    let mut points = Vec::new();
+    for &nprobe in &options.nprobes {
+        for &rescore in &options.rescores {
+            let params = SearchParams {
+                k: options.k,
+                nprobe: Some(nprobe),
+                rescore,
+                bound_sigma: options.bound_sigma,
+            };
+            let point = measure(segments, options, queries, truth, &params)?;
+            println!(
+                "{:>7} {:>7} {:>8.4} {:>10.0} {:>8.3} {:>8.3} {:>9.0} {:>9.0}",
+                point.nprobe,
+                point.rescore,
+                point.recall,
+                point.qps,
+                point.p50_ms,
+                point.p99_ms,
+                point.rows_scanned,
+                point.rows_rescored
+            );
+            points.push(point);
+        }
+    }
+    Ok(points)
+}
+
+/// Uploads the segments to `url`, opens them through a fresh region cache, times
+/// the first query on the empty cache, then sweeps warm.
+fn through_cache(
+    url: &str,
+    built: &BuiltSegments,
+    options: &EngineOptions,
+    queries: &Matrix<f32>,
+    truth: &Matrix<i32>,
+) -> Result<(Vec<usize>, Vec<Point>, serde_json::Value)> {
+    let cache_dir = options
+        .cache_dir
+        .as_ref()
+        .context("--object-store needs --cache-dir")?;
+    let cache_size = options
+        .cache_size
+        .context("--object-store needs --cache-size")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let store_url: StoreUrl = url.parse()?;
+    let settings = S3Settings::from_env();
+    if let StoreUrl::S3 { bucket, .. } = &store_url {
+        runtime.block_on(quiver_storage::ensure_bucket(&settings, bucket))?;
+    }
+    let storage = Storage::open(&store_url, &settings, StorageOptions::default())?;
+    let upload = bar("upload", built.paths.len() as u64);
+    let mut keys = Vec::new();
+    for (index, path) in built.paths.iter().enumerate() {
+        let key =
+            quiver_storage::keys::segment_key("quiver-bench", 0, &format!("segment-{index:04}"));
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        runtime.block_on(storage.put(&key, bytes::Bytes::from(bytes)))?;
+        keys.push(key);
+        upload.inc(1);
+    }
+    upload.finish();
+    let config = BlobCacheConfig {
+        directory: cache_dir.clone(),
+        capacity_bytes: cache_size,
+        region_bytes: options.region_size,
+    };
+    let cache = BlobCache::new(&config, storage, runtime.handle().clone())?;
+    let regions_total: u64 = built
+        .file_sizes
+        .iter()
+        .map(|size| size.div_ceil(cache.region_bytes()))
+        .sum();
+
+    // Cold: open (trailer, footer, small sections) and answer one query on an empty cache.
+    let started = Instant::now();
+    let segments = keys
+        .iter()
+        .map(|key| Ok(Segment::open(cache.open_blocking(key)?)?))
+        .collect::<Result<Vec<_>>>()?;
+    let params = SearchParams {
+        k: options.k,
+        nprobe: options.nprobes.first().copied(),
+        rescore: options.rescores.first().copied().unwrap_or(1),
+        bound_sigma: options.bound_sigma,
+    };
+    let mut scratch = SearchScratch::new();
+    search_all(
+        &segments,
+        options.metric,
+        queries.row(0),
+        &params,
+        &mut scratch,
+        &mut (0, 0),
+    )?;
+    let cold_first_query_ms = started.elapsed().as_secs_f64() * 1e3;
+    let regions_fetched = cache.stats().misses;
+    println!(
+        "cold first query through the cache: {cold_first_query_ms:.1} ms, {regions_fetched} of {regions_total} regions fetched"
+    );
+    let nlist = describe(&segments);
+    let points = sweep(&segments, options, queries, truth)?;
+    let stats = cache.stats();
+    println!("cache after the sweep: {stats:?}");
+    let report = serde_json::json!({
+        "object_store": store_url.to_string(),
+        "region_bytes": cache.region_bytes(),
+        "cache_bytes": cache_size,
+        "cold_first_query_ms": cold_first_query_ms,
+        "regions_fetched": regions_fetched,
+        "regions_total": regions_total,
+        "boundary_copies": stats.boundary_copies,
+        "hits": stats.hits,
+        "misses": stats.misses,
+        "evictions": stats.evictions,
+    });
+    drop(segments);
+    Ok((nlist, points, report))
 }
 
 /// A scratch directory removed on drop.

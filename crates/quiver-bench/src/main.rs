@@ -43,6 +43,8 @@ enum PrecisionArg {
     Bf16,
 }
 
+// Parsed once per run; boxing the big variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Generates a synthetic dataset with exact ground truth.
@@ -128,7 +130,27 @@ enum Command {
         /// Peers' results (run_peers.py --out JSON) to compare with in the table and plot.
         #[arg(long)]
         peers: Option<PathBuf>,
+        /// Upload the segments to this object store (s3://bucket/prefix, file:///path,
+        /// memory://) and search them through the region cache.
+        #[arg(long, requires_all = ["cache_dir", "cache_size"])]
+        object_store: Option<String>,
+        /// Directory of the region cache file.
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// Region cache size (e.g. 512MiB, 4GiB).
+        #[arg(long, value_parser = parse_size)]
+        cache_size: Option<u64>,
+        /// Region size of the cache.
+        #[arg(long, value_parser = parse_size, default_value = "16MiB")]
+        region_size: u64,
     },
+}
+
+/// Parses a byte size such as `16MiB`, `10GiB` or `4096`.
+fn parse_size(text: &str) -> Result<u64, String> {
+    text.parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|error| format!("size {text:?}: {error}"))
 }
 
 fn main() -> Result<()> {
@@ -177,6 +199,10 @@ fn main() -> Result<()> {
             segment_dir,
             json,
             peers,
+            object_store,
+            cache_dir,
+            cache_size,
+            region_size,
         } => {
             if k == 0
                 || nprobe.is_empty()
@@ -211,6 +237,10 @@ fn main() -> Result<()> {
                 segment_dir,
                 json,
                 peers,
+                object_store,
+                cache_dir,
+                cache_size,
+                region_size,
             })
         }
     }

@@ -107,3 +107,85 @@ fn engine_rejects_bad_input_with_a_clear_message() {
         "{stderr}"
     );
 }
+
+#[test]
+fn engine_through_the_region_cache_reports_cold_and_warm_numbers() {
+    let directory = tempfile::tempdir().unwrap();
+    let data = directory.path().join("data");
+    let binary = env!("CARGO_BIN_EXE_quiver-bench");
+    let status = Command::new(binary)
+        .args([
+            "gen",
+            "--n",
+            "4000",
+            "--dim",
+            "32",
+            "--clusters",
+            "20",
+            "--queries",
+            "20",
+            "--out",
+        ])
+        .arg(&data)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let objects = directory.path().join("objects");
+    let json = directory.path().join("cached.json");
+    let output = Command::new(binary)
+        .arg("engine")
+        .arg("--base")
+        .arg(data.join("base.fvecs"))
+        .arg("--queries")
+        .arg(data.join("queries.fvecs"))
+        .arg("--gt")
+        .arg(data.join("groundtruth.ivecs"))
+        .args([
+            "--metric",
+            "l2",
+            "--k",
+            "10",
+            "--nprobe",
+            "4,64",
+            "--rescore",
+            "2",
+        ])
+        .arg("--object-store")
+        .arg(format!("file://{}", objects.display()))
+        .arg("--cache-dir")
+        .arg(directory.path().join("cache"))
+        .args(["--cache-size", "1MiB", "--region-size", "64KiB", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let cache = &report["cache"];
+    for field in [
+        "cold_first_query_ms",
+        "regions_fetched",
+        "regions_total",
+        "boundary_copies",
+    ] {
+        assert!(cache[field].is_number(), "{field} in {cache}");
+    }
+    assert!(cache["regions_fetched"].as_u64().unwrap() <= cache["regions_total"].as_u64().unwrap());
+    let best = report["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["recall"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(best >= 0.95, "recall through the cache {best}");
+    // The segments really went to the object store.
+    assert!(
+        std::fs::read_dir(objects.join("collections/quiver-bench/shards/0/segments"))
+            .unwrap()
+            .count()
+            >= 1
+    );
+}

@@ -1,18 +1,23 @@
 //! The region cache: one preallocated file mapped once and cut into fixed-size
 //! regions; each region holds one aligned range of one object.
 //!
-//! Concurrency: one mutex guards the region table (index, states, pin counts,
-//! frequencies); it is never held across I/O. A miss marks its region `Filling`
-//! and fetches outside the lock; other readers of that region wait on the fill's
-//! signal (single flight) and see its error if it fails. Region memory is written
-//! only while `Filling` (by the one filler) and read only while pinned `Ready`, and
-//! a region is recycled only when `Ready` with no pins — so a slice handed to a
-//! reader never changes under it.
+//! Concurrency: one mutex guards the region table (index, states, keys); it is
+//! never held across I/O. A miss marks its region `Filling` and fetches outside the
+//! lock; other readers of that region wait on the fill's signal (single flight) and
+//! see its error if it fails. Pin counts, frequencies and generations are atomics
+//! beside the table, so a hit takes no lock: an object remembers which region slot
+//! (and generation) holds each of its regions, a reader pins that slot and checks
+//! the generation is unchanged. Eviction claims a slot by swapping its pin count
+//! from 0 to an `EVICTING` mark under the lock, so a reader either pinned first
+//! (and the slot is not evicted) or sees the mark and takes the slow path. Region
+//! memory is written only while `Filling` (by the one filler) and read only while
+//! pinned `Ready` — so a slice handed to a reader never changes under it.
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use quiver_index::{AccessPattern, ByteSource, IndexError, IndexResult};
@@ -104,8 +109,6 @@ enum SlotStatus {
 struct Slot {
     key: Option<RegionKey>,
     status: SlotStatus,
-    pins: u32,
-    frequency: u32,
     /// Valid bytes (the last region of an object is shorter).
     length: usize,
 }
@@ -115,19 +118,35 @@ impl Slot {
         Slot {
             key: None,
             status: SlotStatus::Free,
-            pins: 0,
-            frequency: 0,
             length: 0,
         }
     }
+}
+
+/// Bits of a remembered region location that hold the slot index.
+const SLOT_BITS: u32 = 24;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+
+/// Set in a slot's pin count while the slot is being evicted.
+const EVICTING: u32 = 1 << 31;
+
+/// The lock-free part of a slot.
+#[derive(Default)]
+struct SlotCounters {
+    /// Readers holding the region (plus `EVICTING` while it is being recycled).
+    pins: std::sync::atomic::AtomicU32,
+    /// Accesses, halved every few passes over the table (LFU with decay).
+    frequency: std::sync::atomic::AtomicU32,
+    /// Bumped whenever the slot changes hands, so a remembered slot can be checked.
+    generation: std::sync::atomic::AtomicU64,
+    /// Valid bytes while Ready (mirrors the table, for the lock-free path).
+    length: std::sync::atomic::AtomicUsize,
 }
 
 struct State {
     index: HashMap<RegionKey, usize>,
     slots: Vec<Slot>,
     free: Vec<usize>,
-    accesses: u64,
-    pinned: u64,
     resident: u64,
 }
 
@@ -138,6 +157,13 @@ struct Inner {
     file_path: PathBuf,
     region_bytes: usize,
     state: Mutex<State>,
+    slot_counters: Vec<SlotCounters>,
+    /// Fills so far (drives the frequency decay).
+    accesses: std::sync::atomic::AtomicU64,
+    /// Hits already added to the process-wide metric.
+    exported_hits: std::sync::atomic::AtomicU64,
+    /// `log2(region_bytes)` when it is a power of two (the default is).
+    region_shift: Option<u32>,
     counters: Counters,
 }
 
@@ -206,8 +232,6 @@ impl BlobCache {
             index: HashMap::with_capacity(regions),
             slots: (0..regions).map(|_| Slot::free()).collect(),
             free: (0..regions).rev().collect(),
-            accesses: 0,
-            pinned: 0,
             resident: 0,
         };
         tracing::info!(path = %file_path.display(), regions, region_bytes = config.region_bytes, "region cache ready");
@@ -219,6 +243,13 @@ impl BlobCache {
                 file_path,
                 region_bytes: config.region_bytes as usize,
                 state: Mutex::new(state),
+                slot_counters: (0..regions).map(|_| SlotCounters::default()).collect(),
+                accesses: std::sync::atomic::AtomicU64::new(0),
+                exported_hits: std::sync::atomic::AtomicU64::new(0),
+                region_shift: config
+                    .region_bytes
+                    .is_power_of_two()
+                    .then(|| config.region_bytes.trailing_zeros()),
                 counters: Counters::default(),
             }),
         })
@@ -233,6 +264,7 @@ impl BlobCache {
             .head(key)
             .await
             .map_err(|source| CacheError::Storage { source })?;
+        let regions = info.size.div_ceil(self.inner.region_bytes as u64) as usize;
         Ok(CachedObject {
             inner: self.inner.clone(),
             identity: Arc::new(ObjectIdentity {
@@ -240,6 +272,9 @@ impl BlobCache {
                 size: info.size,
                 version: info.version,
             }),
+            region_slots: (0..regions)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
             hints: Mutex::new(Vec::new()),
         })
     }
@@ -252,6 +287,7 @@ impl BlobCache {
 
     /// Returns the cache's counters.
     pub fn stats(&self) -> CacheStats {
+        self.inner.export_hits();
         let state = self.inner.lock();
         let counters = &self.inner.counters;
         let load =
@@ -263,7 +299,11 @@ impl BlobCache {
             evictions: load(&counters.evictions),
             boundary_copies: load(&counters.boundary_copies),
             fill_errors: load(&counters.fill_errors),
-            pinned_regions: state.pinned,
+            pinned_regions: {
+                let pinned = self.inner.pinned_regions();
+                METRICS.pinned_regions.set(pinned as i64);
+                pinned
+            },
             resident_regions: state.resident,
             total_regions: state.slots.len() as u64,
         }
@@ -303,47 +343,123 @@ impl Inner {
     }
 
     fn update_gauges(state: &State) {
-        METRICS.pinned_regions.set(state.pinned as i64);
         METRICS.resident_regions.set(state.resident as i64);
+    }
+
+    /// Returns how many regions readers hold right now.
+    fn pinned_regions(&self) -> u64 {
+        self.slot_counters
+            .iter()
+            .filter(|counters| {
+                let pins = counters.pins.load(Ordering::Acquire);
+                pins & !EVICTING > 0
+            })
+            .count() as u64
     }
 
     /// Counts an access and, every few passes over the table, halves every
     /// frequency (LFU with decay: old popularity fades).
-    fn touch(state: &mut State, slot: usize) {
-        let entry = &mut state.slots[slot];
-        entry.frequency = entry.frequency.saturating_add(1);
-        if entry.pins == 0 {
-            state.pinned += 1;
-        }
-        entry.pins += 1;
-        state.accesses += 1;
-        if state.accesses.is_multiple_of(state.slots.len() as u64 * 4) {
-            for slot in state.slots.iter_mut() {
-                slot.frequency /= 2;
+    fn touch(&self, slot: usize) {
+        // A plain load and store, not a locked add: a lost increment under a race
+        // only blurs the popularity estimate, and the hit path stays cheap.
+        let frequency = &self.slot_counters[slot].frequency;
+        frequency.store(
+            frequency.load(Ordering::Relaxed).saturating_add(1),
+            Ordering::Relaxed,
+        );
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a fill and, every time as many fills as there are regions have
+    /// happened, halves every frequency (LFU with decay: old popularity fades).
+    fn decay_after_fill(&self) {
+        let fills = self.accesses.fetch_add(1, Ordering::Relaxed) + 1;
+        if fills.is_multiple_of(self.slot_counters.len() as u64) {
+            for counters in &self.slot_counters {
+                let frequency = counters.frequency.load(Ordering::Relaxed);
+                counters.frequency.store(frequency / 2, Ordering::Relaxed);
             }
+        }
+        self.export_hits();
+    }
+
+    /// Moves the hit count into the process-wide metric (done on fills and on
+    /// `stats()`, not on every hit).
+    fn export_hits(&self) {
+        let hits = self.counters.hits.load(Ordering::Relaxed);
+        let exported = self.exported_hits.swap(hits, Ordering::Relaxed);
+        METRICS.hits.inc_by(hits.saturating_sub(exported));
+    }
+
+    fn region_of(&self, offset: u64) -> u64 {
+        match self.region_shift {
+            Some(shift) => offset >> shift,
+            None => offset / self.region_bytes as u64,
         }
     }
 
-    /// Picks the least frequently used unpinned ready region and frees it.
+    /// Pins `slot` if it still holds the fill of `generation`; the lock-free hit path.
+    fn try_pin(&self, slot: usize, generation: u64) -> Option<RegionGuard<'_>> {
+        let counters = &self.slot_counters[slot];
+        let previous = counters.pins.fetch_add(1, Ordering::AcqRel);
+        if previous & EVICTING != 0 || counters.generation.load(Ordering::Acquire) != generation {
+            counters.pins.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        self.touch(slot);
+        let length = counters.length.load(Ordering::Acquire);
+        Some(RegionGuard {
+            inner: self,
+            slot,
+            length,
+            filled: false,
+        })
+    }
+
+    /// Picks the least frequently used unpinned ready region, claims it and frees it.
     fn evict(&self, state: &mut State) -> CacheResult<usize> {
-        let victim = state
+        let mut candidates: Vec<(u32, usize)> = state
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, slot)| slot.pins == 0 && matches!(slot.status, SlotStatus::Ready))
-            .min_by_key(|(_, slot)| slot.frequency)
-            .map(|(index, _)| index)
-            .ok_or(CacheError::Full {
-                regions: state.slots.len(),
-            })?;
-        if let Some(key) = state.slots[victim].key.take() {
-            state.index.remove(&key);
+            .filter(|(index, slot)| {
+                matches!(slot.status, SlotStatus::Ready)
+                    && self.slot_counters[*index].pins.load(Ordering::Acquire) == 0
+            })
+            .map(|(index, _)| {
+                (
+                    self.slot_counters[index].frequency.load(Ordering::Relaxed),
+                    index,
+                )
+            })
+            .collect();
+        candidates.sort_unstable();
+        for (_, victim) in candidates {
+            let counters = &self.slot_counters[victim];
+            // Claim: fails if a lock-free reader pinned the slot meanwhile.
+            if counters
+                .pins
+                .compare_exchange(0, EVICTING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            counters.generation.fetch_add(1, Ordering::AcqRel);
+            counters.frequency.store(0, Ordering::Relaxed);
+            if let Some(key) = state.slots[victim].key.take() {
+                state.index.remove(&key);
+            }
+            state.slots[victim] = Slot::free();
+            state.resident -= 1;
+            // Readers that bumped the count while it was marked undo their own bump.
+            counters.pins.fetch_sub(EVICTING, Ordering::AcqRel);
+            self.counters
+                .add(&self.counters.evictions, &METRICS.evictions, 1);
+            return Ok(victim);
         }
-        state.slots[victim] = Slot::free();
-        state.resident -= 1;
-        self.counters
-            .add(&self.counters.evictions, &METRICS.evictions, 1);
-        Ok(victim)
+        Err(CacheError::Full {
+            regions: state.slots.len(),
+        })
     }
 
     /// Returns a pinned guard on region `region` of `object`, filling it on a miss.
@@ -357,15 +473,17 @@ impl Inner {
             if let Some(&slot) = state.index.get(&key) {
                 match &state.slots[slot].status {
                     SlotStatus::Ready => {
-                        Self::touch(&mut state, slot);
-                        let length = state.slots[slot].length;
-                        Self::update_gauges(&state);
+                        // Under the lock nobody evicts, so this pin always holds.
+                        let counters = &self.slot_counters[slot];
+                        counters.pins.fetch_add(1, Ordering::AcqRel);
                         drop(state);
-                        self.counters.add(&self.counters.hits, &METRICS.hits, 1);
+                        self.touch(slot);
+                        let length = counters.length.load(Ordering::Acquire);
                         return Ok(RegionGuard {
                             inner: self,
                             slot,
                             length,
+                            filled: false,
                         });
                     }
                     SlotStatus::Filling(signal) => {
@@ -393,13 +511,12 @@ impl Inner {
             state.slots[slot] = Slot {
                 key: Some(key.clone()),
                 status: SlotStatus::Filling(signal.clone()),
-                pins: 1,
-                frequency: 1,
                 length: 0,
             };
-            state.pinned += 1;
+            let counters = &self.slot_counters[slot];
+            counters.pins.fetch_add(1, Ordering::AcqRel);
+            counters.frequency.store(1, Ordering::Relaxed);
             state.index.insert(key.clone(), slot);
-            Self::update_gauges(&state);
             drop(state);
             return self.fill(&key, slot, &signal);
         }
@@ -418,7 +535,7 @@ impl Inner {
         let end = (start + self.region_bytes as u64).min(object.size);
         let fetched = self.block_on(self.storage.get_range(&object.key, start..end));
         METRICS.fills_in_flight.dec();
-        let mut state = self.lock();
+        let counters = &self.slot_counters[slot];
         match fetched {
             Ok(bytes) => {
                 debug_assert_eq!(
@@ -436,6 +553,8 @@ impl Inner {
                         bytes.len(),
                     )
                 };
+                counters.length.store(bytes.len(), Ordering::Release);
+                let mut state = self.lock();
                 state.slots[slot].status = SlotStatus::Ready;
                 state.slots[slot].length = bytes.len();
                 state.resident += 1;
@@ -447,19 +566,23 @@ impl Inner {
                     bytes.len() as u64,
                 );
                 signal.finish(Ok(()));
+                self.decay_after_fill();
                 Ok(RegionGuard {
                     inner: self,
                     slot,
                     length: bytes.len(),
+                    filled: true,
                 })
             }
             Err(error) => {
-                // Nothing of a failed fill stays: the region goes back to the free list.
+                // Nothing of a failed fill stays: the slot changes hands and goes back
+                // to the free list.
+                let mut state = self.lock();
                 state.index.remove(key);
                 state.slots[slot] = Slot::free();
+                counters.generation.fetch_add(1, Ordering::AcqRel);
+                counters.pins.fetch_sub(1, Ordering::AcqRel);
                 state.free.push(slot);
-                state.pinned -= 1;
-                Self::update_gauges(&state);
                 drop(state);
                 self.counters
                     .add(&self.counters.fill_errors, &METRICS.fill_errors, 1);
@@ -491,6 +614,8 @@ pub struct RegionGuard<'a> {
     inner: &'a Inner,
     slot: usize,
     length: usize,
+    /// True when this read filled the region (a miss).
+    filled: bool,
 }
 
 impl RegionGuard<'_> {
@@ -503,13 +628,9 @@ impl RegionGuard<'_> {
 
 impl Drop for RegionGuard<'_> {
     fn drop(&mut self) {
-        let mut state = self.inner.lock();
-        let slot = &mut state.slots[self.slot];
-        slot.pins -= 1;
-        if slot.pins == 0 {
-            state.pinned -= 1;
-        }
-        Inner::update_gauges(&state);
+        self.inner.slot_counters[self.slot]
+            .pins
+            .fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -541,6 +662,9 @@ impl Deref for CacheBytes<'_> {
 pub struct CachedObject {
     inner: Arc<Inner>,
     identity: Arc<ObjectIdentity>,
+    /// Per region of the object: where it was last seen, as
+    /// `(generation << 24 | slot) + 1` (0 = unknown); checked on use.
+    region_slots: Vec<std::sync::atomic::AtomicU64>,
     hints: Mutex<Vec<(Range<u64>, AccessPattern)>>,
 }
 
@@ -569,11 +693,11 @@ impl CachedObject {
             });
         };
         let region_bytes = self.inner.region_bytes as u64;
-        let first = offset / region_bytes;
+        let first = self.inner.region_of(offset);
         let last = if length == 0 {
             first
         } else {
-            (end - 1) / region_bytes
+            self.inner.region_of(end - 1)
         };
         if first == last {
             let guard = self.acquire(first)?;
@@ -629,7 +753,31 @@ impl CachedObject {
     }
 
     fn acquire(&self, region: u64) -> CacheResult<RegionGuard<'_>> {
+        let remembered = &self.region_slots[region as usize];
+        let hint = remembered.load(Ordering::Acquire);
+        if hint != 0 {
+            let (slot, generation) = (((hint - 1) & SLOT_MASK) as usize, (hint - 1) >> SLOT_BITS);
+            if let Some(guard) = self.inner.try_pin(slot, generation) {
+                return Ok(guard);
+            }
+        }
         let guard = self.inner.acquire(&self.identity, region)?;
+        if guard.filled {
+            self.advise_filled(region, guard.slot);
+        }
+        let generation = self.inner.slot_counters[guard.slot]
+            .generation
+            .load(Ordering::Acquire);
+        remembered.store(
+            ((generation << SLOT_BITS) | guard.slot as u64) + 1,
+            Ordering::Release,
+        );
+        Ok(guard)
+    }
+
+    /// Gives a freshly filled region the advice recorded for its range (once per
+    /// fill: `madvise` is a system call, not something for every read).
+    fn advise_filled(&self, region: u64, slot: usize) {
         let region_bytes = self.inner.region_bytes as u64;
         let region_range = region * region_bytes..(region + 1) * region_bytes;
         let hints = self.hints.lock().unwrap_or_else(|p| p.into_inner());
@@ -637,9 +785,8 @@ impl CachedObject {
             .iter()
             .find(|(range, _)| range.start < region_range.end && region_range.start < range.end)
         {
-            self.inner.advise_region(guard.slot, *pattern);
+            self.inner.advise_region(slot, *pattern);
         }
-        Ok(guard)
     }
 }
 

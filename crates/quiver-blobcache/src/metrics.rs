@@ -52,7 +52,10 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
         "Region fills that failed.",
     ),
     fills_in_flight: gauge("quiver_cache_fills_in_flight", "Region fills in progress."),
-    pinned_regions: gauge("quiver_cache_pinned_regions", "Regions pinned by readers."),
+    pinned_regions: gauge(
+        "quiver_cache_pinned_regions",
+        "Regions pinned by readers (updated when stats are read).",
+    ),
     resident_regions: gauge("quiver_cache_resident_regions", "Regions holding data."),
 });
 
