@@ -36,10 +36,9 @@ pub enum SectionKind {
     Centroids = 2,
     /// Per list: first row, row count, first code block (3 × u32).
     ClusterDirectory = 3,
-    /// RaBitQ codes in blocks of 32 rows (word-major inside a block).
+    /// Per list: its RaBitQ code blocks (32 rows each, word-major inside a block),
+    /// then the same blocks' correction factors (4 × 32 f32 per block).
     Codes = 4,
-    /// Per block: 4 × 32 f32 correction factors.
-    Factors = 5,
     /// Point ids in row order.
     RowIds = 6,
     /// Full vectors in row order (f32 or bf16).
@@ -56,12 +55,11 @@ pub enum SectionKind {
 
 impl SectionKind {
     /// Every kind, in the order the writer emits them.
-    pub const ALL: [SectionKind; 11] = [
+    pub const ALL: [SectionKind; 10] = [
         SectionKind::Header,
         SectionKind::Centroids,
         SectionKind::ClusterDirectory,
         SectionKind::Codes,
-        SectionKind::Factors,
         SectionKind::RowIds,
         SectionKind::RawVectors,
         SectionKind::Payloads,
@@ -83,7 +81,6 @@ impl SectionKind {
             SectionKind::Centroids => "centroids",
             SectionKind::ClusterDirectory => "cluster directory",
             SectionKind::Codes => "codes",
-            SectionKind::Factors => "factors",
             SectionKind::RowIds => "row ids",
             SectionKind::RawVectors => "raw vectors",
             SectionKind::Payloads => "payloads",

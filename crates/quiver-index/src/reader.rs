@@ -123,11 +123,7 @@ impl<S: ByteSource> Segment<S> {
             (SectionKind::ClusterDirectory, (header.nlist * 12) as u64),
             (
                 SectionKind::Codes,
-                (header.blocks * words * header.block_rows * 8) as u64,
-            ),
-            (
-                SectionKind::Factors,
-                (header.blocks * FACTOR_BLOCK_BYTES) as u64,
+                (header.blocks * (words * header.block_rows * 8 + FACTOR_BLOCK_BYTES)) as u64,
             ),
             (
                 SectionKind::RawVectors,
@@ -272,13 +268,12 @@ impl<S: ByteSource> Segment<S> {
     }
 
     /// Returns the bytes that stay hot during search: centroids, list directory,
-    /// codes and factors.
+    /// codes with their factors.
     pub fn hot_bytes(&self) -> u64 {
         [
             SectionKind::Centroids,
             SectionKind::ClusterDirectory,
             SectionKind::Codes,
-            SectionKind::Factors,
         ]
         .into_iter()
         .map(|kind| self.section(kind).length)

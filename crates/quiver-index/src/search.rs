@@ -305,20 +305,17 @@ impl<S: ByteSource> Segment<S> {
             let bound_scale = -multiplier * residual_norm_sq.sqrt() * params.bound_sigma;
 
             let blocks = (entry.rows as usize).div_ceil(RABITQ_BLOCK_ROWS);
-            let code_bytes = self.read(
+            let block_bytes = block_u64s * 8 + FACTOR_BLOCK_BYTES;
+            let list_bytes = self.read(
                 SectionKind::Codes,
-                (entry.block_start as usize * block_u64s * 8) as u64,
-                blocks * block_u64s * 8,
+                (entry.block_start as usize * block_bytes) as u64,
+                blocks * block_bytes,
             )?;
-            let codes: &[u64] = self.cast("codes", &code_bytes)?;
+            let (code_bytes, factor_bytes) = list_bytes.split_at(blocks * block_u64s * 8);
+            let codes: &[u64] = self.cast("codes", code_bytes)?;
             scratch.counts.resize(blocks * RABITQ_BLOCK_ROWS, 0);
             quiver_simd::rabitq_scan_blocks(codes, words, &scratch.planes, &mut scratch.counts);
-            let factor_bytes = self.read(
-                SectionKind::Factors,
-                (entry.block_start as usize * FACTOR_BLOCK_BYTES) as u64,
-                blocks * FACTOR_BLOCK_BYTES,
-            )?;
-            let factors: &[f32] = self.cast("factors", &factor_bytes)?;
+            let factors: &[f32] = self.cast("factors", factor_bytes)?;
 
             let threshold = top.threshold();
             let terms = EstimateTerms {
@@ -373,30 +370,36 @@ impl<S: ByteSource> Segment<S> {
             scratch
                 .candidates
                 .sort_unstable_by(|a, b| a.lower.total_cmp(&b.lower));
-            let row_bytes = header.dim * header.raw_precision.value_bytes();
+            // Each candidate's row is read once, PREFETCH_AHEAD candidates early:
+            // the handle waits in a small ring while the CPU pulls the bytes in.
             const PREFETCH_AHEAD: usize = 3;
-            for ahead in scratch.candidates.iter().take(PREFETCH_AHEAD) {
-                quiver_simd::prefetch_read(&self.read(
+            let row_bytes = header.dim * header.raw_precision.value_bytes();
+            let read_row = |position: usize| -> IndexResult<Option<S::Bytes<'_>>> {
+                let Some(candidate) = scratch.candidates.get(position) else {
+                    return Ok(None);
+                };
+                let bytes = self.read(
                     SectionKind::RawVectors,
-                    ahead.row as u64 * row_bytes as u64,
+                    candidate.row as u64 * row_bytes as u64,
                     row_bytes,
-                )?);
+                )?;
+                quiver_simd::prefetch_read(&bytes);
+                Ok(Some(bytes))
+            };
+            let mut ring: [Option<S::Bytes<'_>>; PREFETCH_AHEAD + 1] = Default::default();
+            for (position, slot) in ring.iter_mut().enumerate().take(PREFETCH_AHEAD) {
+                *slot = read_row(position)?;
             }
             for index in 0..scratch.candidates.len() {
+                ring[(index + PREFETCH_AHEAD) % ring.len()] = read_row(index + PREFETCH_AHEAD)?;
+                let row_bytes_now = ring[index % ring.len()].take().expect("read ahead");
                 let candidate = scratch.candidates[index];
-                if let Some(ahead) = scratch.candidates.get(index + PREFETCH_AHEAD) {
-                    quiver_simd::prefetch_read(&self.read(
-                        SectionKind::RawVectors,
-                        ahead.row as u64 * row_bytes as u64,
-                        row_bytes,
-                    )?);
-                }
                 if candidate.lower >= top.threshold() {
                     reserve.push(candidate.key, candidate.row);
                     continue;
                 }
                 top.push(
-                    self.rescore_row(&scratch.query, candidate.row)?,
+                    self.exact_key(&scratch.query, &row_bytes_now)?,
                     candidate.row,
                 );
                 rescored += 1;

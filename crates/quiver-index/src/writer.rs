@@ -398,12 +398,24 @@ impl SegmentWriter {
             w.write(bytemuck::cast_slice(&directory))
         })?;
         advance();
+        // Per list: its code blocks, then the same blocks' factors, so a probe is
+        // one contiguous read.
         file.section(SectionKind::Codes, |w| {
-            w.write(bytemuck::cast_slice(&codes))
-        })?;
-        advance();
-        file.section(SectionKind::Factors, |w| {
-            w.write(bytemuck::cast_slice(&factors))
+            let code_block = words * RABITQ_BLOCK_ROWS;
+            let factor_block = FACTOR_BLOCK_BYTES / 4;
+            for &[_, size, block_start] in &directory {
+                let (first, count) = (
+                    block_start as usize,
+                    (size as usize).div_ceil(RABITQ_BLOCK_ROWS),
+                );
+                w.write(bytemuck::cast_slice(
+                    &codes[first * code_block..(first + count) * code_block],
+                ))?;
+                w.write(bytemuck::cast_slice(
+                    &factors[first * factor_block..(first + count) * factor_block],
+                ))?;
+            }
+            Ok(())
         })?;
         advance();
         file.section(SectionKind::RowIds, |w| write_ids(w, &self.ids, &order))?;
@@ -476,7 +488,6 @@ impl SegmentWriter {
             SectionKind::Centroids,
             SectionKind::ClusterDirectory,
             SectionKind::Codes,
-            SectionKind::Factors,
         ];
         let hot_bytes: u64 = file
             .entries
