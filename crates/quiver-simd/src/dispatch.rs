@@ -89,7 +89,7 @@ fn detect() -> Kernels {
     #[cfg(target_arch = "x86_64")]
     {
         if crate::x86_avx512::is_supported() {
-            return crate::x86_avx512::KERNELS;
+            return crate::x86_avx512::kernels_for_this_cpu();
         }
         if crate::x86_avx2::is_supported() {
             return crate::x86_avx2::KERNELS;
@@ -114,6 +114,9 @@ pub(crate) fn all_kernel_sets() -> Vec<&'static Kernels> {
         }
         if crate::x86_avx512::is_supported() {
             sets.push(&crate::x86_avx512::KERNELS);
+            if crate::x86_avx512::has_vnni() {
+                sets.push(&crate::x86_avx512::KERNELS_VNNI);
+            }
         }
     }
     #[cfg(target_arch = "aarch64")]

@@ -5,7 +5,8 @@ use std::time::Duration;
 /// How to reach an S3-compatible server. Filled from the usual AWS variables
 /// (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 /// `AWS_SESSION_TOKEN`) or from configuration. `Debug` never prints secrets.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct S3Settings {
     /// Endpoint URL of an S3-compatible server; `None` for AWS itself.
     pub endpoint: Option<String>,
@@ -38,6 +39,19 @@ impl std::fmt::Debug for S3Settings {
 }
 
 impl S3Settings {
+    /// Returns these settings with every unset field taken from `fallback` (config
+    /// file values first, then the environment, say).
+    pub fn or(self, fallback: S3Settings) -> S3Settings {
+        S3Settings {
+            endpoint: self.endpoint.or(fallback.endpoint),
+            region: self.region.or(fallback.region),
+            access_key_id: self.access_key_id.or(fallback.access_key_id),
+            secret_access_key: self.secret_access_key.or(fallback.secret_access_key),
+            session_token: self.session_token.or(fallback.session_token),
+            virtual_hosted_style: self.virtual_hosted_style || fallback.virtual_hosted_style,
+        }
+    }
+
     /// Returns settings from the process environment.
     pub fn from_env() -> Self {
         let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
@@ -94,6 +108,23 @@ impl Default for StorageOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_come_from_config_with_unknown_keys_rejected() {
+        let parsed: S3Settings =
+            serde_json::from_str(r#"{"endpoint": "http://127.0.0.1:9000", "region": "eu-west-1"}"#)
+                .unwrap();
+        assert_eq!(parsed.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        let merged = parsed.or(S3Settings {
+            region: Some("us-east-1".into()),
+            access_key_id: Some("k".into()),
+            ..Default::default()
+        });
+        assert_eq!(merged.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(merged.access_key_id.as_deref(), Some("k"));
+        let error = serde_json::from_str::<S3Settings>(r#"{"endpont": "x"}"#).unwrap_err();
+        assert!(error.to_string().contains("endpont"), "{error}");
+    }
 
     #[test]
     fn debug_output_never_shows_secrets() {

@@ -136,3 +136,31 @@ fn bad_configuration_and_ranges_are_named() {
     let missing = cache.open_blocking("missing/object").err().unwrap();
     assert!(missing.to_string().contains("missing/object"), "{missing}");
 }
+
+#[test]
+fn prefetch_fills_regions_in_the_background() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let directory = tempfile::tempdir().unwrap();
+    let bytes = random_bytes(600_000, 12);
+    put(&runtime, &storage, "prefetched", &bytes);
+    let cache = cache(&runtime, storage, directory.path(), 16, 64 << 10);
+    let object = cache.open_blocking("prefetched").unwrap();
+    // Regions 0..=4 (0..300_000) and region 8 (530_000..540_000).
+    object.prefetch(&[0..300_000, 530_000..540_000]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while cache.stats().resident_regions < 6 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "prefetch did not finish: {:?}",
+            cache.stats()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let misses = cache.stats().misses;
+    assert_eq!(misses, 6);
+    assert!(object.read(250_000, 1000).unwrap()[..] == bytes[250_000..251_000]);
+    assert!(object.read(535_000, 10).unwrap()[..] == bytes[535_000..535_010]);
+    assert_eq!(cache.stats().misses, misses, "prefetched regions are hits");
+    assert_eq!(cache.stats().pinned_regions, 0);
+}
