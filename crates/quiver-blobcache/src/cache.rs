@@ -618,10 +618,18 @@ pub struct RegionGuard<'a> {
     filled: bool,
 }
 
-impl RegionGuard<'_> {
+impl<'a> RegionGuard<'a> {
     fn bytes(&self) -> &[u8] {
-        // SAFETY: the region is Ready and pinned by this guard, so nothing writes
-        // to it until the guard drops; `length` bytes of it were filled.
+        self.bytes_for_cache_lifetime()
+    }
+
+    /// The region's bytes, borrowed for as long as the cache lives. Only handed out
+    /// inside a [`CacheBytes`] that also owns this guard, so the pin outlives every
+    /// use of the slice.
+    fn bytes_for_cache_lifetime(&self) -> &'a [u8] {
+        // SAFETY: the mapping lives as long as `Inner` ('a); the region is Ready and
+        // pinned by this guard, so nothing writes to it until the guard drops, and
+        // `length` bytes of it were filled.
         unsafe { std::slice::from_raw_parts(self.inner.region_pointer(self.slot), self.length) }
     }
 }
@@ -639,8 +647,9 @@ impl Drop for RegionGuard<'_> {
 pub enum CacheBytes<'a> {
     /// A range inside one region.
     Region {
+        /// Keeps the region pinned while `bytes` is in use.
         guard: RegionGuard<'a>,
-        range: Range<usize>,
+        bytes: &'a [u8],
     },
     /// A range spanning regions, copied.
     Copied(Vec<u8>),
@@ -651,7 +660,7 @@ impl Deref for CacheBytes<'_> {
 
     fn deref(&self) -> &[u8] {
         match self {
-            CacheBytes::Region { guard, range } => &guard.bytes()[range.clone()],
+            CacheBytes::Region { bytes, .. } => bytes,
             CacheBytes::Copied(bytes) => bytes,
         }
     }
@@ -702,10 +711,8 @@ impl CachedObject {
         if first == last {
             let guard = self.acquire(first)?;
             let start = (offset - first * region_bytes) as usize;
-            return Ok(CacheBytes::Region {
-                guard,
-                range: start..start + length,
-            });
+            let bytes = &guard.bytes_for_cache_lifetime()[start..start + length];
+            return Ok(CacheBytes::Region { guard, bytes });
         }
         let counters = &self.inner.counters;
         counters.add(&counters.boundary_copies, &METRICS.boundary_copies, 1);
