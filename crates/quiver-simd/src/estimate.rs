@@ -71,54 +71,35 @@ pub(crate) fn estimate_scalar(
     estimate_portable(counts, factors, terms, keys, lowers, masks)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn estimate_avx2_inner(
-    counts: &[u32],
-    factors: &[f32],
-    terms: &EstimateTerms,
-    keys: &mut [f32],
-    lowers: &mut [f32],
-    masks: &mut [u32],
-) {
-    estimate_portable(counts, factors, terms, keys, lowers, masks)
+/// Defines a safe entry point that runs the portable body compiled with `$features`
+/// enabled (the compiler vectorises it for those registers).
+macro_rules! estimate_for_features {
+    ($entry:ident, $features:literal) => {
+        #[cfg(target_arch = "x86_64")]
+        pub(crate) fn $entry(
+            counts: &[u32],
+            factors: &[f32],
+            terms: &EstimateTerms,
+            keys: &mut [f32],
+            lowers: &mut [f32],
+            masks: &mut [u32],
+        ) {
+            #[target_feature(enable = $features)]
+            unsafe fn compiled(
+                counts: &[u32],
+                factors: &[f32],
+                terms: &EstimateTerms,
+                keys: &mut [f32],
+                lowers: &mut [f32],
+                masks: &mut [u32],
+            ) {
+                estimate_portable(counts, factors, terms, keys, lowers, masks)
+            }
+            // SAFETY: installed only after these features were detected on this CPU.
+            unsafe { compiled(counts, factors, terms, keys, lowers, masks) }
+        }
+    };
 }
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn estimate_avx2(
-    counts: &[u32],
-    factors: &[f32],
-    terms: &EstimateTerms,
-    keys: &mut [f32],
-    lowers: &mut [f32],
-    masks: &mut [u32],
-) {
-    // SAFETY: installed only after AVX2 and FMA were detected.
-    unsafe { estimate_avx2_inner(counts, factors, terms, keys, lowers, masks) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
-unsafe fn estimate_avx512_inner(
-    counts: &[u32],
-    factors: &[f32],
-    terms: &EstimateTerms,
-    keys: &mut [f32],
-    lowers: &mut [f32],
-    masks: &mut [u32],
-) {
-    estimate_portable(counts, factors, terms, keys, lowers, masks)
-}
-
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn estimate_avx512(
-    counts: &[u32],
-    factors: &[f32],
-    terms: &EstimateTerms,
-    keys: &mut [f32],
-    lowers: &mut [f32],
-    masks: &mut [u32],
-) {
-    // SAFETY: installed only after the AVX-512 features were detected.
-    unsafe { estimate_avx512_inner(counts, factors, terms, keys, lowers, masks) }
-}
+estimate_for_features!(estimate_avx2, "avx2,fma");
+estimate_for_features!(estimate_avx512, "avx512f,avx512bw,avx512vl,fma");

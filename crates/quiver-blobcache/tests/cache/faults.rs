@@ -129,19 +129,27 @@ impl ObjectStore for FaultyStore {
     }
 }
 
-#[test]
-fn failed_fills_leave_nothing_behind_and_later_reads_succeed() {
-    let runtime = runtime();
+/// Returns a healthy faulty store and a storage over it with `timeout` per operation.
+fn faulty_storage(timeout: Duration) -> (Arc<FaultyStore>, Storage) {
     let faulty = Arc::new(FaultyStore {
         inner: object_store::memory::InMemory::new(),
         fault: Mutex::new(Fault::None),
         gets: AtomicUsize::new(0),
     });
     let options = StorageOptions {
-        operation_timeout: Duration::from_millis(500),
+        operation_timeout: timeout,
         ..Default::default()
     };
-    let storage = Storage::from_store(faulty.clone(), "faulty://", options);
+    (
+        faulty.clone(),
+        Storage::from_store(faulty, "faulty://", options),
+    )
+}
+
+#[test]
+fn failed_fills_leave_nothing_behind_and_later_reads_succeed() {
+    let runtime = runtime();
+    let (faulty, storage) = faulty_storage(Duration::from_millis(500));
     let bytes = random_bytes(400_000, 3);
     put(&runtime, &storage, "segments/s.qseg", &bytes);
     let directory = tempfile::tempdir().unwrap();
@@ -176,16 +184,7 @@ fn failed_fills_leave_nothing_behind_and_later_reads_succeed() {
 #[test]
 fn concurrent_readers_of_one_missing_region_share_one_fill_and_its_error() {
     let runtime = runtime();
-    let faulty = Arc::new(FaultyStore {
-        inner: object_store::memory::InMemory::new(),
-        fault: Mutex::new(Fault::None),
-        gets: AtomicUsize::new(0),
-    });
-    let options = StorageOptions {
-        operation_timeout: Duration::from_millis(400),
-        ..Default::default()
-    };
-    let storage = Storage::from_store(faulty.clone(), "faulty://", options);
+    let (faulty, storage) = faulty_storage(Duration::from_millis(400));
     let bytes = random_bytes(200_000, 4);
     put(&runtime, &storage, "one", &bytes);
     let directory = tempfile::tempdir().unwrap();
