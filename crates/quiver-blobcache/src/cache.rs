@@ -359,6 +359,7 @@ impl Inner {
 
     /// Counts an access and, every few passes over the table, halves every
     /// frequency (LFU with decay: old popularity fades).
+    #[inline]
     fn touch(&self, slot: usize) {
         // A plain load and store, not a locked add: a lost increment under a race
         // only blurs the popularity estimate, and the hit path stays cheap.
@@ -391,6 +392,7 @@ impl Inner {
         METRICS.hits.inc_by(hits.saturating_sub(exported));
     }
 
+    #[inline]
     fn region_of(&self, offset: u64) -> u64 {
         match self.region_shift {
             Some(shift) => offset >> shift,
@@ -399,6 +401,7 @@ impl Inner {
     }
 
     /// Pins `slot` if it still holds the fill of `generation`; the lock-free hit path.
+    #[inline]
     fn try_pin(&self, slot: usize, generation: u64) -> Option<RegionGuard<'_>> {
         let counters = &self.slot_counters[slot];
         let previous = counters.pins.fetch_add(1, Ordering::AcqRel);
@@ -635,6 +638,7 @@ impl<'a> RegionGuard<'a> {
 }
 
 impl Drop for RegionGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.inner.slot_counters[self.slot]
             .pins
@@ -658,6 +662,7 @@ pub enum CacheBytes<'a> {
 impl Deref for CacheBytes<'_> {
     type Target = [u8];
 
+    #[inline]
     fn deref(&self) -> &[u8] {
         match self {
             CacheBytes::Region { bytes, .. } => bytes,
@@ -689,6 +694,7 @@ impl CachedObject {
     }
 
     /// Reads `length` bytes at `offset`.
+    #[inline]
     pub fn read(&self, offset: u64, length: usize) -> CacheResult<CacheBytes<'_>> {
         let end = offset
             .checked_add(length as u64)
@@ -759,6 +765,7 @@ impl CachedObject {
         });
     }
 
+    #[inline]
     fn acquire(&self, region: u64) -> CacheResult<RegionGuard<'_>> {
         let remembered = &self.region_slots[region as usize];
         let hint = remembered.load(Ordering::Acquire);
@@ -804,6 +811,7 @@ impl ByteSource for CachedObject {
         self.identity.size
     }
 
+    #[inline]
     fn read_at(&self, offset: u64, length: usize) -> IndexResult<CacheBytes<'_>> {
         self.read(offset, length).map_err(|error| IndexError::Io {
             object: self.identity.key.clone(),
