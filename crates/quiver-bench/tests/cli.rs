@@ -1,6 +1,21 @@
 //! `quiver-bench gen` then `engine` as a user runs them: real files, real binary.
 
+use std::path::Path;
 use std::process::Command;
+
+/// Returns an `engine` command on the dataset `gen` wrote into `data`.
+fn engine_on(data: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_quiver-bench"));
+    command
+        .arg("engine")
+        .arg("--base")
+        .arg(data.join("base.fvecs"))
+        .arg("--queries")
+        .arg(data.join("queries.fvecs"))
+        .arg("--gt")
+        .arg(data.join("groundtruth.ivecs"));
+    command
+}
 
 #[test]
 fn gen_then_engine_writes_table_json_and_plot() {
@@ -28,14 +43,7 @@ fn gen_then_engine_writes_table_json_and_plot() {
         assert!(data.join(file).exists(), "{file} written");
     }
     let json = directory.path().join("engine.json");
-    let output = Command::new(binary)
-        .arg("engine")
-        .arg("--base")
-        .arg(data.join("base.fvecs"))
-        .arg("--queries")
-        .arg(data.join("queries.fvecs"))
-        .arg("--gt")
-        .arg(data.join("groundtruth.ivecs"))
+    let output = engine_on(&data)
         .args([
             "--metric",
             "cosine",
@@ -132,14 +140,7 @@ fn engine_through_the_region_cache_reports_cold_and_warm_numbers() {
     assert!(status.success());
     let objects = directory.path().join("objects");
     let json = directory.path().join("cached.json");
-    let output = Command::new(binary)
-        .arg("engine")
-        .arg("--base")
-        .arg(data.join("base.fvecs"))
-        .arg("--queries")
-        .arg(data.join("queries.fvecs"))
-        .arg("--gt")
-        .arg(data.join("groundtruth.ivecs"))
+    let output = engine_on(&data)
         .args([
             "--metric",
             "l2",
