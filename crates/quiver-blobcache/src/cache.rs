@@ -13,6 +13,8 @@
 //! memory is written only while `Filling` (by the one filler) and read only while
 //! pinned `Ready` — so a slice handed to a reader never changes under it.
 
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::ops::{Deref, Range};
@@ -20,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use quiver_index::{AccessPattern, ByteSource, IndexError, IndexResult};
+use quiver_index::{AccessPattern, ByteSource, IndexError, IndexResult, ReadSession};
 use quiver_storage::Storage;
 use tokio::runtime::Handle;
 
@@ -337,6 +339,12 @@ impl Inner {
         }
     }
 
+    /// Releases one pin of `slot`.
+    #[inline]
+    fn unpin(&self, slot: usize) {
+        self.slot_counters[slot].pins.fetch_sub(1, Ordering::AcqRel);
+    }
+
     fn region_pointer(&self, slot: usize) -> *mut u8 {
         // SAFETY: slot < regions, so the offset stays inside the mapping.
         unsafe { self.map.as_mut_ptr().add(slot * self.region_bytes) }
@@ -622,6 +630,14 @@ pub struct RegionGuard<'a> {
 }
 
 impl<'a> RegionGuard<'a> {
+    /// Keeps the pin past the guard: returns the slot, whose pin the caller now
+    /// owns and must release with `Inner::unpin`.
+    fn into_pinned_slot(self) -> usize {
+        let slot = self.slot;
+        std::mem::forget(self);
+        slot
+    }
+
     fn bytes(&self) -> &[u8] {
         self.bytes_for_cache_lifetime()
     }
@@ -640,9 +656,7 @@ impl<'a> RegionGuard<'a> {
 impl Drop for RegionGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.inner.slot_counters[self.slot]
-            .pins
-            .fetch_sub(1, Ordering::AcqRel);
+        self.inner.unpin(self.slot);
     }
 }
 
@@ -700,12 +714,7 @@ impl CachedObject {
             .checked_add(length as u64)
             .filter(|&end| end <= self.identity.size);
         let Some(end) = end else {
-            return Err(CacheError::OutOfRange {
-                key: self.identity.key.clone(),
-                offset,
-                length,
-                size: self.identity.size,
-            });
+            return Err(self.out_of_range(offset, length));
         };
         let region_bytes = self.inner.region_bytes as u64;
         let first = self.inner.region_of(offset);
@@ -731,6 +740,27 @@ impl CachedObject {
             copied.extend_from_slice(&guard.bytes()[from as usize..to as usize]);
         }
         Ok(CacheBytes::Copied(copied))
+    }
+
+    fn out_of_range(&self, offset: u64, length: usize) -> CacheError {
+        CacheError::OutOfRange {
+            key: self.identity.key.clone(),
+            offset,
+            length,
+            size: self.identity.size,
+        }
+    }
+
+    fn index_error(&self, error: CacheError) -> IndexError {
+        IndexError::Io {
+            object: self.identity.key.clone(),
+            source: std::io::Error::other(error.to_string()),
+        }
+    }
+
+    /// Starts a read session (see [`CacheSession`]).
+    pub fn session(&self) -> CacheSession<'_> {
+        CacheSession::new(self)
     }
 
     /// Reads many ranges at once (a whole posting list, say): one pinned guard per
@@ -804,8 +834,107 @@ impl CachedObject {
     }
 }
 
+/// A query's reads of one [`CachedObject`]: each region is pinned on its first
+/// read and stays pinned until the session is dropped, so later reads of the same
+/// region are plain slices of the mapping — no atomic operation, no lookup.
+///
+/// A session holds every region it touched for its whole life, so the cache must
+/// hold at least one query's regions; otherwise a read fails with "cache full of
+/// pinned regions" like any other read.
+pub struct CacheSession<'a> {
+    object: &'a CachedObject,
+    /// Per region of the object: `slot + 1` once this session pinned it, else 0.
+    pinned_slots: Vec<Cell<u32>>,
+}
+
+impl<'a> CacheSession<'a> {
+    fn new(object: &'a CachedObject) -> Self {
+        CacheSession {
+            object,
+            pinned_slots: (0..object.region_slots.len())
+                .map(|_| Cell::new(0))
+                .collect(),
+        }
+    }
+
+    /// Returns the slot holding `region`, pinning it on the session's first use.
+    #[inline]
+    fn pinned_slot(&self, region: u64) -> CacheResult<usize> {
+        let remembered = &self.pinned_slots[region as usize];
+        match remembered.get() {
+            0 => {
+                let slot = self.object.acquire(region)?.into_pinned_slot();
+                remembered.set(slot as u32 + 1);
+                Ok(slot)
+            }
+            slot_plus_one => Ok(slot_plus_one as usize - 1),
+        }
+    }
+
+    /// Reads `length` bytes at `offset`: a slice of the mapping inside one region,
+    /// a counted copy across regions.
+    pub fn read(&self, offset: u64, length: usize) -> CacheResult<Cow<'_, [u8]>> {
+        let object = self.object;
+        let end = offset
+            .checked_add(length as u64)
+            .filter(|&end| end <= object.identity.size);
+        let Some(end) = end else {
+            return Err(object.out_of_range(offset, length));
+        };
+        let inner = &object.inner;
+        let first = inner.region_of(offset);
+        let last = if length == 0 {
+            first
+        } else {
+            inner.region_of(end - 1)
+        };
+        if first != last {
+            return object.read(offset, length).map(|bytes| match bytes {
+                CacheBytes::Copied(copied) => Cow::Owned(copied),
+                CacheBytes::Region { bytes, .. } => Cow::Owned(bytes.to_vec()),
+            });
+        }
+        let slot = self.pinned_slot(first)?;
+        let start = (offset - first * inner.region_bytes as u64) as usize;
+        debug_assert!(
+            start + length <= inner.slot_counters[slot].length.load(Ordering::Acquire),
+            "a range inside the object lies inside its region's filled bytes"
+        );
+        // SAFETY: this session holds a pin on `slot` until it is dropped, and the
+        // returned slice borrows the session, so the region stays Ready and
+        // unchanged while the slice lives; `start + length` is inside the region's
+        // filled bytes because `end` is inside the object.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(inner.region_pointer(slot).add(start), length) };
+        Ok(Cow::Borrowed(bytes))
+    }
+}
+
+impl Drop for CacheSession<'_> {
+    fn drop(&mut self) {
+        for remembered in &self.pinned_slots {
+            if let Some(slot) = remembered.get().checked_sub(1) {
+                self.object.inner.unpin(slot as usize);
+            }
+        }
+    }
+}
+
+impl ReadSession for CacheSession<'_> {
+    #[inline]
+    fn read_at(&self, offset: u64, length: usize) -> IndexResult<Cow<'_, [u8]>> {
+        self.read(offset, length)
+            .map_err(|error| self.object.index_error(error))
+    }
+}
+
 impl ByteSource for CachedObject {
     type Bytes<'a> = CacheBytes<'a>;
+    type Session<'a> = CacheSession<'a>;
+
+    fn session(&self) -> CacheSession<'_> {
+        CacheSession::new(self)
+    }
 
     fn size(&self) -> u64 {
         self.identity.size
@@ -813,10 +942,8 @@ impl ByteSource for CachedObject {
 
     #[inline]
     fn read_at(&self, offset: u64, length: usize) -> IndexResult<CacheBytes<'_>> {
-        self.read(offset, length).map_err(|error| IndexError::Io {
-            object: self.identity.key.clone(),
-            source: std::io::Error::other(error.to_string()),
-        })
+        self.read(offset, length)
+            .map_err(|error| self.index_error(error))
     }
 
     fn name(&self) -> &str {

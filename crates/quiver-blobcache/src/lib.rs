@@ -15,6 +15,6 @@ mod cache;
 mod error;
 mod metrics;
 
-pub use cache::{BlobCache, BlobCacheConfig, CacheBytes, CachedObject, RegionGuard};
+pub use cache::{BlobCache, BlobCacheConfig, CacheBytes, CacheSession, CachedObject, RegionGuard};
 pub use error::{CacheError, CacheResult};
 pub use metrics::CacheStats;

@@ -27,7 +27,7 @@ pub use params::{
 };
 pub use reader::Segment;
 pub use search::{Hit, RowFilter, SearchScratch, SearchStats, merge_hits};
-pub use source::{AccessPattern, ByteSource, MemorySource, MmapSource};
+pub use source::{AccessPattern, ByteSource, DirectSession, MemorySource, MmapSource, ReadSession};
 pub use writer::{
     BuildProgress, BuildStage, PointId, SegmentHeader, SegmentSpec, SegmentSummary, SegmentWriter,
     validate_vector,

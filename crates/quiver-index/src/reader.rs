@@ -3,6 +3,7 @@
 //! directory) decoded, and verifies every other chunk's checksum the first time it
 //! is read, so damaged bytes become an error naming the object, never an answer.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{IndexError, IndexResult};
@@ -11,7 +12,7 @@ use crate::format::{self, CHUNK_BYTES, SectionEntry, SectionKind, TRAILER_BYTES}
 use crate::params::{IdType, RawPrecision};
 use crate::rabitq::FACTOR_BLOCK_BYTES;
 use crate::rotation::{Rotation, padded_dimension};
-use crate::source::{AccessPattern, ByteSource};
+use crate::source::{AccessPattern, ByteSource, ReadSession};
 use crate::writer::{PointId, SegmentHeader};
 
 /// One IVF list: its rows and code blocks.
@@ -296,6 +297,27 @@ impl<S: ByteSource> Segment<S> {
         offset: u64,
         length: usize,
     ) -> IndexResult<S::Bytes<'_>> {
+        let absolute = self.checked_range(kind, offset, length)?;
+        self.source.read_at(absolute, length)
+    }
+
+    /// Like [`Segment::read`], through a read session of this segment's source.
+    #[inline]
+    pub(crate) fn read_in<'s, R: ReadSession>(
+        &self,
+        session: &'s R,
+        kind: SectionKind,
+        offset: u64,
+        length: usize,
+    ) -> IndexResult<Cow<'s, [u8]>> {
+        let absolute = self.checked_range(kind, offset, length)?;
+        session.read_at(absolute, length)
+    }
+
+    /// Returns the object offset of a range inside section `kind`, after checking
+    /// it is inside the section and verifying the chunks it touches.
+    #[inline]
+    fn checked_range(&self, kind: SectionKind, offset: u64, length: usize) -> IndexResult<u64> {
         let entry = self.section(kind);
         let end = offset.checked_add(length as u64);
         if end.is_none_or(|end| end > entry.length) {
@@ -315,7 +337,7 @@ impl<S: ByteSource> Segment<S> {
                 self.verify_chunk(&entry, chunk)?;
             }
         }
-        self.source.read_at(entry.offset + offset, length)
+        Ok(entry.offset + offset)
     }
 
     fn verify_chunk(&self, entry: &SectionEntry, chunk: u64) -> IndexResult<()> {

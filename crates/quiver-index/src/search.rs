@@ -13,7 +13,7 @@ use crate::format::SectionKind;
 use crate::params::{Metric, RawPrecision, SearchParams, default_nprobe};
 use crate::rabitq::{self, FACTOR_BLOCK_BYTES};
 use crate::reader::Segment;
-use crate::source::ByteSource;
+use crate::source::{ByteSource, ReadSession};
 
 /// Lists scored exactly beyond 1.5 × `nprobe`, so the 1-bit list estimates only
 /// have to put the right lists in a generous shortlist.
@@ -193,9 +193,15 @@ impl<S: ByteSource> Segment<S> {
         })
     }
 
-    fn rescore_row(&self, query: &[f32], row: u32) -> IndexResult<f32> {
+    fn rescore_row<R: ReadSession>(
+        &self,
+        session: &R,
+        query: &[f32],
+        row: u32,
+    ) -> IndexResult<f32> {
         let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
-        let raw = self.read(
+        let raw = self.read_in(
+            session,
             SectionKind::RawVectors,
             row as u64 * row_bytes as u64,
             row_bytes,
@@ -222,6 +228,9 @@ impl<S: ByteSource> Segment<S> {
             return Err(IndexError::InvalidArgument("k must be at least 1".into()));
         }
         self.prepare_query(query, scratch)?;
+        // Every read of this query goes through one session: a cache pins each
+        // region once for the whole query instead of once per read.
+        let session = self.source.session();
         let header = &self.header;
         let metric = header.metric;
         let padded_dim = header.padded_dim;
@@ -306,7 +315,8 @@ impl<S: ByteSource> Segment<S> {
 
             let blocks = (entry.rows as usize).div_ceil(RABITQ_BLOCK_ROWS);
             let block_bytes = block_u64s * 8 + FACTOR_BLOCK_BYTES;
-            let list_bytes = self.read(
+            let list_bytes = self.read_in(
+                &session,
                 SectionKind::Codes,
                 (entry.block_start as usize * block_bytes) as u64,
                 blocks * block_bytes,
@@ -374,11 +384,12 @@ impl<S: ByteSource> Segment<S> {
             // the handle waits in a small ring while the CPU pulls the bytes in.
             const PREFETCH_AHEAD: usize = 3;
             let row_bytes = header.dim * header.raw_precision.value_bytes();
-            let read_row = |position: usize| -> IndexResult<Option<S::Bytes<'_>>> {
+            let read_row = |position: usize| -> IndexResult<Option<std::borrow::Cow<'_, [u8]>>> {
                 let Some(candidate) = scratch.candidates.get(position) else {
                     return Ok(None);
                 };
-                let bytes = self.read(
+                let bytes = self.read_in(
+                    &session,
                     SectionKind::RawVectors,
                     candidate.row as u64 * row_bytes as u64,
                     row_bytes,
@@ -386,7 +397,8 @@ impl<S: ByteSource> Segment<S> {
                 quiver_simd::prefetch_read(&bytes);
                 Ok(Some(bytes))
             };
-            let mut ring: [Option<S::Bytes<'_>>; PREFETCH_AHEAD + 1] = Default::default();
+            let mut ring: [Option<std::borrow::Cow<'_, [u8]>>; PREFETCH_AHEAD + 1] =
+                Default::default();
             for (position, slot) in ring.iter_mut().enumerate().take(PREFETCH_AHEAD) {
                 *slot = read_row(position)?;
             }
@@ -409,7 +421,10 @@ impl<S: ByteSource> Segment<S> {
         }
         // The guard: the best ruled-out rows by estimate are rescored as well.
         for ranked in reserve.heap.drain() {
-            top.push(self.rescore_row(&scratch.query, ranked.row)?, ranked.row);
+            top.push(
+                self.rescore_row(&session, &scratch.query, ranked.row)?,
+                ranked.row,
+            );
             rescored += 1;
         }
         scratch.reserve = reserve.heap;

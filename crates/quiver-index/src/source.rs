@@ -1,6 +1,7 @@
 //! Byte sources: where a segment's bytes come from. The index never does I/O
 //! itself; it asks a source for ranges and gets borrowed slices back (zero copy).
 
+use std::borrow::Cow;
 use std::ops::Deref;
 use std::path::Path;
 
@@ -39,6 +40,56 @@ pub trait ByteSource: Send + Sync {
 
     /// Hints how a range will be read; sources may ignore it.
     fn advise(&self, _offset: u64, _length: usize, _pattern: AccessPattern) {}
+
+    /// A read session: many reads of one query against this source.
+    type Session<'a>: ReadSession
+    where
+        Self: 'a;
+
+    /// Starts a read session. A cache pins each region once per session (instead
+    /// of once per read) and releases the pins when the session is dropped, so a
+    /// query's hundreds of small reads cost no atomic operations after the first
+    /// touch of each region.
+    fn session(&self) -> Self::Session<'_>;
+}
+
+/// Reads of one query (see [`ByteSource::session`]); bytes borrow the session.
+pub trait ReadSession {
+    /// Returns `length` bytes starting at `offset`: a borrowed slice, or a copy
+    /// when the source had to assemble the range (a cache-region boundary).
+    fn read_at(&self, offset: u64, length: usize) -> IndexResult<Cow<'_, [u8]>>;
+}
+
+/// The session of a source that is one slice of memory (a buffer, a mapped file):
+/// reads are plain borrowed sub-slices.
+pub struct DirectSession<'a> {
+    name: &'a str,
+    bytes: &'a [u8],
+}
+
+impl<'a> DirectSession<'a> {
+    /// Returns a session over the whole object `bytes`, called `name` in errors.
+    pub fn new(name: &'a str, bytes: &'a [u8]) -> Self {
+        DirectSession { name, bytes }
+    }
+}
+
+impl ReadSession for DirectSession<'_> {
+    #[inline]
+    fn read_at(&self, offset: u64, length: usize) -> IndexResult<Cow<'_, [u8]>> {
+        let end = offset
+            .checked_add(length as u64)
+            .filter(|&end| end <= self.bytes.len() as u64);
+        match end {
+            Some(end) => Ok(Cow::Borrowed(&self.bytes[offset as usize..end as usize])),
+            None => Err(out_of_range(
+                self.name,
+                offset,
+                length,
+                self.bytes.len() as u64,
+            )),
+        }
+    }
 }
 
 fn out_of_range(name: &str, offset: u64, length: usize, size: u64) -> IndexError {
@@ -71,13 +122,18 @@ impl MemorySource {
         }
     }
 
-    fn bytes(&self) -> &[u8] {
+    fn whole(&self) -> &[u8] {
         &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.size]
     }
 }
 
 impl ByteSource for MemorySource {
     type Bytes<'a> = &'a [u8];
+    type Session<'a> = DirectSession<'a>;
+
+    fn session(&self) -> DirectSession<'_> {
+        DirectSession::new(&self.name, self.whole())
+    }
 
     fn size(&self) -> u64 {
         self.size as u64
@@ -88,7 +144,7 @@ impl ByteSource for MemorySource {
             .checked_add(length as u64)
             .filter(|&end| end <= self.size as u64);
         match end {
-            Some(end) => Ok(&self.bytes()[offset as usize..end as usize]),
+            Some(end) => Ok(&self.whole()[offset as usize..end as usize]),
             None => Err(out_of_range(&self.name, offset, length, self.size as u64)),
         }
     }
@@ -120,10 +176,19 @@ impl MmapSource {
         })?;
         Ok(MmapSource { name, map })
     }
+
+    fn whole(&self) -> &[u8] {
+        &self.map
+    }
 }
 
 impl ByteSource for MmapSource {
     type Bytes<'a> = &'a [u8];
+    type Session<'a> = DirectSession<'a>;
+
+    fn session(&self) -> DirectSession<'_> {
+        DirectSession::new(&self.name, self.whole())
+    }
 
     fn size(&self) -> u64 {
         self.map.len() as u64

@@ -164,3 +164,98 @@ fn prefetch_fills_regions_in_the_background() {
     assert_eq!(cache.stats().misses, misses, "prefetched regions are hits");
     assert_eq!(cache.stats().pinned_regions, 0);
 }
+
+#[test]
+fn a_session_pins_each_region_once_and_releases_on_drop() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let directory = tempfile::tempdir().unwrap();
+    let bytes = random_bytes(1 << 20, 11);
+    put(&runtime, &storage, "session/object", &bytes);
+    let region_bytes = 64 << 10;
+    let cache = cache(&runtime, storage, directory.path(), 4, region_bytes);
+    let object = cache.open_blocking("session/object").unwrap();
+    let hits_before = cache.stats().hits + cache.stats().misses;
+    {
+        let session = object.session();
+        // Twenty reads inside region 1, all borrowed and alive at once.
+        let reads: Vec<_> = (0..20u64)
+            .map(|index| session.read(region_bytes + index * 1000, 700).unwrap())
+            .collect();
+        for (index, read) in reads.iter().enumerate() {
+            let start = region_bytes as usize + index * 1000;
+            assert!(matches!(read, std::borrow::Cow::Borrowed(_)));
+            assert_eq!(&read[..], &bytes[start..start + 700]);
+        }
+        let stats = cache.stats();
+        assert_eq!(stats.pinned_regions, 1, "{stats:?}");
+        assert_eq!(
+            stats.hits + stats.misses - hits_before,
+            1,
+            "one lookup for twenty reads: {stats:?}"
+        );
+        // A range across regions 2 and 3 is assembled (a counted copy).
+        let across = session.read(3 * region_bytes - 100, 300).unwrap();
+        let start = 3 * region_bytes as usize - 100;
+        assert_eq!(&across[..], &bytes[start..start + 300]);
+        assert!(matches!(across, std::borrow::Cow::Owned(_)));
+        assert_eq!(cache.stats().boundary_copies, 1);
+        let outside = session.read(bytes.len() as u64 - 10, 20).err().unwrap();
+        assert!(outside.to_string().contains("session/object"), "{outside}");
+    }
+    assert_eq!(
+        cache.stats().pinned_regions,
+        0,
+        "the session's pins are released"
+    );
+}
+
+#[test]
+fn concurrent_sessions_under_heavy_eviction_are_exact() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let directory = tempfile::tempdir().unwrap();
+    let region_bytes: u64 = 64 << 10;
+    let bytes = Arc::new(random_bytes(4 << 20, 12));
+    put(&runtime, &storage, "sessions/object", &bytes);
+    // 12 regions for 64 regions of data, 4 threads pinning up to 3 each.
+    let cache = cache(&runtime, storage, directory.path(), 12, region_bytes);
+    let object = cache.open_blocking("sessions/object").unwrap();
+    std::thread::scope(|scope| {
+        for thread in 0..4u64 {
+            let (object, bytes) = (&object, &bytes);
+            scope.spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(100 + thread);
+                let mut sessions = 0;
+                while sessions < 300 {
+                    let session = object.session();
+                    let mut complete = true;
+                    for _ in 0..rng.random_range(1..=3) {
+                        let length = rng.random_range(0..20_000usize);
+                        let offset = rng.random_range(0..(bytes.len() - length) as u64);
+                        match session.read(offset, length) {
+                            Ok(read) => assert!(
+                                read[..] == bytes[offset as usize..offset as usize + length],
+                                "bytes differ at {offset}+{length}"
+                            ),
+                            Err(CacheError::Full { .. }) => {
+                                complete = false;
+                                break;
+                            }
+                            Err(other) => panic!("read failed: {other}"),
+                        }
+                    }
+                    drop(session);
+                    if complete {
+                        sessions += 1;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        }
+    });
+    let stats = cache.stats();
+    assert_eq!(stats.pinned_regions, 0, "{stats:?}");
+    assert!(stats.evictions > 0, "{stats:?}");
+}
