@@ -9,6 +9,8 @@ pub enum StorageErrorKind {
     NotFound,
     /// The store failed or timed out; a retry may succeed.
     Unavailable,
+    /// An object's bytes are damaged or not in a format this build reads.
+    Corrupted,
 }
 
 /// Everything that can go wrong talking to object storage.
@@ -49,6 +51,9 @@ pub enum StorageError {
     /// Creating the bucket failed.
     #[error("creating bucket {bucket}: {reason}")]
     Bootstrap { bucket: String, reason: String },
+    /// An object (WAL, deletion bitmap) failed its checksum or does not decode.
+    #[error("object {key} is corrupted: {reason}")]
+    Corrupted { key: String, reason: String },
 }
 
 impl StorageError {
@@ -63,6 +68,7 @@ impl StorageError {
             | StorageError::Store { .. }
             | StorageError::ShortRead { .. }
             | StorageError::Bootstrap { .. } => StorageErrorKind::Unavailable,
+            StorageError::Corrupted { .. } => StorageErrorKind::Corrupted,
         }
     }
 
