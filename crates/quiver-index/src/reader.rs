@@ -403,6 +403,51 @@ impl<S: ByteSource> Segment<S> {
         }
     }
 
+    /// Returns the id of every row, in row order, with one read of the row-id
+    /// section (what an indexer needs to rebuild its primary-key map).
+    pub fn ids(&self) -> IndexResult<Vec<PointId>> {
+        let object = self.source.name();
+        let rows = self.header.rows as usize;
+        let section = self.section(SectionKind::RowIds);
+        let bytes = self.read(SectionKind::RowIds, 0, section.length as usize)?;
+        match self.header.id_type {
+            IdType::U64 => {
+                if bytes.len() < rows * 8 {
+                    return Err(IndexError::corrupted(object, "row-id section is too short"));
+                }
+                Ok(bytes[..rows * 8]
+                    .chunks_exact(8)
+                    .map(|chunk| PointId::U64(u64::from_le_bytes(chunk.try_into().expect("8"))))
+                    .collect())
+            }
+            IdType::String => {
+                let base = (rows + 1) * 4;
+                if bytes.len() < base {
+                    return Err(IndexError::corrupted(object, "row-id section is too short"));
+                }
+                let offsets: Vec<usize> = bytes[..base]
+                    .chunks_exact(4)
+                    .map(|chunk| u32::from_le_bytes(chunk.try_into().expect("4")) as usize)
+                    .collect();
+                offsets
+                    .windows(2)
+                    .map(|pair| {
+                        let (start, end) = (base + pair[0], base + pair[1]);
+                        if end < start || end > bytes.len() {
+                            return Err(IndexError::corrupted(
+                                object,
+                                "string id offsets are invalid",
+                            ));
+                        }
+                        let text = std::str::from_utf8(&bytes[start..end])
+                            .map_err(|_| IndexError::corrupted(object, "string id is not UTF-8"))?;
+                        Ok(PointId::String(text.to_string()))
+                    })
+                    .collect()
+            }
+        }
+    }
+
     /// Returns the row holding `id`, if this segment has it.
     pub fn row_of(&self, id: &PointId) -> IndexResult<Option<u32>> {
         let rows = self.header.rows;

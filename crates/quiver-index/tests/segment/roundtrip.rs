@@ -30,6 +30,11 @@ fn ids_payloads_vectors_fields_and_lookup_round_trip() {
     let sale = segment.field_column("sale").unwrap().expect("sale");
     assert!(segment.field_column("missing").unwrap().is_none());
     let (vectors, _) = clustered(700, 0, 24, 5, 17);
+    let all_ids = segment.ids().unwrap();
+    assert_eq!(all_ids.len(), 700);
+    for (row, id) in all_ids.iter().enumerate() {
+        assert_eq!(&segment.id(row as u32).unwrap(), id);
+    }
     for input in 0..700u32 {
         let id = PointId::String(format!("doc-{input}"));
         let row = segment.row_of(&id).unwrap().expect("every id is found");
@@ -87,6 +92,11 @@ fn u64_ids_round_trip_and_exact_match_is_first() {
     let summary = writer.finish(&mut bytes, &|_, _, _| {}).unwrap();
     assert_eq!(summary.file_bytes, bytes.len() as u64);
     let segment = Segment::open(MemorySource::new("u64.qseg", &bytes)).unwrap();
+    let all_ids = segment.ids().unwrap();
+    assert_eq!(all_ids.len() as u64, segment.rows());
+    for (row, id) in all_ids.iter().enumerate().step_by(37) {
+        assert_eq!(&segment.id(row as u32).unwrap(), id);
+    }
     let mut scratch = SearchScratch::new();
     for input in (0..2_000u64).step_by(97) {
         let row = segment
