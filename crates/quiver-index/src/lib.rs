@@ -30,5 +30,5 @@ pub use search::{Hit, RowFilter, SearchScratch, SearchStats, merge_hits};
 pub use source::{AccessPattern, ByteSource, DirectSession, MemorySource, MmapSource, ReadSession};
 pub use writer::{
     BuildProgress, BuildStage, PointId, SegmentHeader, SegmentSpec, SegmentSummary, SegmentWriter,
-    validate_vector,
+    validate_point, validate_vector,
 };

@@ -177,6 +177,13 @@ impl MmapSource {
         Ok(MmapSource { name, map })
     }
 
+    /// Returns the source renamed (errors name `name`, e.g. the object key a
+    /// downloaded file came from, instead of the local path).
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     fn whole(&self) -> &[u8] {
         &self.map
     }

@@ -159,6 +159,43 @@ pub fn validate_vector(row: usize, vector: &[f32], dim: usize, metric: Metric) -
     Ok(())
 }
 
+/// Checks one point against `spec` the way [`SegmentWriter::add`] will: id of the
+/// collection's type (string ids 1..=128 bytes), vector of the right dimension with
+/// finite values (non-zero for cosine), payload a JSON object whose schema fields
+/// have the declared types. `row` only numbers the point in messages.
+pub fn validate_point(
+    spec: &SegmentSpec,
+    row: usize,
+    id: &PointId,
+    vector: &[f32],
+    payload: Option<&serde_json::Value>,
+) -> IndexResult<()> {
+    match (id, spec.id_type) {
+        (PointId::U64(_), IdType::U64) => {}
+        (PointId::String(text), IdType::String) => {
+            if text.is_empty() || text.len() > MAX_STRING_ID_BYTES {
+                return Err(IndexError::InvalidArgument(format!(
+                    "string id of row {row} has {} bytes, expected 1..={MAX_STRING_ID_BYTES}",
+                    text.len()
+                )));
+            }
+        }
+        (_, expected) => {
+            return Err(IndexError::InvalidArgument(format!(
+                "id {id} of row {row} does not match the id type {expected:?}"
+            )));
+        }
+    }
+    validate_vector(row, vector, spec.dim, spec.metric)?;
+    if payload.is_some_and(|payload| !payload.is_object()) {
+        return Err(IndexError::InvalidArgument(format!(
+            "payload of row {row} must be a JSON object"
+        )));
+    }
+    fields::extract_values(&spec.fields, row, payload)?;
+    Ok(())
+}
+
 impl SegmentWriter {
     /// Returns an empty writer for segments of `spec`.
     pub fn new(spec: SegmentSpec) -> IndexResult<Self> {
@@ -202,28 +239,7 @@ impl SegmentWriter {
         payload: Option<&serde_json::Value>,
     ) -> IndexResult<()> {
         let row = self.ids.len();
-        match (&id, self.spec.id_type) {
-            (PointId::U64(_), IdType::U64) => {}
-            (PointId::String(text), IdType::String) => {
-                if text.is_empty() || text.len() > MAX_STRING_ID_BYTES {
-                    return Err(IndexError::InvalidArgument(format!(
-                        "string id of row {row} has {} bytes, expected 1..={MAX_STRING_ID_BYTES}",
-                        text.len()
-                    )));
-                }
-            }
-            (_, expected) => {
-                return Err(IndexError::InvalidArgument(format!(
-                    "id {id} of row {row} does not match the id type {expected:?}"
-                )));
-            }
-        }
-        validate_vector(row, vector, self.spec.dim, self.spec.metric)?;
-        if payload.is_some_and(|payload| !payload.is_object()) {
-            return Err(IndexError::InvalidArgument(format!(
-                "payload of row {row} must be a JSON object"
-            )));
-        }
+        validate_point(&self.spec, row, &id, vector, payload)?;
         let values = fields::extract_values(&self.spec.fields, row, payload)?;
         self.ids.push(id);
         if self.spec.metric == Metric::Cosine {

@@ -1,0 +1,25 @@
+//! Quiver's write path (the indexer role's engine): per shard, writes are
+//! group-committed into WAL objects in object storage and acknowledged only once
+//! the metadata service holds them; committed rows are flushed into small L0
+//! segments and merged by a tiered policy; deletes and replaced ids become
+//! deletion bitmaps; a new lease holder rebuilds everything from the manifest and
+//! the WAL tail.
+
+mod catalog;
+mod config;
+mod error;
+mod memtable;
+mod merge;
+mod metrics;
+mod segments;
+mod shard;
+
+#[cfg(any(test, feature = "testsuite"))]
+pub use catalog::MemoryCatalog;
+pub use catalog::{
+    Catalog, CatalogError, DeletesEntry, Manifest, ManifestChange, SegmentEntry, ShardRef,
+    WalEntry, WalPosition, apply_change,
+};
+pub use config::IndexerConfig;
+pub use error::{IndexerError, IndexerErrorKind, IndexerResult};
+pub use shard::{ShardStats, ShardWriter};

@@ -1,0 +1,194 @@
+//! The tiered merge policy (in the spirit of Lucene's): segments are grouped in
+//! size tiers that grow by `merge_factor`; once a tier holds `merge_factor`
+//! segments, its smallest ones are merged into one of the next tier. A segment
+//! with many deleted rows is rewritten alone. Merges never exceed
+//! `max_segment_rows`.
+
+use crate::config::IndexerConfig;
+use crate::segments::ShardIndex;
+
+/// Share of deleted rows above which a segment is rewritten without them.
+const REWRITE_DELETED_FRACTION: f64 = 0.3;
+
+/// Segments to merge into one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MergePlan {
+    pub segment_ids: Vec<String>,
+    /// Tier of the result (names the merged segment).
+    pub level: u32,
+}
+
+/// Returns the tier of a segment with `rows` live rows: 0 below the floor,
+/// then one more per factor of `merge_factor`.
+fn tier(rows: u64, config: &IndexerConfig) -> u32 {
+    let floor = config.merge_floor_rows.max(1) as u64;
+    if rows < floor {
+        return 0;
+    }
+    let mut tier = 1;
+    let mut bound = floor * config.merge_factor as u64;
+    while rows >= bound {
+        tier += 1;
+        bound = bound.saturating_mul(config.merge_factor as u64);
+    }
+    tier
+}
+
+/// Returns the next merge to run, if any. `force` (an admin compaction) merges
+/// every segment it can, however few.
+pub(crate) fn plan_merges(
+    index: &ShardIndex,
+    config: &IndexerConfig,
+    force: bool,
+) -> Option<MergePlan> {
+    let mut segments: Vec<(u64, u64, &str)> = index
+        .entries()
+        .map(|live| {
+            (
+                live.entry.live_rows() as u64,
+                live.entry.rows as u64,
+                live.entry.segment_id.as_str(),
+            )
+        })
+        .collect();
+    segments.sort_unstable();
+    let max_rows = config.max_segment_rows as u64;
+
+    if force {
+        let mut chosen = Vec::new();
+        let mut total = 0;
+        for &(live, _, segment_id) in &segments {
+            if total + live > max_rows {
+                break;
+            }
+            total += live;
+            chosen.push(segment_id.to_string());
+        }
+        let has_deletions = segments
+            .iter()
+            .any(|&(live, rows, id)| live < rows && chosen.iter().any(|c| c == id));
+        if chosen.len() >= 2 || (chosen.len() == 1 && has_deletions) {
+            return Some(MergePlan {
+                level: tier(total, config),
+                segment_ids: chosen,
+            });
+        }
+        return None;
+    }
+
+    for tier_index in 0..=tier(max_rows, config) {
+        let members: Vec<&(u64, u64, &str)> = segments
+            .iter()
+            .filter(|(live, _, _)| tier(*live, config) == tier_index)
+            .collect();
+        if members.len() < config.merge_factor {
+            continue;
+        }
+        let chosen: Vec<&(u64, u64, &str)> =
+            members.into_iter().take(config.merge_factor).collect();
+        let total: u64 = chosen.iter().map(|(live, _, _)| live).sum();
+        if total > max_rows {
+            continue;
+        }
+        return Some(MergePlan {
+            level: tier(total, config),
+            segment_ids: chosen.iter().map(|(_, _, id)| id.to_string()).collect(),
+        });
+    }
+    segments
+        .iter()
+        .find(|(live, rows, _)| {
+            *rows > 0 && (*rows - *live) as f64 > REWRITE_DELETED_FRACTION * *rows as f64
+        })
+        .map(|&(live, _, segment_id)| MergePlan {
+            level: tier(live, config),
+            segment_ids: vec![segment_id.to_string()],
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use roaring::RoaringBitmap;
+
+    use super::*;
+    use crate::catalog::{DeletesEntry, SegmentEntry};
+
+    fn index_of(sizes: &[(u32, u32)]) -> ShardIndex {
+        let mut index = ShardIndex::default();
+        for (number, &(rows, deleted)) in sizes.iter().enumerate() {
+            let entry = SegmentEntry {
+                segment_id: format!("s{number:03}"),
+                key: format!("k{number}"),
+                rows,
+                size_bytes: rows as u64 * 100,
+                deletes: (deleted > 0).then(|| DeletesEntry {
+                    key: format!("d{number}"),
+                    version: 1,
+                    deleted_rows: deleted,
+                }),
+            };
+            index.add_segment(entry, RoaringBitmap::new(), Vec::new());
+        }
+        index
+    }
+
+    fn config() -> IndexerConfig {
+        IndexerConfig {
+            merge_factor: 4,
+            merge_floor_rows: 1000,
+            max_segment_rows: 100_000,
+            ..IndexerConfig::default()
+        }
+    }
+
+    #[test]
+    fn tiers_grow_by_the_merge_factor() {
+        let config = config();
+        assert_eq!(tier(0, &config), 0);
+        assert_eq!(tier(999, &config), 0);
+        assert_eq!(tier(1000, &config), 1);
+        assert_eq!(tier(3999, &config), 1);
+        assert_eq!(tier(4000, &config), 2);
+        assert_eq!(tier(16_000, &config), 3);
+    }
+
+    #[test]
+    fn a_full_tier_merges_its_smallest_segments() {
+        let config = config();
+        assert_eq!(plan_merges(&index_of(&[(500, 0); 3]), &config, false), None);
+        let plan = plan_merges(
+            &index_of(&[(500, 0), (600, 0), (700, 0), (800, 0), (900, 0), (5000, 0)]),
+            &config,
+            false,
+        )
+        .unwrap();
+        assert_eq!(plan.segment_ids, vec!["s000", "s001", "s002", "s003"]);
+        assert_eq!(plan.level, 1);
+    }
+
+    #[test]
+    fn merges_never_exceed_the_maximum_segment() {
+        let config = IndexerConfig {
+            max_segment_rows: 3000,
+            ..config()
+        };
+        // Four segments of tier 1 adding up to 4000 > 3000: no tiered merge.
+        assert_eq!(
+            plan_merges(&index_of(&[(1000, 0); 4]), &config, false),
+            None
+        );
+        // Compaction takes as many as fit.
+        let plan = plan_merges(&index_of(&[(1000, 0); 4]), &config, true).unwrap();
+        assert_eq!(plan.segment_ids.len(), 3);
+    }
+
+    #[test]
+    fn heavily_deleted_segments_are_rewritten_and_compaction_stops() {
+        let config = config();
+        let plan = plan_merges(&index_of(&[(5000, 2000), (70_000, 0)]), &config, false).unwrap();
+        assert_eq!(plan.segment_ids, vec!["s000"]);
+        assert_eq!(plan_merges(&index_of(&[(5000, 0)]), &config, true), None);
+        let plan = plan_merges(&index_of(&[(5000, 10)]), &config, true).unwrap();
+        assert_eq!(plan.segment_ids, vec!["s000"]);
+    }
+}

@@ -1,0 +1,96 @@
+//! Prometheus metrics of the write path.
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    Histogram, IntCounter, IntGaugeVec, register_histogram, register_int_counter,
+    register_int_gauge_vec,
+};
+
+pub(crate) struct IndexerMetrics {
+    pub rows_written: IntCounter,
+    pub wal_batches: IntCounter,
+    pub wal_bytes: IntCounter,
+    pub wal_put_seconds: Histogram,
+    pub wal_commit_seconds: Histogram,
+    pub backpressure_rejections: IntCounter,
+    pub flushes: IntCounter,
+    pub flush_seconds: Histogram,
+    pub merges: IntCounter,
+    pub merge_seconds: Histogram,
+    pub unflushed_rows: IntGaugeVec,
+    pub segments: IntGaugeVec,
+}
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+const JOB_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
+];
+
+pub(crate) static METRICS: LazyLock<IndexerMetrics> = LazyLock::new(|| IndexerMetrics {
+    rows_written: register_int_counter!(
+        "quiver_indexer_rows_written_total",
+        "Upserts and deletes acknowledged (durable in the WAL)."
+    )
+    .expect("metric registers once"),
+    wal_batches: register_int_counter!(
+        "quiver_indexer_wal_batches_total",
+        "WAL objects committed (one per group commit)."
+    )
+    .expect("metric registers once"),
+    wal_bytes: register_int_counter!(
+        "quiver_indexer_wal_bytes_total",
+        "Bytes of WAL objects committed."
+    )
+    .expect("metric registers once"),
+    wal_put_seconds: register_histogram!(
+        "quiver_indexer_wal_put_duration_seconds",
+        "Time to PUT one WAL object to object storage.",
+        LATENCY_BUCKETS.to_vec()
+    )
+    .expect("metric registers once"),
+    wal_commit_seconds: register_histogram!(
+        "quiver_indexer_wal_commit_duration_seconds",
+        "Time for the metadata service to commit one WAL object.",
+        LATENCY_BUCKETS.to_vec()
+    )
+    .expect("metric registers once"),
+    backpressure_rejections: register_int_counter!(
+        "quiver_indexer_backpressure_rejections_total",
+        "Writes refused because too many rows waited for a flush."
+    )
+    .expect("metric registers once"),
+    flushes: register_int_counter!(
+        "quiver_indexer_flushes_total",
+        "Flushes committed (WAL rows moved into L0 segments)."
+    )
+    .expect("metric registers once"),
+    flush_seconds: register_histogram!(
+        "quiver_indexer_flush_duration_seconds",
+        "Duration of a flush, build and upload included.",
+        JOB_BUCKETS.to_vec()
+    )
+    .expect("metric registers once"),
+    merges: register_int_counter!("quiver_indexer_merges_total", "Merges committed.")
+        .expect("metric registers once"),
+    merge_seconds: register_histogram!(
+        "quiver_indexer_merge_duration_seconds",
+        "Duration of a merge, downloads, build and upload included.",
+        JOB_BUCKETS.to_vec()
+    )
+    .expect("metric registers once"),
+    unflushed_rows: register_int_gauge_vec!(
+        "quiver_indexer_unflushed_rows",
+        "Committed ids waiting for a flush, per shard.",
+        &["shard"]
+    )
+    .expect("metric registers once"),
+    segments: register_int_gauge_vec!(
+        "quiver_indexer_segments",
+        "Live segments per shard.",
+        &["shard"]
+    )
+    .expect("metric registers once"),
+});

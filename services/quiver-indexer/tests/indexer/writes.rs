@@ -1,0 +1,291 @@
+//! Group commit, flushes, replacements, deletes, backpressure, merges, bad input.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use quiver_index::PointId;
+use quiver_indexer::{Catalog, IndexerConfig, IndexerErrorKind, MemoryCatalog};
+use quiver_storage::{Storage, WalRecord};
+
+use crate::support::*;
+
+async fn acknowledged_writes_survive_flushes(storage: Storage) {
+    let catalog = Arc::new(MemoryCatalog::default());
+    let writer = Arc::new(open_writer(&storage, &catalog, 1, manual_config()).await);
+    // 40 concurrent writers of 5 points each land in a few group commits.
+    let mut tasks = Vec::new();
+    for client in 0..40u64 {
+        let writer = writer.clone();
+        tasks.push(tokio::spawn(async move {
+            let records = (0..5).map(|i| upsert(client * 5 + i, 0)).collect();
+            writer.write(records).await
+        }));
+    }
+    let mut positions = Vec::new();
+    for task in tasks {
+        positions.push(task.await.unwrap().expect("write acknowledged"));
+    }
+    positions.sort();
+    positions.dedup();
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    assert_eq!(manifest.wal_tail.len(), positions.len());
+    assert!(
+        positions.len() < 40,
+        "40 concurrent writes became {} WAL objects",
+        positions.len()
+    );
+    let mut expected: HashMap<u64, u32> = (0..200).map(|id| (id, 0)).collect();
+    assert_contents(&storage, &manifest, &expected).await;
+
+    // Flush: one L0 segment, the tail trimmed, the same contents.
+    assert!(writer.flush().await.unwrap());
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    assert_eq!(manifest.segments.len(), 1);
+    assert!(manifest.wal_tail.is_empty());
+    assert_eq!(manifest.segments[0].rows, 200);
+    assert_contents(&storage, &manifest, &expected).await;
+    assert!(!writer.flush().await.unwrap(), "nothing left to flush");
+
+    // Replace some, delete some, add some: the old copies get a deletion bitmap.
+    writer
+        .write(vec![
+            upsert(3, 1),
+            upsert(150, 1),
+            delete(7),
+            delete(9999),
+            upsert(500, 0),
+        ])
+        .await
+        .unwrap();
+    expected.insert(3, 1);
+    expected.insert(150, 1);
+    expected.remove(&7);
+    expected.insert(500, 0);
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    assert_contents(&storage, &manifest, &expected).await;
+    assert!(writer.flush().await.unwrap());
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    assert_eq!(manifest.segments.len(), 2);
+    let first = manifest
+        .segments
+        .iter()
+        .find(|segment| segment.rows == 200)
+        .unwrap();
+    assert_eq!(first.deletes.as_ref().unwrap().deleted_rows, 3);
+    assert_contents(&storage, &manifest, &expected).await;
+    let stats = writer.stats();
+    assert_eq!(stats.unflushed_rows, 0);
+    assert_eq!(stats.segment_rows, expected.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_flushes_in_memory() {
+    acknowledged_writes_survive_flushes(memory_storage()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_flushes_on_the_s3_server() {
+    if let Some(storage) = s3_storage().await {
+        acknowledged_writes_survive_flushes(storage).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_writes_are_refused_and_write_nothing() {
+    let storage = memory_storage();
+    let catalog = Arc::new(MemoryCatalog::default());
+    let writer = open_writer(&storage, &catalog, 1, manual_config()).await;
+    let cases: Vec<(Vec<WalRecord>, &str)> = vec![
+        (Vec::new(), "no points"),
+        (
+            vec![
+                upsert(1, 0),
+                WalRecord::Upsert {
+                    id: PointId::U64(2),
+                    vector: vec![1.0; DIM + 1],
+                    payload: Vec::new(),
+                },
+            ],
+            "dimension 9, expected 8",
+        ),
+        (
+            vec![WalRecord::Upsert {
+                id: PointId::U64(2),
+                vector: {
+                    let mut v = vector(2, 0);
+                    v[3] = f32::NAN;
+                    v
+                },
+                payload: Vec::new(),
+            }],
+            "non-finite value at position 3",
+        ),
+        (
+            vec![WalRecord::Upsert {
+                id: PointId::String("doc".into()),
+                vector: vector(2, 0),
+                payload: Vec::new(),
+            }],
+            "does not match the id type",
+        ),
+        (
+            vec![WalRecord::Upsert {
+                id: PointId::U64(2),
+                vector: vector(2, 0),
+                payload: b"[1, 2]".to_vec(),
+            }],
+            "must be a JSON object",
+        ),
+        (
+            vec![WalRecord::Upsert {
+                id: PointId::U64(2),
+                vector: vector(2, 0),
+                payload: b"{not json".to_vec(),
+            }],
+            "not JSON",
+        ),
+    ];
+    for (records, message) in cases {
+        let error = writer.write(records).await.unwrap_err();
+        assert_eq!(error.kind(), IndexerErrorKind::InvalidArgument, "{error}");
+        assert!(
+            error.to_string().contains(message),
+            "{error} lacks {message:?}"
+        );
+    }
+    assert!(
+        storage.list("").await.unwrap().is_empty(),
+        "nothing was written"
+    );
+    assert!(
+        catalog
+            .manifest(&shard())
+            .await
+            .unwrap()
+            .wal_tail
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_failures_fail_writes_or_are_reconciled() {
+    let storage = memory_storage();
+    let catalog = Arc::new(MemoryCatalog::default());
+    let writer = open_writer(&storage, &catalog, 1, manual_config()).await;
+    writer.write(vec![upsert(1, 0)]).await.unwrap();
+
+    // Refused before applying: the write fails, nothing of it is committed.
+    catalog.fail_commits.store(true, Ordering::Relaxed);
+    let error = writer.write(vec![upsert(2, 0)]).await.unwrap_err();
+    assert_eq!(error.kind(), IndexerErrorKind::Unavailable, "{error}");
+    catalog.fail_commits.store(false, Ordering::Relaxed);
+
+    // The catalog unreachable altogether: the outcome is unknown, the write
+    // fails, and the writer refuses writes until it has resynchronised.
+    catalog.fail_before.store(true, Ordering::Relaxed);
+    let error = writer.write(vec![upsert(20, 0)]).await.unwrap_err();
+    assert_eq!(error.kind(), IndexerErrorKind::Unavailable, "{error}");
+    catalog.fail_before.store(false, Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match writer.write(vec![upsert(21, 0)]).await {
+            Ok(_) => break,
+            Err(error) if std::time::Instant::now() < deadline => {
+                assert_eq!(error.kind(), IndexerErrorKind::Unavailable, "{error}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(error) => panic!("writer never recovered: {error}"),
+        }
+    }
+
+    // Applied but reported as failed: the writer checks the manifest and acks.
+    catalog.fail_after.store(true, Ordering::Relaxed);
+    let ambiguous = writer.write(vec![upsert(3, 0)]).await;
+    catalog.fail_after.store(false, Ordering::Relaxed);
+    assert!(ambiguous.is_ok(), "{ambiguous:?}");
+
+    writer.write(vec![upsert(4, 0)]).await.unwrap();
+    // Point 20 was refused (never applied); the resync did not invent it.
+    let expected: HashMap<u64, u32> = [(1, 0), (3, 0), (4, 0), (21, 0)].into_iter().collect();
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    assert_contents(&storage, &manifest, &expected).await;
+    writer.flush().await.unwrap();
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    assert_contents(&storage, &manifest, &expected).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_unflushed_rows_push_back() {
+    let storage = memory_storage();
+    let catalog = Arc::new(MemoryCatalog::default());
+    let config = IndexerConfig {
+        flush_rows: 50,
+        max_unflushed_rows: 100,
+        ..manual_config()
+    };
+    let writer = open_writer(&storage, &catalog, 1, config).await;
+    // Stop flushes from catching up: the catalog refuses manifest reads.
+    writer
+        .write((0..100).map(|id| upsert(id, 0)).collect())
+        .await
+        .unwrap();
+    let error = writer.write(vec![upsert(1000, 0)]).await.unwrap_err();
+    assert_eq!(error.kind(), IndexerErrorKind::ResourceExhausted, "{error}");
+    assert!(error.to_string().contains("retry in about"), "{error}");
+    writer.flush().await.unwrap();
+    writer.write(vec![upsert(1000, 0)]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_flushes_and_tiered_merges_keep_every_point() {
+    let storage = memory_storage();
+    let catalog = Arc::new(MemoryCatalog::default());
+    let config = IndexerConfig {
+        commit_window_ms: 2,
+        flush_interval_ms: 50,
+        flush_rows: 100,
+        max_unflushed_rows: 100_000,
+        merge_factor: 3,
+        merge_floor_rows: 50,
+        max_segment_rows: 100_000,
+        ..IndexerConfig::default()
+    };
+    let writer = open_writer(&storage, &catalog, 1, config).await;
+    let mut expected = HashMap::new();
+    for round in 0..12u64 {
+        let records: Vec<WalRecord> = (0..120)
+            .map(|i| {
+                let id = (round * 120 + i) % 700;
+                upsert(id, round as u32)
+            })
+            .chain((0..10).map(|i| delete(round * 37 + i)))
+            .collect();
+        for record in &records {
+            match record {
+                WalRecord::Upsert {
+                    id: PointId::U64(id),
+                    ..
+                } => {
+                    expected.insert(*id, round as u32);
+                }
+                WalRecord::Delete {
+                    id: PointId::U64(id),
+                } => {
+                    expected.remove(id);
+                }
+                _ => unreachable!(),
+            }
+        }
+        writer.write(records).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+    }
+    // Let the background settle, then compact everything.
+    writer.compact().await.unwrap();
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    assert_contents(&storage, &manifest, &expected).await;
+    assert_eq!(manifest.segments.len(), 1, "compaction leaves one segment");
+    let segment = &manifest.segments[0];
+    assert_eq!(segment.live_rows() as usize, expected.len());
+    assert!(segment.deletes.is_none(), "compaction dropped deleted rows");
+}
