@@ -8,6 +8,7 @@ mod bootstrap;
 mod error;
 pub mod keys;
 mod location;
+pub mod manifest;
 mod metrics;
 mod settings;
 mod storage;

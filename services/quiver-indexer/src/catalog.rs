@@ -1,112 +1,13 @@
 //! What the write path needs from the metadata service: a shard's manifest and
 //! the two fenced commits. The cluster implements [`Catalog`] over meta's gRPC
-//! client; tests use an in-memory one.
+//! client; tests use an in-memory one. The manifest model itself lives in
+//! `quiver-storage` (searchers read it too).
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
-
-/// One shard of one collection.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ShardRef {
-    /// The collection's id (not its name: a dropped and re-created collection
-    /// gets a new id, so its objects never mix with the old ones).
-    pub collection_id: String,
-    /// Shard number, `0..shards`.
-    pub shard: u32,
-}
-
-impl std::fmt::Display for ShardRef {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(formatter, "{}/{}", self.collection_id, self.shard)
-    }
-}
-
-/// A position in a shard's write history: WAL batches are ordered by
-/// `(epoch, sequence)`; the sequence restarts at 1 in every lease epoch.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-pub struct WalPosition {
-    /// Lease epoch of the writer.
-    pub epoch: u64,
-    /// Batch number within the epoch.
-    pub sequence: u64,
-}
-
-/// A committed WAL object whose rows are not in a segment yet.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WalEntry {
-    /// Where the batch sits in the history.
-    pub position: WalPosition,
-    /// Object key.
-    pub key: String,
-    /// Records in the batch.
-    pub rows: u32,
-}
-
-/// A segment's deletion bitmap at one version.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeletesEntry {
-    /// Object key of the bitmap.
-    pub key: String,
-    /// Version (increases with every new bitmap of the segment).
-    pub version: u64,
-    /// Rows deleted.
-    pub deleted_rows: u32,
-}
-
-/// A live segment of a shard.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SegmentEntry {
-    /// Unique id within the shard.
-    pub segment_id: String,
-    /// Object key.
-    pub key: String,
-    /// Rows in the segment (deleted ones included).
-    pub rows: u32,
-    /// Object size.
-    pub size_bytes: u64,
-    /// The current deletion bitmap, if any row is deleted.
-    pub deletes: Option<DeletesEntry>,
-}
-
-impl SegmentEntry {
-    /// Returns the rows not deleted.
-    pub fn live_rows(&self) -> u32 {
-        self.rows
-            - self
-                .deletes
-                .as_ref()
-                .map_or(0, |deletes| deletes.deleted_rows)
-    }
-}
-
-/// A shard's manifest: what a searcher must read to answer from the shard.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// Increases with every change.
-    pub version: u64,
-    /// Live segments.
-    pub segments: Vec<SegmentEntry>,
-    /// Committed WAL batches not in any segment yet, in history order.
-    pub wal_tail: Vec<WalEntry>,
-}
-
-/// One atomic change of a manifest (a flush or a merge).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ManifestChange {
-    /// Segments added.
-    pub add_segments: Vec<SegmentEntry>,
-    /// Ids of segments removed.
-    pub remove_segments: Vec<String>,
-    /// New deletion bitmaps of existing segments: `(segment_id, bitmap)`.
-    pub set_deletes: Vec<(String, DeletesEntry)>,
-    /// Drop WAL tail entries up to and including this position.
-    pub trim_wal_through: Option<WalPosition>,
-    /// Objects no longer referenced once this change commits (to delete after
-    /// a grace period).
-    pub retire_keys: Vec<String>,
-}
+pub use quiver_storage::manifest::{
+    DeletesEntry, Manifest, ManifestChange, SegmentEntry, ShardRef, WalEntry, WalPosition,
+    apply_change,
+};
 
 /// Why the catalog refused or failed a call.
 #[derive(Debug, thiserror::Error)]
@@ -154,61 +55,6 @@ pub trait Catalog: Send + Sync + 'static {
         epoch: u64,
         change: ManifestChange,
     ) -> Result<Manifest, CatalogError>;
-}
-
-/// Applies `change` to `manifest` (the rules every catalog implements), or
-/// says why it cannot apply.
-pub fn apply_change(manifest: &mut Manifest, change: &ManifestChange) -> Result<(), String> {
-    for removed in &change.remove_segments {
-        if !manifest
-            .segments
-            .iter()
-            .any(|segment| &segment.segment_id == removed)
-        {
-            return Err(format!("segment {removed} is not in the manifest"));
-        }
-    }
-    for (segment_id, _) in &change.set_deletes {
-        let known = manifest
-            .segments
-            .iter()
-            .chain(&change.add_segments)
-            .any(|segment| &segment.segment_id == segment_id);
-        if !known || change.remove_segments.contains(segment_id) {
-            return Err(format!(
-                "deletes for segment {segment_id}, which is not live"
-            ));
-        }
-    }
-    for added in &change.add_segments {
-        if manifest
-            .segments
-            .iter()
-            .any(|segment| segment.segment_id == added.segment_id)
-        {
-            return Err(format!("segment {} is already live", added.segment_id));
-        }
-    }
-    manifest
-        .segments
-        .retain(|segment| !change.remove_segments.contains(&segment.segment_id));
-    manifest
-        .segments
-        .extend(change.add_segments.iter().cloned());
-    for (segment_id, deletes) in &change.set_deletes {
-        if let Some(segment) = manifest
-            .segments
-            .iter_mut()
-            .find(|segment| &segment.segment_id == segment_id)
-        {
-            segment.deletes = Some(deletes.clone());
-        }
-    }
-    if let Some(through) = change.trim_wal_through {
-        manifest.wal_tail.retain(|entry| entry.position > through);
-    }
-    manifest.version += 1;
-    Ok(())
 }
 
 #[cfg(any(test, feature = "testsuite"))]
