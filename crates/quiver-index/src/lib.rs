@@ -8,6 +8,7 @@
 
 mod error;
 mod fields;
+mod filter;
 mod format;
 mod kmeans;
 mod params;
@@ -20,6 +21,7 @@ mod writer;
 
 pub use error::{IndexError, IndexErrorKind, IndexResult};
 pub use fields::{FieldColumn, FieldKind, FieldSpec, FieldValue};
+pub use filter::{CompareOp, Filter, Literal, MAX_FILTER_DEPTH};
 pub use format::{FORMAT_VERSION, SectionEntry, SectionKind};
 pub use params::{
     BuildParams, IdType, MAX_STRING_ID_BYTES, Metric, RawPrecision, SearchParams, default_nlist,

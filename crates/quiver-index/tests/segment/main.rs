@@ -2,5 +2,6 @@
 
 mod corruption;
 mod data;
+mod filters;
 mod recall;
 mod roundtrip;
