@@ -404,8 +404,8 @@ fn compare_column(
                 .iter()
                 .map(|entry| op.holds(entry.as_str().cmp(text)))
                 .collect();
-            for row in 0..rows {
-                if present(bits, row) && accepted[codes[row] as usize] {
+            for (row, &code) in codes.iter().enumerate().take(rows) {
+                if present(bits, row) && accepted[code as usize] {
                     matched.insert(row as u32);
                 }
             }
@@ -414,13 +414,13 @@ fn compare_column(
             values,
             present: bits,
         } => {
-            for row in 0..rows {
+            for (row, &value) in values.iter().enumerate().take(rows) {
                 if !present(bits, row) {
                     continue;
                 }
                 let ordering = match literal {
-                    Literal::Integer(literal) => Some(values[row].cmp(literal)),
-                    Literal::Float(literal) => (values[row] as f64).partial_cmp(literal),
+                    Literal::Integer(literal) => Some(value.cmp(literal)),
+                    Literal::Float(literal) => (value as f64).partial_cmp(literal),
                     _ => None,
                 };
                 if ordering.is_some_and(|ordering| op.holds(ordering)) {
@@ -435,9 +435,9 @@ fn compare_column(
             let Some(literal) = literal.number() else {
                 return matched;
             };
-            for row in 0..rows {
+            for (row, value) in values.iter().enumerate().take(rows) {
                 if present(bits, row)
-                    && values[row]
+                    && value
                         .partial_cmp(&literal)
                         .is_some_and(|ordering| op.holds(ordering))
                 {
@@ -452,8 +452,8 @@ fn compare_column(
             let Literal::Bool(literal) = literal else {
                 return matched;
             };
-            for row in 0..rows {
-                if present(bits, row) && op.holds(values[row].cmp(literal)) {
+            for (row, value) in values.iter().enumerate().take(rows) {
+                if present(bits, row) && op.holds(value.cmp(literal)) {
                     matched.insert(row as u32);
                 }
             }
