@@ -446,6 +446,20 @@ pub fn run(options: &EngineOptions) -> Result<()> {
 /// Prints the segments' list layout; returns their list counts.
 fn describe<S: ByteSource>(segments: &[Segment<S>]) -> Vec<usize> {
     let nlist: Vec<usize> = segments.iter().map(|s| s.header().nlist).collect();
+    let options = quiver_index::CalibrationOptions::default();
+    for (index, segment) in segments.iter().enumerate() {
+        let started = std::time::Instant::now();
+        match quiver_index::calibrate_nprobe(segment, &options) {
+            Ok(calibration) => println!(
+                "segment {index}: calibrated default nprobe {} (sample recall {:.3} for target {:.2}, {:.1} s)",
+                calibration.nprobe,
+                calibration.recall,
+                options.target_recall,
+                started.elapsed().as_secs_f64()
+            ),
+            Err(error) => println!("segment {index}: calibration failed: {error}"),
+        }
+    }
     let mut sizes: Vec<u32> = segments.iter().flat_map(|s| s.list_sizes()).collect();
     sizes.sort_unstable();
     if let (Some(smallest), Some(largest)) = (sizes.first(), sizes.last()) {

@@ -6,6 +6,7 @@
 //! `std::io::Write`, the reader pulls ranges through a [`ByteSource`] that hands
 //! out borrowed slices (a memory buffer, a mapped file, or the search node's cache).
 
+mod calibrate;
 mod error;
 mod fields;
 mod filter;
@@ -19,6 +20,7 @@ mod search;
 mod source;
 mod writer;
 
+pub use calibrate::{Calibration, CalibrationOptions, calibrate_nprobe};
 pub use error::{IndexError, IndexErrorKind, IndexResult};
 pub use fields::{FieldColumn, FieldKind, FieldSpec, FieldValue};
 pub use filter::{CompareOp, Filter, Literal, MAX_FILTER_DEPTH};

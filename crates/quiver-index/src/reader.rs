@@ -543,7 +543,7 @@ impl<S: ByteSource> Segment<S> {
         fields::decode_column(self.source.name(), &bytes, name, self.header.rows as usize)
     }
 
-    fn check_row(&self, row: u32) -> IndexResult<()> {
+    pub(crate) fn check_row(&self, row: u32) -> IndexResult<()> {
         if row as u64 >= self.header.rows {
             return Err(IndexError::InvalidArgument(format!(
                 "row {row} is outside segment {} of {} rows",

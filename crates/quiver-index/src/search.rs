@@ -446,6 +446,35 @@ impl<S: ByteSource> Segment<S> {
         hits
     }
 
+    /// Returns the exact top-`k` of the given rows (a selective filter's matches):
+    /// every listed row is scored with its full vector.
+    pub fn search_rows(
+        &self,
+        query: &[f32],
+        rows: impl IntoIterator<Item = u32>,
+        k: usize,
+        scratch: &mut SearchScratch,
+    ) -> IndexResult<Vec<Hit>> {
+        if k == 0 {
+            return Err(IndexError::InvalidArgument("k must be at least 1".into()));
+        }
+        self.prepare_query(query, scratch)?;
+        let session = self.source.session();
+        let mut top = TopK::new(k, std::mem::take(&mut scratch.heap));
+        let mut scored = 0;
+        for row in rows {
+            self.check_row(row)?;
+            top.push(self.rescore_row(&session, &scratch.query, row)?, row);
+            scored += 1;
+        }
+        scratch.stats = SearchStats {
+            lists_probed: 0,
+            rows_scanned: 0,
+            rows_rescored: scored,
+        };
+        Ok(self.finish_hits(top, scratch))
+    }
+
     /// Returns the exact top-`k` rows for `query` by scoring every row's full vector.
     pub fn flat_search(
         &self,

@@ -68,6 +68,10 @@ pub struct SegmentEntry {
     pub size_bytes: u64,
     /// The current deletion bitmap, if any row is deleted.
     pub deletes: Option<DeletesEntry>,
+    /// Lists to probe when a query does not say: calibrated on the segment's own
+    /// data when it was built (`None`: the index's size-based default).
+    #[serde(default)]
+    pub default_nprobe: Option<u32>,
 }
 
 impl SegmentEntry {
@@ -174,6 +178,7 @@ mod tests {
             rows: 10,
             size_bytes: 100,
             deletes: None,
+            default_nprobe: None,
         }
     }
 

@@ -126,6 +126,7 @@ mod tests {
                     version: 1,
                     deleted_rows: deleted,
                 }),
+                default_nprobe: None,
             };
             index.add_segment(entry, RoaringBitmap::new(), Vec::new());
         }

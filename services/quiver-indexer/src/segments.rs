@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use quiver_index::{
-    BuildProgress, MemorySource, MmapSource, PointId, Segment, SegmentSpec, SegmentWriter,
+    BuildProgress, CalibrationOptions, MemorySource, MmapSource, PointId, Segment, SegmentSpec,
+    SegmentWriter, calibrate_nprobe,
 };
 use quiver_storage::{DeletionBitmap, Storage};
 use roaring::RoaringBitmap;
@@ -64,13 +65,22 @@ impl ShardIndex {
     }
 }
 
+/// A segment built in memory.
+pub(crate) struct BuiltSegment {
+    pub bytes: Vec<u8>,
+    /// Ids in row order.
+    pub ids: Vec<PointId>,
+    /// The calibrated default `nprobe`.
+    pub default_nprobe: u32,
+}
+
 /// Builds one segment from `rows` (id, vector, payload JSON bytes) on the
-/// calling thread; returns its bytes and its ids in row order.
+/// calling thread, and calibrates its default `nprobe`.
 pub(crate) fn build_segment<'r>(
     spec: &SegmentSpec,
     rows: impl Iterator<Item = (&'r PointId, &'r [f32], &'r [u8])>,
     progress: BuildProgress<'_>,
-) -> IndexerResult<(Vec<u8>, Vec<PointId>)> {
+) -> IndexerResult<BuiltSegment> {
     let mut writer = SegmentWriter::new(spec.clone())?;
     for (id, vector, payload) in rows {
         let payload = parse_payload(payload)?;
@@ -78,8 +88,15 @@ pub(crate) fn build_segment<'r>(
     }
     let mut bytes = Vec::new();
     writer.finish(&mut bytes, progress)?;
-    let ids = Segment::open(MemorySource::new("new segment", &bytes))?.ids()?;
-    Ok((bytes, ids))
+    let segment = Segment::open(MemorySource::new("new segment", &bytes))?;
+    let ids = segment.ids()?;
+    let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default())?;
+    drop(segment);
+    Ok(BuiltSegment {
+        bytes,
+        ids,
+        default_nprobe: calibration.nprobe as u32,
+    })
 }
 
 /// Parses stored payload bytes (empty = no payload).

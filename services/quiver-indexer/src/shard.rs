@@ -700,7 +700,7 @@ async fn flush_frozen(
             .iter()
             .map(|(id, vector, payload)| ((*id).clone(), vector.to_vec(), payload.to_vec()))
             .collect();
-        let (bytes, ids) = tokio::task::spawn_blocking(move || {
+        let built = tokio::task::spawn_blocking(move || {
             build_segment(
                 &spec,
                 rows.iter()
@@ -715,13 +715,14 @@ async fn flush_frozen(
         let entry = SegmentEntry {
             segment_id,
             key: key.clone(),
-            rows: ids.len() as u32,
-            size_bytes: bytes.len() as u64,
+            rows: built.ids.len() as u32,
+            size_bytes: built.bytes.len() as u64,
             deletes: None,
+            default_nprobe: Some(built.default_nprobe),
         };
-        shared.storage.put(&key, bytes.into()).await?;
+        shared.storage.put(&key, built.bytes.into()).await?;
         change.add_segments.push(entry.clone());
-        new_segment = Some((entry, ids));
+        new_segment = Some((entry, built.ids));
     }
     // Older persisted copies of every id written here are deleted.
     let new_deletes = {
@@ -856,7 +857,7 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         .iter()
         .map(|(_, _, deleted)| deleted.clone())
         .collect();
-    let (bytes, ids, origins) = tokio::task::spawn_blocking(move || -> IndexerResult<_> {
+    let (built, origins) = tokio::task::spawn_blocking(move || -> IndexerResult<_> {
         let mut rows: Vec<(PointId, Vec<f32>, Vec<u8>)> = Vec::new();
         let mut origins: HashMap<PointId, (usize, u32)> = HashMap::new();
         for (source_index, (source, deleted)) in downloaded.iter().zip(&snapshot).enumerate() {
@@ -875,19 +876,23 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         }
         if rows.is_empty() {
             // Every row was deleted: the merge only removes the sources.
-            return Ok((Vec::new(), Vec::new(), origins));
+            return Ok((None, origins));
         }
-        let (bytes, ids) = build_segment(
+        let built = build_segment(
             &spec,
             rows.iter()
                 .map(|(id, vector, payload)| (id, vector.as_slice(), payload.as_slice())),
             &|_, _, _| {},
         )?;
-        Ok((bytes, ids, origins))
+        Ok((Some(built), origins))
     })
     .await
     .map_err(|error| IndexerError::Internal(format!("merge task: {error}")))??;
 
+    let (bytes, ids, default_nprobe) = match built {
+        Some(built) => (built.bytes, built.ids, Some(built.default_nprobe)),
+        None => (Vec::new(), Vec::new(), None),
+    };
     let _manifest_guard = shared.manifest_lock.lock().await;
     // Rows deleted from the sources while the merge ran are deleted in the result.
     let (late_deleted, through) = {
@@ -926,6 +931,7 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         rows: ids.len() as u32,
         size_bytes: bytes.len() as u64,
         deletes: None,
+        default_nprobe,
     };
     let empty_result = ids.is_empty();
     if !empty_result {

@@ -1,0 +1,475 @@
+//! One shard as a searcher serves it: the manifest's segments opened through the
+//! region cache, each with the rows it must not return (deleted, or replaced by
+//! a newer copy in the WAL tail), plus the WAL tail's points scored exactly.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use quiver_blobcache::{BlobCache, CachedObject};
+use quiver_index::{Filter, Metric, PointId, SearchParams, SearchScratch, Segment, SegmentSpec};
+use quiver_storage::manifest::{Manifest, SegmentEntry};
+use quiver_storage::{DeletionBitmap, Storage, WalBatch, WalRecord};
+use roaring::RoaringBitmap;
+use serde_json::Value;
+use tokio::runtime::Handle;
+
+use crate::error::{SearcherError, SearcherResult};
+
+/// A filter keeping at most this share of a segment's rows is answered by
+/// scoring exactly the rows it keeps (recall does not depend on the lists).
+const EXACT_FILTER_FRACTION: f64 = 0.1;
+/// ... and so is any filter keeping at most this many rows.
+const EXACT_FILTER_ROWS: u64 = 2048;
+/// But never more rows than this exactly, however selective in relative terms.
+const EXACT_FILTER_MAX_ROWS: u64 = 100_000;
+
+/// One search against a shard.
+#[derive(Clone, Debug)]
+pub struct SearchRequest {
+    /// The query vector.
+    pub vector: Vec<f32>,
+    /// Hits wanted.
+    pub k: usize,
+    /// Lists probed per segment (`None`: the segment's calibrated default).
+    pub nprobe: Option<usize>,
+    /// Rescoring guard multiplier (`None`: the default).
+    pub rescore: Option<usize>,
+    /// Rows must satisfy this filter.
+    pub filter: Option<Filter>,
+    /// Return each hit's payload.
+    pub include_payload: bool,
+    /// Return each hit's vector.
+    pub include_vector: bool,
+}
+
+/// One hit of a shard.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardHit {
+    /// Point id.
+    pub id: PointId,
+    /// Cosine similarity, inner product, or squared distance (by metric).
+    pub score: f32,
+    /// Payload, when asked for and present.
+    pub payload: Option<Value>,
+    /// Vector, when asked for.
+    pub vector: Option<Vec<f32>>,
+}
+
+/// A point read by id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PointRecord {
+    /// Point id.
+    pub id: PointId,
+    /// Payload, if any.
+    pub payload: Option<Value>,
+    /// Vector, when asked for (unit length for cosine collections).
+    pub vector: Option<Vec<f32>>,
+}
+
+/// Opened segments, decoded bitmaps and WAL batches, shared by every shard a
+/// searcher serves (objects are immutable, so cached by key).
+pub struct ReadContext {
+    cache: Arc<BlobCache>,
+    storage: Storage,
+    runtime: Handle,
+    segments: moka::sync::Cache<String, Arc<Segment<CachedObject>>>,
+    bitmaps: moka::sync::Cache<String, Arc<RoaringBitmap>>,
+    wal_batches: moka::sync::Cache<String, Arc<WalBatch>>,
+    filter_rows: moka::sync::Cache<(String, String), Arc<RoaringBitmap>>,
+}
+
+impl ReadContext {
+    /// Returns a context reading through `cache` (segments) and `storage`
+    /// (bitmaps, WAL objects); `runtime` runs their fetches.
+    pub fn new(cache: Arc<BlobCache>, storage: Storage, runtime: Handle) -> Self {
+        ReadContext {
+            cache,
+            storage,
+            runtime,
+            segments: moka::sync::Cache::builder().max_capacity(4096).build(),
+            bitmaps: moka::sync::Cache::builder().max_capacity(4096).build(),
+            wal_batches: moka::sync::Cache::builder().max_capacity(4096).build(),
+            filter_rows: moka::sync::Cache::builder().max_capacity(1024).build(),
+        }
+    }
+
+    /// Returns the region cache.
+    pub fn cache(&self) -> &Arc<BlobCache> {
+        &self.cache
+    }
+
+    fn segment(&self, entry: &SegmentEntry) -> SearcherResult<Arc<Segment<CachedObject>>> {
+        if let Some(segment) = self.segments.get(&entry.key) {
+            return Ok(segment);
+        }
+        let object = self.cache.open_blocking(&entry.key)?;
+        let segment = Arc::new(Segment::open(object)?);
+        self.segments.insert(entry.key.clone(), segment.clone());
+        Ok(segment)
+    }
+
+    fn bitmap(&self, key: &str) -> SearcherResult<Arc<RoaringBitmap>> {
+        if let Some(bitmap) = self.bitmaps.get(key) {
+            return Ok(bitmap);
+        }
+        let bytes = self.runtime.block_on(self.storage.get(key))?;
+        let bitmap = Arc::new(DeletionBitmap::decode(key, &bytes)?.deleted);
+        self.bitmaps.insert(key.to_string(), bitmap.clone());
+        Ok(bitmap)
+    }
+
+    fn wal_batch(&self, key: &str) -> SearcherResult<Arc<WalBatch>> {
+        if let Some(batch) = self.wal_batches.get(key) {
+            return Ok(batch);
+        }
+        let bytes = self.runtime.block_on(self.storage.get(key))?;
+        let batch = Arc::new(WalBatch::decode(key, &bytes)?);
+        self.wal_batches.insert(key.to_string(), batch.clone());
+        Ok(batch)
+    }
+
+    fn filter_rows(
+        &self,
+        segment_key: &str,
+        segment: &Segment<CachedObject>,
+        filter: &Filter,
+    ) -> SearcherResult<Arc<RoaringBitmap>> {
+        let cache_key = (segment_key.to_string(), filter.to_string());
+        if let Some(rows) = self.filter_rows.get(&cache_key) {
+            return Ok(rows);
+        }
+        let rows = Arc::new(filter.rows(segment)?);
+        self.filter_rows.insert(cache_key, rows.clone());
+        Ok(rows)
+    }
+}
+
+struct SegmentView {
+    entry: SegmentEntry,
+    segment: Arc<Segment<CachedObject>>,
+    /// Rows never returned: deleted, or replaced/deleted in the WAL tail.
+    blocked: RoaringBitmap,
+}
+
+enum TailPoint {
+    Upsert {
+        vector: Vec<f32>,
+        payload: Option<Value>,
+    },
+    Deleted,
+}
+
+/// A shard at one manifest version, ready to answer.
+pub struct ShardView {
+    manifest: Manifest,
+    metric: Metric,
+    dimension: usize,
+    segments: Vec<SegmentView>,
+    tail: HashMap<PointId, TailPoint>,
+}
+
+enum HitSource {
+    Segment { index: usize, row: u32 },
+    Tail,
+}
+
+impl ShardView {
+    /// Opens everything `manifest` lists (blocking: run off the async workers).
+    pub fn load(
+        context: &ReadContext,
+        spec: &SegmentSpec,
+        manifest: Manifest,
+    ) -> SearcherResult<ShardView> {
+        let mut tail: HashMap<PointId, TailPoint> = HashMap::new();
+        for entry in &manifest.wal_tail {
+            let batch = context.wal_batch(&entry.key)?;
+            for record in &batch.records {
+                match record {
+                    WalRecord::Upsert {
+                        id,
+                        vector,
+                        payload,
+                    } => {
+                        let payload = if payload.is_empty() {
+                            None
+                        } else {
+                            Some(serde_json::from_slice(payload).map_err(|error| {
+                                quiver_storage::StorageError::Corrupted {
+                                    key: entry.key.clone(),
+                                    reason: format!("payload of {id} is not JSON: {error}"),
+                                }
+                            })?)
+                        };
+                        let vector = if spec.metric == Metric::Cosine {
+                            normalized(vector)
+                        } else {
+                            vector.clone()
+                        };
+                        tail.insert(id.clone(), TailPoint::Upsert { vector, payload });
+                    }
+                    WalRecord::Delete { id } => {
+                        tail.insert(id.clone(), TailPoint::Deleted);
+                    }
+                }
+            }
+        }
+        let mut segments = Vec::with_capacity(manifest.segments.len());
+        for entry in &manifest.segments {
+            let segment = context.segment(entry)?;
+            let mut blocked = match &entry.deletes {
+                Some(deletes) => (*context.bitmap(&deletes.key)?).clone(),
+                None => RoaringBitmap::new(),
+            };
+            for id in tail.keys() {
+                if let Some(row) = segment.row_of(id)? {
+                    blocked.insert(row);
+                }
+            }
+            segments.push(SegmentView {
+                entry: entry.clone(),
+                segment,
+                blocked,
+            });
+        }
+        Ok(ShardView {
+            manifest,
+            metric: spec.metric,
+            dimension: spec.dim,
+            segments,
+            tail,
+        })
+    }
+
+    /// Returns the manifest this view answers from.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Returns the live points (deletions and replacements applied).
+    pub fn live_points(&self) -> u64 {
+        let in_segments: u64 = self
+            .segments
+            .iter()
+            .map(|view| view.segment.rows() - view.blocked.len())
+            .sum();
+        let in_tail = self
+            .tail
+            .values()
+            .filter(|point| matches!(point, TailPoint::Upsert { .. }))
+            .count() as u64;
+        in_segments + in_tail
+    }
+
+    /// Returns the rows of the WAL tail (not yet in a segment).
+    pub fn wal_tail_rows(&self) -> u64 {
+        self.manifest
+            .wal_tail
+            .iter()
+            .map(|entry| entry.rows as u64)
+            .sum()
+    }
+
+    /// Returns the bytes of the live segments.
+    pub fn segment_bytes(&self) -> u64 {
+        self.segments.iter().map(|view| view.entry.size_bytes).sum()
+    }
+
+    /// Answers `request` (blocking: run off the async workers).
+    pub fn search(
+        &self,
+        context: &ReadContext,
+        request: &SearchRequest,
+        scratch: &mut SearchScratch,
+    ) -> SearcherResult<Vec<ShardHit>> {
+        if request.k == 0 {
+            return Err(SearcherError::InvalidArgument(
+                "k must be at least 1".into(),
+            ));
+        }
+        if request.vector.len() != self.dimension {
+            return Err(SearcherError::InvalidArgument(format!(
+                "query vector has dimension {}, the collection has dimension {}",
+                request.vector.len(),
+                self.dimension
+            )));
+        }
+        if let Some(position) = request.vector.iter().position(|value| !value.is_finite()) {
+            return Err(SearcherError::InvalidArgument(format!(
+                "query vector has a non-finite value at position {position}"
+            )));
+        }
+        let mut candidates: Vec<(f32, PointId, HitSource)> = Vec::new();
+        for (index, view) in self.segments.iter().enumerate() {
+            let hits = self.search_segment(context, view, request, scratch)?;
+            for hit in hits {
+                let id = view.segment.id(hit.row)?;
+                candidates.push((
+                    hit.score,
+                    id,
+                    HitSource::Segment {
+                        index,
+                        row: hit.row,
+                    },
+                ));
+            }
+        }
+        let query = if self.metric == Metric::Cosine {
+            normalized(&request.vector)
+        } else {
+            request.vector.clone()
+        };
+        for (id, point) in &self.tail {
+            let TailPoint::Upsert { vector, payload } = point else {
+                continue;
+            };
+            if let Some(filter) = &request.filter
+                && !filter.matches_payload(payload.as_ref())
+            {
+                continue;
+            }
+            let score = match self.metric {
+                Metric::L2 => quiver_simd::l2sq_f32(&query, vector),
+                Metric::Dot | Metric::Cosine => quiver_simd::dot_f32(&query, vector),
+            };
+            candidates.push((score, id.clone(), HitSource::Tail));
+        }
+        if self.metric.higher_is_better() {
+            candidates.sort_by(|a, b| b.0.total_cmp(&a.0));
+        } else {
+            candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        candidates.truncate(request.k);
+        candidates
+            .into_iter()
+            .map(|(score, id, source)| {
+                let (payload, vector) = self.point_parts(&id, &source, request)?;
+                Ok(ShardHit {
+                    id,
+                    score,
+                    payload,
+                    vector,
+                })
+            })
+            .collect()
+    }
+
+    fn search_segment(
+        &self,
+        context: &ReadContext,
+        view: &SegmentView,
+        request: &SearchRequest,
+        scratch: &mut SearchScratch,
+    ) -> SearcherResult<Vec<quiver_index::Hit>> {
+        let segment = &view.segment;
+        let rows = segment.rows();
+        let mut params = SearchParams::new(request.k);
+        params.nprobe = request
+            .nprobe
+            .or(view.entry.default_nprobe.map(|nprobe| nprobe as usize));
+        if let Some(rescore) = request.rescore {
+            params.rescore = rescore;
+        }
+        let Some(filter) = &request.filter else {
+            if view.blocked.is_empty() {
+                return Ok(segment.search(&request.vector, &params, None, scratch)?);
+            }
+            let allows = |row: u32| !view.blocked.contains(row);
+            return Ok(segment.search(&request.vector, &params, Some(&allows), scratch)?);
+        };
+        let matching = context.filter_rows(&view.entry.key, segment, filter)?;
+        let allowed: RoaringBitmap = &*matching - &view.blocked;
+        let kept = allowed.len();
+        if kept == 0 {
+            return Ok(Vec::new());
+        }
+        let exact_limit = ((rows as f64 * EXACT_FILTER_FRACTION) as u64)
+            .clamp(EXACT_FILTER_ROWS, EXACT_FILTER_MAX_ROWS);
+        if kept <= exact_limit {
+            return Ok(segment.search_rows(&request.vector, allowed.iter(), request.k, scratch)?);
+        }
+        // A looser filter: probe more lists, as many more as the filter is selective.
+        let nlist = segment.header().nlist;
+        let base = params
+            .nprobe
+            .unwrap_or_else(|| quiver_index::default_nprobe(nlist));
+        let widened = (base as f64 * rows as f64 / kept as f64).ceil() as usize;
+        params.nprobe = Some(widened.clamp(1, nlist));
+        let allows = |row: u32| allowed.contains(row);
+        Ok(segment.search(&request.vector, &params, Some(&allows), scratch)?)
+    }
+
+    fn point_parts(
+        &self,
+        id: &PointId,
+        source: &HitSource,
+        request: &SearchRequest,
+    ) -> SearcherResult<(Option<Value>, Option<Vec<f32>>)> {
+        match source {
+            HitSource::Tail => match self.tail.get(id) {
+                Some(TailPoint::Upsert { vector, payload }) => Ok((
+                    payload.clone().filter(|_| request.include_payload),
+                    request.include_vector.then(|| vector.clone()),
+                )),
+                _ => Ok((None, None)),
+            },
+            HitSource::Segment { index, row } => {
+                let segment = &self.segments[*index].segment;
+                let payload = if request.include_payload {
+                    segment.payload(*row)?
+                } else {
+                    None
+                };
+                let vector = if request.include_vector {
+                    Some(segment.vector(*row)?)
+                } else {
+                    None
+                };
+                Ok((payload, vector))
+            }
+        }
+    }
+
+    /// Reads points by id; ids that do not exist are left out.
+    pub fn get(&self, ids: &[PointId], include_vector: bool) -> SearcherResult<Vec<PointRecord>> {
+        let mut found = Vec::new();
+        for id in ids {
+            if let Some(point) = self.tail.get(id) {
+                if let TailPoint::Upsert { vector, payload } = point {
+                    found.push(PointRecord {
+                        id: id.clone(),
+                        payload: payload.clone(),
+                        vector: include_vector.then(|| vector.clone()),
+                    });
+                }
+                continue;
+            }
+            for view in &self.segments {
+                let Some(row) = view.segment.row_of(id)? else {
+                    continue;
+                };
+                if view.blocked.contains(row) {
+                    continue;
+                }
+                found.push(PointRecord {
+                    id: id.clone(),
+                    payload: view.segment.payload(row)?,
+                    vector: if include_vector {
+                        Some(view.segment.vector(row)?)
+                    } else {
+                        None
+                    },
+                });
+                break;
+            }
+        }
+        Ok(found)
+    }
+}
+
+fn normalized(vector: &[f32]) -> Vec<f32> {
+    let norm = vector.iter().map(|value| value * value).sum::<f32>().sqrt();
+    if norm == 0.0 {
+        return vector.to_vec();
+    }
+    vector.iter().map(|value| value / norm).collect()
+}

@@ -1,0 +1,345 @@
+//! A shard written by the real write path and searched by the read path through
+//! the region cache: exact vectors are found, deleted and replaced points are
+//! not, filters hold, recall against brute force meets the bar.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use quiver_blobcache::{BlobCache, BlobCacheConfig};
+use quiver_index::{
+    FieldKind, FieldSpec, Filter, IdType, Metric, PointId, SearchScratch, SegmentSpec,
+};
+use quiver_indexer::{Catalog, IndexerConfig, MemoryCatalog, ShardRef, ShardWriter};
+use quiver_searcher::{ReadContext, SearchRequest, SearcherErrorKind, ShardView};
+use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl, WalRecord};
+use rand::{Rng, SeedableRng};
+
+const DIM: usize = 32;
+
+fn spec() -> SegmentSpec {
+    let mut spec = SegmentSpec::new(DIM, Metric::Cosine, IdType::U64);
+    spec.fields = vec![
+        FieldSpec {
+            name: "group".into(),
+            kind: FieldKind::Integer,
+        },
+        FieldSpec {
+            name: "tag".into(),
+            kind: FieldKind::Keyword,
+        },
+    ];
+    spec
+}
+
+/// Clustered vectors: 40 centres, points scattered around them.
+fn vectors(count: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut centre_rng = rand::rngs::StdRng::seed_from_u64(7);
+    let centres: Vec<Vec<f32>> = (0..40)
+        .map(|_| {
+            (0..DIM)
+                .map(|_| centre_rng.random_range(-1.0..1.0))
+                .collect()
+        })
+        .collect();
+    (0..count)
+        .map(|_| {
+            let centre = &centres[rng.random_range(0..centres.len())];
+            centre
+                .iter()
+                .map(|value| value + rng.random_range(-0.35..0.35))
+                .collect()
+        })
+        .collect()
+}
+
+fn upsert(id: u64, vector: &[f32]) -> WalRecord {
+    let tag = if id.is_multiple_of(2) { "even" } else { "odd" };
+    WalRecord::Upsert {
+        id: PointId::U64(id),
+        vector: vector.to_vec(),
+        payload: format!(r#"{{"group": {}, "tag": "{tag}"}}"#, id % 100).into_bytes(),
+    }
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+struct Fixture {
+    live: HashMap<u64, Vec<f32>>,
+    deleted: Vec<(u64, Vec<f32>)>,
+    replaced: Vec<(u64, Vec<f32>)>,
+    view: Arc<ShardView>,
+    context: Arc<ReadContext>,
+    _cache_dir: tempfile::TempDir,
+}
+
+async fn fixture(storage: Storage) -> Fixture {
+    let shard = ShardRef {
+        collection_id: "c-search".into(),
+        shard: 0,
+    };
+    let catalog = Arc::new(MemoryCatalog::default());
+    catalog.set_epoch(&shard, 1);
+    let config = IndexerConfig {
+        flush_interval_ms: 3_600_000,
+        flush_rows: 1_000_000,
+        max_unflushed_rows: 1_000_000,
+        merge_factor: 1000,
+        ..IndexerConfig::default()
+    };
+    let writer = ShardWriter::open(
+        shard.clone(),
+        1,
+        spec(),
+        config,
+        storage.clone(),
+        catalog.clone(),
+    )
+    .await
+    .unwrap();
+    let all = vectors(6000, 1);
+    let mut live: HashMap<u64, Vec<f32>> = HashMap::new();
+    // Two flushed segments, then a tail with replacements, deletes and new points.
+    for chunk in 0..2u64 {
+        let records: Vec<WalRecord> = (chunk * 2500..(chunk + 1) * 2500)
+            .map(|id| upsert(id, &all[id as usize]))
+            .collect();
+        writer.write(records).await.unwrap();
+        writer.flush().await.unwrap();
+    }
+    for id in 0..5000u64 {
+        live.insert(id, all[id as usize].clone());
+    }
+    let fresh = vectors(200, 2);
+    let replaced: Vec<(u64, Vec<f32>)> = (0..50u64)
+        .map(|i| (i * 97, live[&(i * 97)].clone()))
+        .collect();
+    let deleted: Vec<(u64, Vec<f32>)> = (0..50u64)
+        .map(|i| (i * 89 + 1, live[&(i * 89 + 1)].clone()))
+        .collect();
+    let mut records = Vec::new();
+    for (index, (id, _)) in replaced.iter().enumerate() {
+        records.push(upsert(*id, &fresh[index]));
+        live.insert(*id, fresh[index].clone());
+    }
+    for (id, _) in &deleted {
+        records.push(WalRecord::Delete {
+            id: PointId::U64(*id),
+        });
+        live.remove(id);
+    }
+    for id in 5000..6000u64 {
+        records.push(upsert(id, &all[id as usize]));
+        live.insert(id, all[id as usize].clone());
+    }
+    writer.write(records).await.unwrap();
+    let manifest = catalog.manifest(&shard).await.unwrap();
+    assert_eq!(manifest.segments.len(), 2);
+    assert_eq!(manifest.wal_tail.len(), 1);
+
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = BlobCache::new(
+        &BlobCacheConfig {
+            directory: cache_dir.path().to_path_buf(),
+            capacity_bytes: 64 << 20,
+            region_bytes: 1 << 20,
+        },
+        storage.clone(),
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let context = Arc::new(ReadContext::new(
+        Arc::new(cache),
+        storage,
+        tokio::runtime::Handle::current(),
+    ));
+    let loader = context.clone();
+    let view = tokio::task::spawn_blocking(move || ShardView::load(&loader, &spec(), manifest))
+        .await
+        .unwrap()
+        .unwrap();
+    Fixture {
+        live,
+        deleted,
+        replaced,
+        view: Arc::new(view),
+        context,
+        _cache_dir: cache_dir,
+    }
+}
+
+fn request(vector: &[f32], k: usize, filter: Option<&str>) -> SearchRequest {
+    SearchRequest {
+        vector: vector.to_vec(),
+        k,
+        nprobe: None,
+        rescore: None,
+        filter: filter.map(|text| Filter::parse(text).unwrap()),
+        include_payload: true,
+        include_vector: false,
+    }
+}
+
+fn brute_force(
+    live: &HashMap<u64, Vec<f32>>,
+    query: &[f32],
+    k: usize,
+    keep: impl Fn(u64) -> bool,
+) -> Vec<u64> {
+    let mut scored: Vec<(f32, u64)> = live
+        .iter()
+        .filter(|(id, _)| keep(**id))
+        .map(|(id, vector)| (cosine(query, vector), *id))
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.into_iter().take(k).map(|(_, id)| id).collect()
+}
+
+async fn check(fixture: Fixture) {
+    let Fixture {
+        live,
+        deleted,
+        replaced,
+        view,
+        context,
+        ..
+    } = fixture;
+    assert_eq!(view.live_points(), live.len() as u64);
+    tokio::task::spawn_blocking(move || {
+        let mut scratch = SearchScratch::new();
+        // Every sampled live point is its own best hit, tail points included.
+        for id in (0..6000u64).step_by(37).filter(|id| live.contains_key(id)) {
+            let hits = view
+                .search(&context, &request(&live[&id], 1, None), &mut scratch)
+                .unwrap();
+            assert_eq!(hits[0].id, PointId::U64(id), "exact vector of {id}");
+            assert!((hits[0].score - 1.0).abs() < 1e-3, "{}", hits[0].score);
+            assert_eq!(hits[0].payload.as_ref().unwrap()["group"], id % 100);
+        }
+        // Replaced and deleted points' old vectors do not bring them back.
+        for (id, old) in replaced.iter().chain(&deleted) {
+            let hits = view
+                .search(&context, &request(old, 3, None), &mut scratch)
+                .unwrap();
+            for hit in &hits {
+                if hit.id == PointId::U64(*id) {
+                    let current = &live[id];
+                    assert!(
+                        (hit.score - cosine(old, current)).abs() < 1e-3,
+                        "stale copy of {id} served"
+                    );
+                }
+            }
+        }
+        // Recall against brute force, default parameters; filtered at 50%, 1%.
+        let queries = vectors(100, 3);
+        for (filter, keep) in [
+            (None, Box::new(|_: u64| true) as Box<dyn Fn(u64) -> bool>),
+            (
+                Some(r#"tag = "even""#),
+                Box::new(|id: u64| id.is_multiple_of(2)),
+            ),
+            (Some("group = 42"), Box::new(|id: u64| id % 100 == 42)),
+            (
+                Some("group >= 10 and group < 20 and tag != \"odd\""),
+                Box::new(|id: u64| (10..20).contains(&(id % 100)) && id.is_multiple_of(2)),
+            ),
+        ] {
+            let mut found = 0;
+            let mut wanted = 0;
+            for query in &queries {
+                let truth = brute_force(&live, query, 10, &keep);
+                let hits = view
+                    .search(&context, &request(query, 10, filter), &mut scratch)
+                    .unwrap();
+                for hit in &hits {
+                    let PointId::U64(id) = hit.id else { panic!() };
+                    assert!(keep(id), "{filter:?} let {id} through");
+                }
+                found += hits
+                    .iter()
+                    .filter(|hit| matches!(hit.id, PointId::U64(id) if truth.contains(&id)))
+                    .count();
+                wanted += truth.len();
+            }
+            let recall = found as f64 / wanted as f64;
+            assert!(recall >= 0.95, "recall {recall:.3} with filter {filter:?}");
+        }
+        // Reads by id: tail, segments, deleted (absent), unknown (absent).
+        let ids = [
+            PointId::U64(97),
+            PointId::U64(1234),
+            PointId::U64(deleted[3].0),
+            PointId::U64(99_999),
+            PointId::U64(5500),
+        ];
+        let points = view.get(&ids, true).unwrap();
+        let got: Vec<&PointId> = points.iter().map(|point| &point.id).collect();
+        assert_eq!(got, vec![&ids[0], &ids[1], &ids[4]]);
+        assert!(cosine(points[0].vector.as_ref().unwrap(), &live[&97]) > 0.999);
+        // Bad queries name the problem.
+        for (bad, message, kind) in [
+            (
+                request(&[1.0; DIM + 1], 10, None),
+                "dimension 33",
+                SearcherErrorKind::InvalidArgument,
+            ),
+            (
+                request(&[f32::NAN; DIM], 10, None),
+                "non-finite",
+                SearcherErrorKind::InvalidArgument,
+            ),
+            (
+                request(&live[&2], 0, None),
+                "k must be",
+                SearcherErrorKind::InvalidArgument,
+            ),
+        ] {
+            let error = view.search(&context, &bad, &mut scratch).unwrap_err();
+            assert_eq!(error.kind(), kind);
+            assert!(error.to_string().contains(message), "{error}");
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_through_the_cache_sees_every_acknowledged_write() {
+    let storage = Storage::open(
+        &StoreUrl::Memory,
+        &S3Settings::default(),
+        StorageOptions::default(),
+    )
+    .unwrap();
+    check(fixture(storage).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_through_the_cache_from_the_s3_server() {
+    let endpoint = match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
+        Ok(endpoint) => endpoint,
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("QUIVER_TEST_S3_ENDPOINT is not set under CI")
+        }
+        Err(_) => return,
+    };
+    let settings = S3Settings {
+        endpoint: Some(endpoint),
+        region: Some("us-east-1".into()),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some("testing".into()),
+        ..Default::default()
+    };
+    let bucket = format!("quiver-searcher-test-{}", rand::random::<u32>());
+    quiver_storage::ensure_bucket(&settings, &bucket)
+        .await
+        .unwrap();
+    let url: StoreUrl = format!("s3://{bucket}/searcher").parse().unwrap();
+    let storage = Storage::open(&url, &settings, StorageOptions::default()).unwrap();
+    check(fixture(storage).await).await;
+}
