@@ -133,3 +133,48 @@ fn filters_and_exact_scores() {
         }
     }
 }
+
+#[test]
+fn calibrated_nprobe_reaches_the_target_on_unseen_queries() {
+    use quiver_index::{CalibrationOptions, calibrate_nprobe};
+    let dim = 64;
+    let (base, queries) = clustered(20_000, 100, dim, 60, 9);
+    let segment = build(&base, dim, Metric::L2, |_| {});
+    let nlist = segment.header().nlist;
+    let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default()).unwrap();
+    assert!(calibration.nprobe >= 1 && calibration.nprobe <= nlist);
+    assert!(calibration.recall >= 0.97, "{calibration:?}");
+    let strict = calibrate_nprobe(
+        &segment,
+        &CalibrationOptions {
+            target_recall: 1.0,
+            ..CalibrationOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        strict.nprobe >= calibration.nprobe,
+        "{strict:?} vs {calibration:?}"
+    );
+    // On queries the calibration never saw, the default still gives high recall.
+    let mut scratch = SearchScratch::new();
+    let params = SearchParams {
+        nprobe: Some(calibration.nprobe),
+        ..SearchParams::new(10)
+    };
+    let mut found = 0;
+    for query in queries.chunks_exact(dim) {
+        let truth = segment.flat_search(query, 10, None, &mut scratch).unwrap();
+        let hits = segment.search(query, &params, None, &mut scratch).unwrap();
+        found += hits
+            .iter()
+            .filter(|hit| truth.iter().any(|t| t.row == hit.row))
+            .count();
+    }
+    let recall = found as f64 / (queries.len() / dim * 10) as f64;
+    assert!(
+        recall >= 0.95,
+        "recall {recall:.3} at calibrated nprobe {}",
+        calibration.nprobe
+    );
+}
