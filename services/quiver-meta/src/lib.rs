@@ -44,3 +44,43 @@ pub use model::{
 pub use raft_types::{MetaNode, MetaNodeId, TypeConfig, typ};
 pub use server::{MetaServer, run_single_node};
 pub use state_machine::StateMachineStore;
+
+#[cfg(test)]
+mod storage_suite {
+    use openraft::testing::{StoreBuilder, Suite};
+
+    use crate::log_store::LogStore;
+    use crate::raft_types::TypeConfig;
+    use crate::raft_types::typ::StorageError;
+    use crate::state_machine::StateMachineStore;
+
+    struct RedbStoreBuilder;
+
+    fn setup_error(error: impl std::fmt::Display) -> StorageError {
+        openraft::StorageIOError::new(
+            openraft::ErrorSubject::Store,
+            openraft::ErrorVerb::Write,
+            openraft::AnyError::error(error),
+        )
+        .into()
+    }
+
+    impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for RedbStoreBuilder {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError> {
+            let directory = tempfile::tempdir().map_err(setup_error)?;
+            let log_store =
+                LogStore::open(&directory.path().join("raft-log.redb")).map_err(setup_error)?;
+            let state_machine = StateMachineStore::open(&directory.path().join("snapshots"), None)
+                .map_err(setup_error)?;
+            Ok((directory, log_store, state_machine))
+        }
+    }
+
+    /// openraft's own conformance suite against the redb log store and our state machine.
+    #[test]
+    fn openraft_storage_suite_passes() -> Result<(), StorageError> {
+        Suite::test_all(RedbStoreBuilder)
+    }
+}
