@@ -341,10 +341,10 @@ impl Catalog {
         if is_searcher {
             let ready: BTreeSet<ShardKey> = ready_shards.iter().copied().collect();
             for (shard_key, shard_record) in &self.shards {
-                if let Some(is_ready) = shard_record.searchers.get(node_id) {
-                    if *is_ready != ready.contains(shard_key) {
-                        changed_shards.push(*shard_key);
-                    }
+                if let Some(is_ready) = shard_record.searchers.get(node_id)
+                    && *is_ready != ready.contains(shard_key)
+                {
+                    changed_shards.push(*shard_key);
                 }
             }
             if !changed_shards.is_empty() {
@@ -593,12 +593,11 @@ impl Catalog {
                 .insert(segment.segment_id.clone(), segment.clone());
         }
         for (segment_id, deletes) in &change.set_deletes {
-            if let Some(segment) = record.manifest.segments.get_mut(segment_id) {
-                if let Some(previous) = segment.deletes.replace(deletes.clone())
-                    && previous.object_key != deletes.object_key
-                {
-                    retired_keys.push(previous.object_key);
-                }
+            if let Some(segment) = record.manifest.segments.get_mut(segment_id)
+                && let Some(previous) = segment.deletes.replace(deletes.clone())
+                && previous.object_key != deletes.object_key
+            {
+                retired_keys.push(previous.object_key);
             }
         }
         if let Some(trim_position) = change.trim_wal_through {

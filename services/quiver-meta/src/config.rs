@@ -201,8 +201,10 @@ mod tests {
             .with_fast_timings()
             .validate()
             .expect("fast timings are valid");
-        let mut config = MetaConfig::default();
-        config.listen = "not an address".into();
+        let config = MetaConfig {
+            listen: "not an address".into(),
+            ..MetaConfig::default()
+        };
         assert!(
             config
                 .validate()
@@ -210,8 +212,10 @@ mod tests {
                 .to_string()
                 .contains("listen")
         );
-        let mut config = MetaConfig::default();
-        config.init = true;
+        let mut config = MetaConfig {
+            init: true,
+            ..MetaConfig::default()
+        };
         config.peers.insert(2, "127.0.0.1:1".into());
         assert!(
             config

@@ -193,10 +193,14 @@ pub(crate) fn lease_to_proto(lease: &Lease) -> pb::Lease {
 }
 
 pub(crate) fn segment_from_proto(segment: pb::Segment) -> SegmentEntry {
-    let deletes = (!segment.deletes_key.is_empty()).then(|| DeletesRef {
-        object_key: segment.deletes_key,
-        version: segment.deletes_version,
-    });
+    let deletes = if segment.deletes_key.is_empty() {
+        None
+    } else {
+        Some(DeletesRef {
+            object_key: segment.deletes_key,
+            version: segment.deletes_version,
+        })
+    };
     SegmentEntry {
         segment_id: segment.segment_id,
         object_key: segment.object_key,

@@ -46,6 +46,7 @@ pub use server::{MetaServer, run_single_node};
 pub use state_machine::StateMachineStore;
 
 #[cfg(test)]
+#[allow(clippy::result_large_err)]
 mod storage_suite {
     use openraft::testing::{StoreBuilder, Suite};
 

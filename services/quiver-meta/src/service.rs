@@ -259,11 +259,10 @@ impl MetaGrpc {
     }
 }
 
+type MembershipWrite<T> = Result<T, RaftError<MetaNodeId, ClientWriteError<MetaNodeId, MetaNode>>>;
+
 fn membership_result<T>(
-    result: Result<
-        Result<T, RaftError<MetaNodeId, ClientWriteError<MetaNodeId, MetaNode>>>,
-        tokio::time::error::Elapsed,
-    >,
+    result: Result<MembershipWrite<T>, tokio::time::error::Elapsed>,
     timeout: std::time::Duration,
 ) -> MetaResult<T> {
     match result {

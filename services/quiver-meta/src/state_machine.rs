@@ -5,6 +5,10 @@
 //! the log after it. A snapshot file is written to a temporary name, fsynced and
 //! renamed, so a crash leaves either the old or the new snapshot, never half of one.
 
+// openraft's `StorageError` is the error type its storage traits demand; the
+// helpers return it as is rather than boxing and unboxing it at every call.
+#![allow(clippy::result_large_err)]
+
 use std::fs;
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
@@ -29,6 +33,9 @@ use crate::raft_types::typ::{
 };
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
+
+/// The newest snapshot's metadata and bytes, shared with the snapshot builder.
+type CurrentSnapshot = Arc<Mutex<Option<(SnapshotMeta, Vec<u8>)>>>;
 
 /// What a snapshot holds: the applied position, the membership and the catalog.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -73,7 +80,7 @@ impl CatalogHandle {
 pub struct StateMachineStore {
     handle: CatalogHandle,
     snapshot_dir: PathBuf,
-    current_snapshot: Arc<Mutex<Option<(SnapshotMeta, Vec<u8>)>>>,
+    current_snapshot: CurrentSnapshot,
     snapshot_counter: Arc<AtomicU64>,
     metrics: Option<MetaMetrics>,
 }
@@ -193,7 +200,7 @@ fn persist_snapshot(snapshot_dir: &Path, meta: &SnapshotMeta, data: &[u8]) -> st
 pub struct SnapshotBuilder {
     handle: CatalogHandle,
     snapshot_dir: PathBuf,
-    current_snapshot: Arc<Mutex<Option<(SnapshotMeta, Vec<u8>)>>>,
+    current_snapshot: CurrentSnapshot,
     snapshot_counter: Arc<AtomicU64>,
     metrics: Option<MetaMetrics>,
 }

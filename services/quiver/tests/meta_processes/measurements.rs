@@ -20,21 +20,31 @@ async fn measure_failover_commit_latency_and_wal_throughput() -> anyhow::Result<
     // Leader failover: kill -9 the leader, time until a survivor leads; 10 rounds.
     let mut failovers = Vec::new();
     for _round in 0..10 {
-        let leader = cluster.wait_for_agreed_leader(Duration::from_secs(30)).await?;
+        let leader = cluster
+            .wait_for_agreed_leader(Duration::from_secs(30))
+            .await?;
         let survivors: Vec<u64> = (1..=3).filter(|node_id| *node_id != leader).collect();
         let killed_at = Instant::now();
         cluster.kill_nine(leader)?;
-        cluster.wait_for_leader_other_than(leader, &survivors, Duration::from_secs(20)).await?;
+        cluster
+            .wait_for_leader_other_than(leader, &survivors, Duration::from_secs(20))
+            .await?;
         failovers.push(killed_at.elapsed());
         cluster.spawn(leader)?;
     }
     failovers.sort();
-    cluster.wait_for_agreed_leader(Duration::from_secs(30)).await?;
+    cluster
+        .wait_for_agreed_leader(Duration::from_secs(30))
+        .await?;
 
     let client = cluster.client();
     let mut spec = collection_spec("bench");
     spec.shards = 8;
-    let collection = client.create_collection(spec).await?.collection.expect("collection");
+    let collection = client
+        .create_collection(spec)
+        .await?
+        .collection
+        .expect("collection");
     client
         .register_node(pb::RegisterNodeRequest {
             node_id: "indexer-bench".into(),
@@ -46,7 +56,10 @@ async fn measure_failover_commit_latency_and_wal_throughput() -> anyhow::Result<
     for shard in 0..8 {
         let lease = client
             .acquire_lease(pb::AcquireLeaseRequest {
-                shard: Some(pb::ShardRef { collection_id: collection.collection_id, shard }),
+                shard: Some(pb::ShardRef {
+                    collection_id: collection.collection_id,
+                    shard,
+                }),
                 node_id: "indexer-bench".into(),
                 ttl_ms: 600_000,
             })
@@ -55,7 +68,10 @@ async fn measure_failover_commit_latency_and_wal_throughput() -> anyhow::Result<
     }
 
     // Commit latency of a manifest change (add one segment), sequential.
-    let shard0 = pb::ShardRef { collection_id: collection.collection_id, shard: 0 };
+    let shard0 = pb::ShardRef {
+        collection_id: collection.collection_id,
+        shard: 0,
+    };
     let mut latencies = Vec::new();
     for index in 0..500 {
         let request = pb::CommitManifestChangeRequest {
@@ -85,7 +101,10 @@ async fn measure_failover_commit_latency_and_wal_throughput() -> anyhow::Result<
         let mut tasks = Vec::new();
         for shard in 0..shards {
             let client = client.clone();
-            let shard_ref = pb::ShardRef { collection_id: collection.collection_id, shard };
+            let shard_ref = pb::ShardRef {
+                collection_id: collection.collection_id,
+                shard,
+            };
             let epoch = epochs[shard as usize];
             let seq_base = u64::from(shards) * 1_000_000;
             tasks.push(tokio::spawn(async move {
@@ -113,13 +132,22 @@ async fn measure_failover_commit_latency_and_wal_throughput() -> anyhow::Result<
         throughput.push((shards, total as f64 / started.elapsed().as_secs_f64()));
     }
 
-    println!("failover (kill -9 leader -> survivor leads), 10 rounds: median {:?}, min {:?}, max {:?}",
-        percentile(&failovers, 0.5), failovers[0], failovers[failovers.len() - 1]);
+    println!(
+        "failover (kill -9 leader -> survivor leads), 10 rounds: median {:?}, min {:?}, max {:?}",
+        percentile(&failovers, 0.5),
+        failovers[0],
+        failovers[failovers.len() - 1]
+    );
     println!("failovers: {failovers:?}");
-    println!("manifest change commit latency (500 sequential): p50 {:?}, p99 {:?}",
-        percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+    println!(
+        "manifest change commit latency (500 sequential): p50 {:?}, p99 {:?}",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99)
+    );
     for (shards, calls_per_second) in throughput {
-        println!("CommitWal throughput, {shards} shard(s) concurrently: {calls_per_second:.0} calls/s");
+        println!(
+            "CommitWal throughput, {shards} shard(s) concurrently: {calls_per_second:.0} calls/s"
+        );
     }
     Ok(())
 }

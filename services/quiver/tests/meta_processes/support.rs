@@ -117,7 +117,10 @@ impl ProcessCluster {
 
     pub fn spawn(&mut self, node_id: u64) -> anyhow::Result<()> {
         let node = self.nodes.get_mut(&node_id).context("unknown node")?;
-        let log = OpenOptions::new().create(true).append(true).open(&node.log_path)?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log_path)?;
         let mut command = Command::new(env!("CARGO_BIN_EXE_quiver"));
         command
             .arg("meta")
@@ -154,7 +157,9 @@ impl ProcessCluster {
     pub fn terminate(&mut self, node_id: u64) -> anyhow::Result<ExitStatus> {
         let node = self.nodes.get_mut(&node_id).context("unknown node")?;
         let mut child = node.child.take().context("node not running")?;
-        let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status()?;
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()?;
         anyhow::ensure!(status.success(), "kill -TERM failed");
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -170,11 +175,17 @@ impl ProcessCluster {
     }
 
     pub fn is_running(&self, node_id: u64) -> bool {
-        self.nodes.get(&node_id).is_some_and(|node| node.child.is_some())
+        self.nodes
+            .get(&node_id)
+            .is_some_and(|node| node.child.is_some())
     }
 
     pub fn running(&self) -> Vec<u64> {
-        self.nodes.keys().copied().filter(|node_id| self.is_running(*node_id)).collect()
+        self.nodes
+            .keys()
+            .copied()
+            .filter(|node_id| self.is_running(*node_id))
+            .collect()
     }
 
     pub fn address(&self, node_id: u64) -> String {
@@ -182,7 +193,10 @@ impl ProcessCluster {
     }
 
     pub fn addresses(&self) -> Vec<String> {
-        self.nodes.values().map(|node| node.address.clone()).collect()
+        self.nodes
+            .values()
+            .map(|node| node.address.clone())
+            .collect()
     }
 
     /// A client that knows every node.
@@ -200,20 +214,36 @@ impl ProcessCluster {
         eventually("an agreed leader among running nodes", timeout, || async {
             let mut leaders = Vec::new();
             for (node_id, probe) in &probes {
-                let status = probe.cluster_status_of(&self.address(*node_id)).await.ok()?;
+                let status = probe
+                    .cluster_status_of(&self.address(*node_id))
+                    .await
+                    .ok()?;
                 leaders.push(status.leader_id);
             }
             let first = *leaders.first()?;
-            (first != 0 && running.contains(&first) && leaders.iter().all(|leader| *leader == first)).then_some(first)
+            (first != 0
+                && running.contains(&first)
+                && leaders.iter().all(|leader| *leader == first))
+            .then_some(first)
         })
         .await
     }
 
     /// Returns the leader any of `node_ids` reports that is not `excluded`, waiting for one.
-    pub async fn wait_for_leader_other_than(&self, excluded: u64, node_ids: &[u64], timeout: Duration) -> anyhow::Result<u64> {
+    pub async fn wait_for_leader_other_than(
+        &self,
+        excluded: u64,
+        node_ids: &[u64],
+        timeout: Duration,
+    ) -> anyhow::Result<u64> {
         let probes: Vec<(String, MetaClient)> = node_ids
             .iter()
-            .map(|node_id| (self.address(*node_id), client_for(vec![self.address(*node_id)])))
+            .map(|node_id| {
+                (
+                    self.address(*node_id),
+                    client_for(vec![self.address(*node_id)]),
+                )
+            })
             .collect();
         eventually("a new leader", timeout, || async {
             for (address, probe) in &probes {
@@ -236,7 +266,11 @@ impl ProcessCluster {
             let text = std::fs::read_to_string(&node.log_path).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             let tail = &lines[lines.len().saturating_sub(40)..];
-            eprintln!("----- node {} log (last {} lines) -----", node.node_id, tail.len());
+            eprintln!(
+                "----- node {} log (last {} lines) -----",
+                node.node_id,
+                tail.len()
+            );
             for line in tail {
                 eprintln!("{line}");
             }
@@ -259,7 +293,10 @@ impl Drop for ProcessCluster {
 }
 
 /// Reads everything a node has applied, without redirection (non-linearizable).
-pub async fn node_view(address: &str, shard: pb::ShardRef) -> anyhow::Result<(Vec<pb::Collection>, pb::Manifest)> {
+pub async fn node_view(
+    address: &str,
+    shard: pb::ShardRef,
+) -> anyhow::Result<(Vec<pb::Collection>, pb::Manifest)> {
     let client = client_for(vec![address.to_owned()]);
     let collections = client.list_collections(false).await?;
     let manifest = client.get_manifest(shard, false).await?;
