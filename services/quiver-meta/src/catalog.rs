@@ -494,12 +494,6 @@ impl Catalog {
         let version = self.version + 1;
         let record = shard_entry(&mut self.shards, shard)?;
         check_epoch(shard, record, epoch)?;
-        if self.gc.contains_key(object_key) {
-            return Err(Rejection::new(
-                ErrorCode::FailedPrecondition,
-                format!("wal object `{object_key}` of shard {shard} is on the gc list"),
-            ));
-        }
         let position = (epoch, seq);
         if let Some(last_position) = record.last_wal
             && position <= last_position
@@ -540,6 +534,12 @@ impl Catalog {
                     "wal position (epoch {epoch}, seq {seq}) of shard {shard} is behind the last committed position (epoch {}, seq {})",
                     last_position.0, last_position.1
                 ),
+            ));
+        }
+        if self.gc.contains_key(object_key) {
+            return Err(Rejection::new(
+                ErrorCode::FailedPrecondition,
+                format!("wal object `{object_key}` of shard {shard} is on the gc list"),
             ));
         }
         record.manifest.wal_tail.push(WalEntry {

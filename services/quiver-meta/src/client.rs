@@ -43,9 +43,11 @@ impl MetaClientConfig {
     pub fn new(addresses: Vec<String>) -> Self {
         MetaClientConfig {
             addresses,
-            attempt_timeout: Duration::from_secs(3),
+            // Longer than the server's default proposal timeout (5 s), so a slow
+            // commit is reported by the server rather than cut short here.
+            attempt_timeout: Duration::from_secs(6),
             connect_timeout: Duration::from_secs(1),
-            retry_deadline: Duration::from_secs(20),
+            retry_deadline: Duration::from_secs(30),
             initial_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(500),
         }

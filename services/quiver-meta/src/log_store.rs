@@ -401,3 +401,64 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use openraft::{CommittedLeaderId, EntryPayload, LogId, RaftLogReader, Vote};
+
+    use super::*;
+    use crate::model::{Command, MetaRequest};
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Normal(MetaRequest {
+                now_ms: index,
+                command: Command::AckGc {
+                    object_keys: vec![format!("key-{index}")],
+                },
+            }),
+        }
+    }
+
+    async fn append(store: &mut LogStore, entries: Vec<Entry>) {
+        store.blocking_append(entries).await.expect("append");
+    }
+
+    #[tokio::test]
+    async fn log_vote_and_purge_survive_a_reopen() {
+        let directory = tempfile::tempdir().expect("tempdir");
+        let path = directory.path().join("raft-log.redb");
+        {
+            let mut store = LogStore::open(&path).expect("open");
+            append(&mut store, (1..=10).map(|index| entry(1, index)).collect()).await;
+            store.save_vote(&Vote::new(3, 2)).await.expect("vote");
+            store
+                .save_committed(Some(LogId::new(CommittedLeaderId::new(1, 1), 8)))
+                .await
+                .expect("committed");
+            store
+                .truncate(LogId::new(CommittedLeaderId::new(1, 1), 9))
+                .await
+                .expect("truncate");
+            store
+                .purge(LogId::new(CommittedLeaderId::new(1, 1), 3))
+                .await
+                .expect("purge");
+        }
+        let mut reopened = LogStore::open(&path).expect("reopen");
+        assert_eq!(
+            reopened.read_vote().await.expect("vote"),
+            Some(Vote::new(3, 2))
+        );
+        assert_eq!(reopened.committed_index(), 8);
+        let state = reopened.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id.map(|log_id| log_id.index), Some(3));
+        assert_eq!(state.last_log_id.map(|log_id| log_id.index), Some(8));
+        let entries = reopened.try_get_log_entries(0..100).await.expect("read");
+        let indexes: Vec<u64> = entries.iter().map(|entry| entry.log_id.index).collect();
+        assert_eq!(indexes, (4..=8).collect::<Vec<u64>>());
+        assert_eq!(entries[0], entry(1, 4));
+    }
+}

@@ -52,7 +52,7 @@ impl MetaServer {
     /// Starts a node on an already bound listener (tests bind port 0 first), with
     /// `metrics` if the caller registers them elsewhere too.
     pub async fn start_with_listener(
-        config: MetaConfig,
+        mut config: MetaConfig,
         listener: TcpListener,
         metrics: Option<MetaMetrics>,
     ) -> MetaResult<MetaServer> {
@@ -64,6 +64,10 @@ impl MetaServer {
         let local_address = listener.local_addr().map_err(|error| {
             MetaError::Config(format!("listener has no local address: {error}"))
         })?;
+        if config.advertise_address.is_none() && config.listen.ends_with(":0") {
+            // An ephemeral port: advertise the port actually bound.
+            config.advertise_address = Some(local_address.to_string());
+        }
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|error| MetaError::storage(config.data_dir.display(), error))?;
         let log_store = open_blocking({

@@ -6,4 +6,5 @@ mod control;
 mod election;
 mod partition;
 mod snapshots;
+mod standalone;
 mod support;
