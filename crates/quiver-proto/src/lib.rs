@@ -1,0 +1,22 @@
+//! Quiver's gRPC services and messages, generated at build time from `proto/`, and
+//! the small error-code vocabulary every Quiver service maps its errors into.
+//!
+//! - [`meta`]: the metadata service's client-facing API (`proto/quiver/v1/meta.proto`).
+//! - [`raft`]: the peer-only Raft RPCs between metadata nodes (`raft.proto`).
+//! - [`ErrorCode`]: one code per kind of failure, with its gRPC and HTTP mapping.
+
+mod error;
+
+pub use error::{ErrorCode, LEADER_ADDRESS_HEADER, LEADER_ID_HEADER};
+
+/// The metadata service's messages and its tonic client and server (`quiver.v1.meta`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod meta {
+    tonic::include_proto!("quiver.v1.meta");
+}
+
+/// Peer-only Raft RPCs between metadata nodes (`quiver.v1.raft`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod raft {
+    tonic::include_proto!("quiver.v1.raft");
+}

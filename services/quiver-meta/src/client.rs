@@ -1,0 +1,529 @@
+//! The client library of the metadata service.
+//!
+//! [`MetaClient`] takes the addresses of all metadata nodes. It sends each call to
+//! the node it last saw as leader; a follower's refusal names the leader
+//! (`x-quiver-leader`) and the call moves there at once; an unreachable node or a
+//! cluster without a leader makes it try the next address with exponential backoff,
+//! until the call's retry deadline. A refused call was never applied, so it is
+//! always retried; a call whose outcome is unknown (timed out after it was sent) is
+//! retried only if it is idempotent — every catalog write is, except dropping a
+//! collection and a manifest change that adds no segment. Each attempt has a timeout.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use quiver_proto::meta as pb;
+use quiver_proto::meta::meta_service_client::MetaServiceClient;
+use tonic::transport::Channel;
+
+use crate::error::{MetaError, MetaResult};
+use crate::network::lazy_channel;
+
+/// Settings of a [`MetaClient`].
+#[derive(Clone, Debug)]
+pub struct MetaClientConfig {
+    /// Addresses (`host:port`) of the metadata nodes.
+    pub addresses: Vec<String>,
+    /// Timeout of one attempt.
+    pub attempt_timeout: Duration,
+    /// Connect timeout of a channel.
+    pub connect_timeout: Duration,
+    /// Total time a call may spend retrying.
+    pub retry_deadline: Duration,
+    /// First backoff between attempts; doubles up to `max_backoff`.
+    pub initial_backoff: Duration,
+    /// Longest backoff between attempts.
+    pub max_backoff: Duration,
+}
+
+impl MetaClientConfig {
+    /// Returns settings for `addresses` with default timeouts.
+    pub fn new(addresses: Vec<String>) -> Self {
+        MetaClientConfig {
+            addresses,
+            // Longer than the server's default proposal timeout (5 s), so a slow
+            // commit is reported by the server rather than cut short here.
+            attempt_timeout: Duration::from_secs(6),
+            connect_timeout: Duration::from_secs(1),
+            retry_deadline: Duration::from_secs(30),
+            initial_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+/// A client of the metadata service that follows the leader; cheap to clone.
+#[derive(Clone)]
+pub struct MetaClient {
+    inner: Arc<ClientInner>,
+}
+
+struct ClientInner {
+    config: MetaClientConfig,
+    channels: Mutex<HashMap<String, Channel>>,
+    /// The address that answered last (usually the leader).
+    preferred: Mutex<Option<String>>,
+}
+
+/// Whether a failed attempt may be repeated.
+enum Retry {
+    /// The request was not applied (refused, or never sent): always safe.
+    Refused { leader_address: Option<String> },
+    /// The request may or may not have been applied.
+    Ambiguous,
+    /// The answer is final.
+    No,
+}
+
+fn classify(status: &tonic::Status) -> Retry {
+    match MetaError::from_status(status) {
+        MetaError::NotLeader { leader_address, .. } => Retry::Refused { leader_address },
+        _ => match status.code() {
+            tonic::Code::Unavailable => {
+                let message = status.message();
+                if message.contains("not committed within")
+                    || message.contains("not confirmed within")
+                {
+                    Retry::Ambiguous
+                } else {
+                    // No leader known yet, or the connection could not be made.
+                    Retry::Refused {
+                        leader_address: None,
+                    }
+                }
+            }
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled | tonic::Code::Unknown => {
+                Retry::Ambiguous
+            }
+            _ => Retry::No,
+        },
+    }
+}
+
+impl MetaClient {
+    /// Creates a client; no connection is made until the first call.
+    pub fn new(config: MetaClientConfig) -> MetaResult<MetaClient> {
+        if config.addresses.is_empty() {
+            return Err(MetaError::Config(
+                "the metadata client needs at least one address".into(),
+            ));
+        }
+        Ok(MetaClient {
+            inner: Arc::new(ClientInner {
+                config,
+                channels: Mutex::new(HashMap::new()),
+                preferred: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// Creates a client for `addresses` with default settings.
+    pub fn connect(
+        addresses: impl IntoIterator<Item = impl Into<String>>,
+    ) -> MetaResult<MetaClient> {
+        MetaClient::new(MetaClientConfig::new(
+            addresses.into_iter().map(Into::into).collect(),
+        ))
+    }
+
+    fn channel(&self, address: &str) -> MetaResult<Channel> {
+        let mut channels = self
+            .inner
+            .channels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(channel) = channels.get(address) {
+            return Ok(channel.clone());
+        }
+        let channel =
+            lazy_channel(address, self.inner.config.connect_timeout).map_err(|error| {
+                MetaError::Config(format!("bad metadata address `{address}`: {error}"))
+            })?;
+        channels.insert(address.to_owned(), channel.clone());
+        Ok(channel)
+    }
+
+    fn set_preferred(&self, address: Option<String>) {
+        *self
+            .inner
+            .preferred
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = address;
+    }
+
+    fn preferred(&self) -> Option<String> {
+        self.inner
+            .preferred
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Runs one call with leader following, retries and timeouts.
+    async fn call<T, F, Fut>(
+        &self,
+        method: &'static str,
+        idempotent: bool,
+        call: F,
+    ) -> MetaResult<T>
+    where
+        F: Fn(MetaServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let config = &self.inner.config;
+        let deadline = Instant::now() + config.retry_deadline;
+        let mut backoff = config.initial_backoff;
+        let mut rotation = 0usize;
+        let mut last_error: Option<MetaError> = None;
+        let mut next_address: Option<String> = self.preferred();
+        loop {
+            let address = next_address.take().unwrap_or_else(|| {
+                let address = config.addresses[rotation % config.addresses.len()].clone();
+                rotation += 1;
+                address
+            });
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                let reason = last_error.map_or_else(
+                    || "no attempt finished".to_owned(),
+                    |error| error.to_string(),
+                );
+                return Err(MetaError::Unavailable(format!(
+                    "{method} failed on every metadata node within {} ms: {reason}",
+                    config.retry_deadline.as_millis()
+                )));
+            }
+            let attempt_timeout = config.attempt_timeout.min(remaining);
+            let client = MetaServiceClient::new(self.channel(&address)?);
+            let mut redirected = false;
+            match tokio::time::timeout(attempt_timeout, call(client)).await {
+                Ok(Ok(response)) => {
+                    self.set_preferred(Some(address));
+                    return Ok(response.into_inner());
+                }
+                Ok(Err(status)) => match classify(&status) {
+                    Retry::No => {
+                        self.set_preferred(Some(address));
+                        return Err(MetaError::from_status(&status));
+                    }
+                    Retry::Refused { leader_address } => {
+                        tracing::debug!(method, %address, leader = ?leader_address, code = %status.code(), "metadata call refused, retrying");
+                        if let Some(leader) = leader_address
+                            && leader != address
+                        {
+                            next_address = Some(leader);
+                            redirected = true;
+                        }
+                        self.set_preferred(None);
+                        last_error = Some(MetaError::from_status(&status));
+                    }
+                    Retry::Ambiguous => {
+                        if !idempotent {
+                            return Err(MetaError::from_status(&status));
+                        }
+                        tracing::debug!(method, %address, code = %status.code(), "metadata call outcome unknown, retrying");
+                        self.set_preferred(None);
+                        last_error = Some(MetaError::from_status(&status));
+                    }
+                },
+                Err(_elapsed) => {
+                    if !idempotent {
+                        return Err(MetaError::Unavailable(format!(
+                            "{method} to `{address}` timed out after {} ms; outcome unknown",
+                            attempt_timeout.as_millis()
+                        )));
+                    }
+                    self.set_preferred(None);
+                    last_error = Some(MetaError::Unavailable(format!(
+                        "{method} to `{address}` timed out"
+                    )));
+                }
+            }
+            if !redirected {
+                let sleep = backoff.min(deadline.saturating_duration_since(Instant::now()));
+                tokio::time::sleep(sleep).await;
+                backoff = (backoff * 2).min(config.max_backoff);
+            }
+        }
+    }
+
+    /// Creates a collection (an identical existing one is returned with `created = false`).
+    pub async fn create_collection(
+        &self,
+        spec: pb::CollectionSpec,
+    ) -> MetaResult<pb::CreateCollectionResponse> {
+        self.call("create_collection", true, |mut client| {
+            let request = pb::CreateCollectionRequest {
+                spec: Some(spec.clone()),
+            };
+            async move { client.create_collection(request).await }
+        })
+        .await
+    }
+
+    /// Returns a collection by name.
+    pub async fn get_collection(
+        &self,
+        name: &str,
+        linearizable: bool,
+    ) -> MetaResult<pb::Collection> {
+        let response = self
+            .call("get_collection", true, |mut client| {
+                let request = pb::GetCollectionRequest {
+                    name: name.to_owned(),
+                    linearizable,
+                };
+                async move { client.get_collection(request).await }
+            })
+            .await?;
+        response
+            .collection
+            .ok_or_else(|| MetaError::Raft(format!("collection `{name}` answered without a body")))
+    }
+
+    /// Lists collections.
+    pub async fn list_collections(&self, linearizable: bool) -> MetaResult<Vec<pb::Collection>> {
+        let response = self
+            .call("list_collections", true, |mut client| async move {
+                client
+                    .list_collections(pb::ListCollectionsRequest { linearizable })
+                    .await
+            })
+            .await?;
+        Ok(response.collections)
+    }
+
+    /// Drops a collection. Not retried when the outcome is unknown.
+    pub async fn drop_collection(&self, name: &str) -> MetaResult<pb::DropCollectionResponse> {
+        self.call("drop_collection", false, |mut client| {
+            let request = pb::DropCollectionRequest {
+                name: name.to_owned(),
+            };
+            async move { client.drop_collection(request).await }
+        })
+        .await
+    }
+
+    /// Registers a data node.
+    pub async fn register_node(
+        &self,
+        request: pb::RegisterNodeRequest,
+    ) -> MetaResult<pb::NodeInfo> {
+        let response = self
+            .call("register_node", true, |mut client| {
+                let request = request.clone();
+                async move { client.register_node(request).await }
+            })
+            .await?;
+        response
+            .node
+            .ok_or_else(|| MetaError::Raft("register_node answered without a node".into()))
+    }
+
+    /// Sends a heartbeat (with a searcher's ready shards).
+    pub async fn heartbeat(&self, request: pb::HeartbeatRequest) -> MetaResult<pb::NodeInfo> {
+        let response = self
+            .call("heartbeat", true, |mut client| {
+                let request = request.clone();
+                async move { client.heartbeat(request).await }
+            })
+            .await?;
+        response
+            .node
+            .ok_or_else(|| MetaError::Raft("heartbeat answered without a node".into()))
+    }
+
+    /// Marks a node draining.
+    pub async fn drain_node(&self, node_id: &str) -> MetaResult<pb::NodeInfo> {
+        let response = self
+            .call("drain_node", true, |mut client| {
+                let request = pb::DrainNodeRequest {
+                    node_id: node_id.to_owned(),
+                };
+                async move { client.drain_node(request).await }
+            })
+            .await?;
+        response
+            .node
+            .ok_or_else(|| MetaError::Raft("drain_node answered without a node".into()))
+    }
+
+    /// Acquires a shard's lease (the holder acquiring again keeps its epoch).
+    pub async fn acquire_lease(&self, request: pb::AcquireLeaseRequest) -> MetaResult<pb::Lease> {
+        let response = self
+            .call("acquire_lease", true, |mut client| {
+                let request = request.clone();
+                async move { client.acquire_lease(request).await }
+            })
+            .await?;
+        response
+            .lease
+            .ok_or_else(|| MetaError::Raft("acquire_lease answered without a lease".into()))
+    }
+
+    /// Renews a lease held at `epoch`.
+    pub async fn renew_lease(&self, request: pb::RenewLeaseRequest) -> MetaResult<pb::Lease> {
+        let response = self
+            .call("renew_lease", true, |mut client| {
+                let request = request.clone();
+                async move { client.renew_lease(request).await }
+            })
+            .await?;
+        response
+            .lease
+            .ok_or_else(|| MetaError::Raft("renew_lease answered without a lease".into()))
+    }
+
+    /// Commits a WAL object (idempotent per `(epoch, seq)`).
+    pub async fn commit_wal(
+        &self,
+        request: pb::CommitWalRequest,
+    ) -> MetaResult<pb::CommitWalResponse> {
+        self.call("commit_wal", true, |mut client| {
+            let request = request.clone();
+            async move { client.commit_wal(request).await }
+        })
+        .await
+    }
+
+    /// Commits a manifest change atomically; retried on an unknown outcome only when
+    /// it adds segments (then a repeat is recognised).
+    pub async fn commit_manifest_change(
+        &self,
+        request: pb::CommitManifestChangeRequest,
+    ) -> MetaResult<pb::CommitManifestChangeResponse> {
+        let idempotent = !request.add_segments.is_empty();
+        self.call("commit_manifest_change", idempotent, |mut client| {
+            let request = request.clone();
+            async move { client.commit_manifest_change(request).await }
+        })
+        .await
+    }
+
+    /// Returns a shard's manifest; `linearizable` confirms it with the leader first.
+    pub async fn get_manifest(
+        &self,
+        shard: pb::ShardRef,
+        linearizable: bool,
+    ) -> MetaResult<pb::Manifest> {
+        let response = self
+            .call("get_manifest", true, |mut client| {
+                let request = pb::GetManifestRequest {
+                    shard: Some(shard),
+                    linearizable,
+                };
+                async move { client.get_manifest(request).await }
+            })
+            .await?;
+        response
+            .manifest
+            .ok_or_else(|| MetaError::Raft("get_manifest answered without a manifest".into()))
+    }
+
+    /// Returns the routing table (all collections for an empty name).
+    pub async fn get_routing(
+        &self,
+        collection: &str,
+        linearizable: bool,
+    ) -> MetaResult<pb::GetRoutingResponse> {
+        self.call("get_routing", true, |mut client| {
+            let request = pb::GetRoutingRequest {
+                collection: collection.to_owned(),
+                linearizable,
+            };
+            async move { client.get_routing(request).await }
+        })
+        .await
+    }
+
+    /// Opens a watch stream of catalog changes on any reachable node.
+    pub async fn watch(
+        &self,
+        request: pb::WatchRequest,
+    ) -> MetaResult<tonic::Streaming<pb::WatchEvent>> {
+        self.call("watch", true, |mut client| async move {
+            client.watch(request).await
+        })
+        .await
+    }
+
+    /// Returns the GC entries that are due.
+    pub async fn take_gc(&self, limit: u32) -> MetaResult<Vec<pb::GcEntry>> {
+        let response = self
+            .call("take_gc", true, |mut client| async move {
+                client.take_gc(pb::TakeGcRequest { limit }).await
+            })
+            .await?;
+        Ok(response.entries)
+    }
+
+    /// Removes deleted objects from the GC list.
+    pub async fn ack_gc(&self, object_keys: Vec<String>) -> MetaResult<u32> {
+        let response = self
+            .call("ack_gc", true, |mut client| {
+                let request = pb::AckGcRequest {
+                    object_keys: object_keys.clone(),
+                };
+                async move { client.ack_gc(request).await }
+            })
+            .await?;
+        Ok(response.removed)
+    }
+
+    /// Adds a metadata node as a learner and waits until it has caught up.
+    pub async fn add_learner(&self, id: u64, address: &str) -> MetaResult<Vec<pb::MetaMember>> {
+        let response = self
+            .call("add_learner", true, |mut client| {
+                let request = pb::AddLearnerRequest {
+                    id,
+                    address: address.to_owned(),
+                };
+                async move { client.add_learner(request).await }
+            })
+            .await?;
+        Ok(response.members)
+    }
+
+    /// Promotes a learner to voter.
+    pub async fn promote_voter(&self, id: u64) -> MetaResult<Vec<pb::MetaMember>> {
+        let response = self
+            .call("promote_voter", true, |mut client| async move {
+                client.promote_voter(pb::PromoteVoterRequest { id }).await
+            })
+            .await?;
+        Ok(response.members)
+    }
+
+    /// Removes a metadata node from the membership.
+    pub async fn remove_member(&self, id: u64) -> MetaResult<Vec<pb::MetaMember>> {
+        let response = self
+            .call("remove_member", false, |mut client| async move {
+                client.remove_member(pb::RemoveMemberRequest { id }).await
+            })
+            .await?;
+        Ok(response.members)
+    }
+
+    /// Returns the cluster status as seen by the node that answers.
+    pub async fn cluster_status(&self) -> MetaResult<pb::ClusterStatusResponse> {
+        self.call("cluster_status", true, |mut client| async move {
+            client.cluster_status(pb::ClusterStatusRequest {}).await
+        })
+        .await
+    }
+
+    /// Returns the cluster status as seen by the node at `address` (no redirection).
+    pub async fn cluster_status_of(&self, address: &str) -> MetaResult<pb::ClusterStatusResponse> {
+        let mut client = MetaServiceClient::new(self.channel(address)?);
+        let attempt = client.cluster_status(pb::ClusterStatusRequest {});
+        match tokio::time::timeout(self.inner.config.attempt_timeout, attempt).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(MetaError::from_status(&status)),
+            Err(_elapsed) => Err(MetaError::Unavailable(format!(
+                "cluster_status to `{address}` timed out"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The control loop that runs on the Raft leader.
+//!
+//! Each interval the leader checks, on a copy of its catalog, whether the rules of
+//! [`Catalog::reconcile`](crate::Catalog::reconcile) would change anything (a silent
+//! node, an expired lease, a shard without writer or with too few searchers); only
+//! then does it propose a `Reconcile` command, which every replica applies with the
+//! leader's clock. For one node timeout after winning an election the leader
+//! stretches the timeout, so nodes that were talking to the previous leader get time
+//! to reach the new one before they are declared dead.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::model::{Command, Outcome};
+use crate::service::{MetaContext, wall_clock_ms};
+
+pub(crate) async fn run_control_loop(
+    context: Arc<MetaContext>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let config = &context.config;
+    let mut ticker = tokio::time::interval(Duration::from_millis(config.control_interval_ms));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut leader_since_ms: Option<u64> = None;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => break,
+        }
+        if !context.is_leader() {
+            leader_since_ms = None;
+            continue;
+        }
+        let now_ms = wall_clock_ms();
+        let leader_since = *leader_since_ms.get_or_insert(now_ms);
+        let grace_left_ms = (leader_since + config.node_timeout_ms).saturating_sub(now_ms);
+        let node_timeout_ms = config.node_timeout_ms + grace_left_ms;
+        let lease_ttl_ms = config.lease_ttl_ms;
+        let needed = context.catalog.read(|state| {
+            let mut preview = state.catalog.clone();
+            let apply_time_ms = now_ms.max(preview.clock_ms());
+            preview.reconcile(apply_time_ms, node_timeout_ms, lease_ttl_ms) > 0
+        });
+        if !needed {
+            continue;
+        }
+        let command = Command::Reconcile {
+            node_timeout_ms,
+            lease_ttl_ms,
+        };
+        match context.propose(command).await {
+            Ok(Outcome::Reconciled { changes }) => {
+                context.metrics.reconciliations_total.inc();
+                tracing::info!(changes, "reconciled catalog");
+            }
+            Ok(other) => tracing::warn!(?other, "unexpected reconcile outcome"),
+            Err(error) => tracing::debug!(%error, "reconcile proposal failed"),
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! One running metadata node: Raft, its storage, the gRPC port, the control loop.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use quiver_proto::meta as pb;
+use quiver_proto::meta::meta_service_server::MetaServiceServer;
+use quiver_proto::raft::raft_service_server::RaftServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
+
+use crate::catalog::Catalog;
+use crate::config::MetaConfig;
+use crate::control::run_control_loop;
+use crate::error::{MetaError, MetaResult};
+use crate::log_store::LogStore;
+use crate::metrics::MetaMetrics;
+use crate::network::{NetworkFactory, RaftGrpc};
+use crate::raft_types::typ::Raft;
+use crate::raft_types::{MetaNode, MetaNodeId};
+use crate::service::{MetaContext, MetaGrpc};
+use crate::state_machine::StateMachineStore;
+
+const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
+/// A running metadata node. Dropping it without [`MetaServer::shutdown`] leaves its
+/// tasks running until the runtime stops.
+pub struct MetaServer {
+    context: Arc<MetaContext>,
+    local_address: SocketAddr,
+    shutdown_sender: watch::Sender<bool>,
+    server_task: JoinHandle<Result<(), tonic::transport::Error>>,
+    background_tasks: Vec<JoinHandle<()>>,
+}
+
+impl MetaServer {
+    /// Starts a node listening on `config.listen`.
+    pub async fn start(config: MetaConfig) -> MetaResult<MetaServer> {
+        config.validate()?;
+        let listener = TcpListener::bind(&config.listen).await.map_err(|error| {
+            MetaError::Config(format!("cannot listen on `{}`: {error}", config.listen))
+        })?;
+        MetaServer::start_with_listener(config, listener, None).await
+    }
+
+    /// Starts a node on an already bound listener (tests bind port 0 first), with
+    /// `metrics` if the caller registers them elsewhere too.
+    pub async fn start_with_listener(
+        mut config: MetaConfig,
+        listener: TcpListener,
+        metrics: Option<MetaMetrics>,
+    ) -> MetaResult<MetaServer> {
+        config.validate()?;
+        let metrics = match metrics {
+            Some(metrics) => metrics,
+            None => MetaMetrics::new()?,
+        };
+        let local_address = listener.local_addr().map_err(|error| {
+            MetaError::Config(format!("listener has no local address: {error}"))
+        })?;
+        if config.advertise_address.is_none() && config.listen.ends_with(":0") {
+            // An ephemeral port: advertise the port actually bound.
+            config.advertise_address = Some(local_address.to_string());
+        }
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|error| MetaError::storage(config.data_dir.display(), error))?;
+        let log_store = open_blocking({
+            let path = config.data_dir.join("raft-log.redb");
+            move || LogStore::open(&path)
+        })
+        .await?;
+        let state_machine = open_blocking({
+            let path = config.data_dir.join("snapshots");
+            let metrics = metrics.clone();
+            move || StateMachineStore::open(&path, Some(metrics))
+        })
+        .await?;
+        let catalog = state_machine.handle();
+
+        let address_overrides: BTreeMap<MetaNodeId, String> = config
+            .peers
+            .iter()
+            .filter(|(peer_id, _)| **peer_id != config.node_id)
+            .map(|(peer_id, address)| (*peer_id, address.clone()))
+            .collect();
+        let network = NetworkFactory {
+            address_overrides: Arc::new(address_overrides),
+            connect_timeout: Duration::from_millis(config.connect_timeout_ms),
+        };
+        let raft_config = Arc::new(config.raft_config()?);
+        let raft = Raft::new(
+            config.node_id,
+            raft_config,
+            network,
+            log_store.clone(),
+            state_machine,
+        )
+        .await
+        .map_err(|error| MetaError::Raft(format!("raft did not start: {error}")))?;
+
+        let context = Arc::new(MetaContext {
+            node_id: config.node_id,
+            raft: raft.clone(),
+            catalog,
+            config: config.clone(),
+            metrics: metrics.clone(),
+            log_store,
+        });
+
+        let (shutdown_sender, shutdown_receiver) = watch::channel(false);
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|stream| {
+            stream.inspect(|stream| {
+                // Raft heartbeats are tiny; do not let Nagle delay them.
+                let _ = stream.set_nodelay(true);
+            })
+        });
+        let router = tonic::transport::Server::builder()
+            .add_service(
+                RaftServiceServer::new(RaftGrpc { raft: raft.clone() })
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(MetaServiceServer::new(MetaGrpc {
+                context: context.clone(),
+            }));
+        let mut server_shutdown = shutdown_receiver.clone();
+        let server_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async move {
+            let _ = server_shutdown.wait_for(|stopping| *stopping).await;
+        }));
+
+        if config.init {
+            initialize_if_new(&raft, &config).await?;
+        }
+
+        let background_tasks = vec![
+            tokio::spawn(run_control_loop(context.clone(), shutdown_receiver.clone())),
+            tokio::spawn(observe_raft_metrics(context.clone(), shutdown_receiver)),
+        ];
+        tracing::info!(node_id = config.node_id, address = %local_address, data_dir = %config.data_dir.display(), "metadata node started");
+        Ok(MetaServer {
+            context,
+            local_address,
+            shutdown_sender,
+            server_task,
+            background_tasks,
+        })
+    }
+
+    /// Returns the address the gRPC port is bound to.
+    pub fn local_address(&self) -> SocketAddr {
+        self.local_address
+    }
+
+    /// Returns this node's Raft id.
+    pub fn node_id(&self) -> MetaNodeId {
+        self.context.node_id
+    }
+
+    /// Returns this node's metrics.
+    pub fn metrics(&self) -> &MetaMetrics {
+        &self.context.metrics
+    }
+
+    /// Returns the known leader's id, if any.
+    pub fn current_leader(&self) -> Option<MetaNodeId> {
+        self.context.raft.metrics().borrow().current_leader
+    }
+
+    /// Tells whether this node is the Raft leader.
+    pub fn is_leader(&self) -> bool {
+        self.context.is_leader()
+    }
+
+    /// Tells whether the node can serve: it knows a leader.
+    pub fn is_ready(&self) -> bool {
+        self.current_leader().is_some()
+    }
+
+    /// Returns this node's view of the cluster (the `ClusterStatus` RPC's answer).
+    pub fn status(&self) -> pb::ClusterStatusResponse {
+        self.context.cluster_status()
+    }
+
+    /// Returns a copy of this node's applied catalog.
+    pub fn catalog(&self) -> Catalog {
+        self.context.catalog.read(|state| state.catalog.clone())
+    }
+
+    /// Waits until a leader is known, returning its id.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> MetaResult<MetaNodeId> {
+        let deadline = Instant::now() + timeout;
+        let mut metrics = self.context.raft.metrics();
+        loop {
+            if let Some(leader) = metrics.borrow().current_leader {
+                return Ok(leader);
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(MetaError::Unavailable(format!(
+                    "no metadata leader elected within {} ms",
+                    timeout.as_millis()
+                )));
+            }
+            let _ = tokio::time::timeout(remaining, metrics.changed()).await;
+        }
+    }
+
+    /// Builds a snapshot now (and compacts the log behind it) and waits for it.
+    pub async fn snapshot_now(&self, timeout: Duration) -> MetaResult<u64> {
+        let applied = self
+            .context
+            .raft_metrics()
+            .last_applied
+            .map_or(0, |log_id| log_id.index);
+        self.context
+            .raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|error| MetaError::Raft(format!("snapshot not triggered: {error}")))?;
+        self.context
+            .raft
+            .wait(Some(timeout))
+            .metrics(
+                |metrics| {
+                    metrics
+                        .snapshot
+                        .is_some_and(|log_id| log_id.index >= applied)
+                },
+                "snapshot built",
+            )
+            .await
+            .map_err(|error| MetaError::Raft(format!("snapshot not built: {error}")))?;
+        Ok(applied)
+    }
+
+    /// Returns an HTTP router serving `/metrics`, `/healthz` and `/readyz` for this node.
+    pub fn http_router(&self) -> axum::Router {
+        let metrics_context = self.context.clone();
+        let ready_context = self.context.clone();
+        axum::Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let context = metrics_context.clone();
+                    async move { context.metrics.render() }
+                }),
+            )
+            .route("/healthz", axum::routing::get(|| async { "ok" }))
+            .route(
+                "/readyz",
+                axum::routing::get(move || {
+                    let context = ready_context.clone();
+                    async move {
+                        let leader = context.raft.metrics().borrow().current_leader;
+                        match leader {
+                            Some(leader) => (StatusCode::OK, format!("ready (leader {leader})")),
+                            None => (
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "no metadata leader".to_owned(),
+                            ),
+                        }
+                    }
+                }),
+            )
+    }
+
+    /// Stops serving, stops Raft and waits for the tasks to end.
+    pub async fn shutdown(self) -> MetaResult<()> {
+        let _ = self.shutdown_sender.send(true);
+        let raft_result = self.context.raft.shutdown().await;
+        let server_result = tokio::time::timeout(Duration::from_secs(5), self.server_task).await;
+        for task in self.background_tasks {
+            task.abort();
+        }
+        if let Err(error) = raft_result {
+            return Err(MetaError::Raft(format!("raft shutdown failed: {error}")));
+        }
+        match server_result {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "grpc server ended with an error"),
+            Ok(Err(error)) => tracing::warn!(%error, "grpc server task failed"),
+            Err(_elapsed) => tracing::warn!("grpc server did not stop within 5 s"),
+        }
+        tracing::info!(node_id = self.context.node_id, "metadata node stopped");
+        Ok(())
+    }
+}
+
+async fn open_blocking<T: Send + 'static>(
+    open: impl FnOnce() -> MetaResult<T> + Send + 'static,
+) -> MetaResult<T> {
+    tokio::task::spawn_blocking(open)
+        .await
+        .map_err(|error| MetaError::Raft(format!("storage open task failed: {error}")))?
+}
+
+async fn initialize_if_new(raft: &Raft, config: &MetaConfig) -> MetaResult<()> {
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|error| MetaError::Raft(error.to_string()))?;
+    if initialized {
+        tracing::info!(
+            node_id = config.node_id,
+            "raft state exists; --init ignored"
+        );
+        return Ok(());
+    }
+    let members: BTreeMap<MetaNodeId, MetaNode> = if config.peers.is_empty() {
+        BTreeMap::from([(
+            config.node_id,
+            MetaNode {
+                address: config.advertised(),
+            },
+        )])
+    } else {
+        config
+            .peers
+            .iter()
+            .map(|(peer_id, address)| {
+                let address = if *peer_id == config.node_id {
+                    config.advertised()
+                } else {
+                    address.clone()
+                };
+                (*peer_id, MetaNode { address })
+            })
+            .collect()
+    };
+    tracing::info!(node_id = config.node_id, members = ?members, "initializing metadata cluster");
+    match raft.initialize(members).await {
+        Ok(()) => Ok(()),
+        // Another node initialized first (every node may be started with --init).
+        Err(openraft::error::RaftError::APIError(
+            openraft::error::InitializeError::NotAllowed(error),
+        )) => {
+            tracing::info!(%error, "cluster already initialized elsewhere");
+            Ok(())
+        }
+        Err(error) => Err(MetaError::Raft(format!(
+            "cluster initialization failed: {error}"
+        ))),
+    }
+}
+
+async fn observe_raft_metrics(context: Arc<MetaContext>, mut shutdown: watch::Receiver<bool>) {
+    let mut raft_metrics = context.raft.metrics();
+    let mut catalog_versions = context.catalog.subscribe();
+    let mut last_leader: Option<MetaNodeId> = None;
+    loop {
+        {
+            let metrics = raft_metrics.borrow().clone();
+            if metrics.current_leader != last_leader {
+                tracing::info!(node_id = context.node_id, leader = ?metrics.current_leader, term = metrics.current_term, "metadata leader changed");
+                last_leader = metrics.current_leader;
+            }
+            context
+                .metrics
+                .observe_raft(&metrics, context.log_store.committed_index());
+            let version = *catalog_versions.borrow();
+            context
+                .metrics
+                .catalog_version
+                .set(i64::try_from(version).unwrap_or(i64::MAX));
+        }
+        tokio::select! {
+            changed = raft_metrics.changed() => if changed.is_err() { break },
+            changed = catalog_versions.changed() => if changed.is_err() { break },
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
+/// Starts a single-node metadata service in this process (the embedded mode of
+/// `quiver standalone`): node id 1, data in `data_dir`, initialized on first start,
+/// and returns once it is the leader.
+pub async fn run_single_node(data_dir: &Path, listen: &str) -> MetaResult<MetaServer> {
+    let config = MetaConfig {
+        init: true,
+        ..MetaConfig::new(1, data_dir, listen)
+    };
+    let server = MetaServer::start(config).await?;
+    server.wait_for_leader(Duration::from_secs(30)).await?;
+    Ok(server)
+}

@@ -1,0 +1,837 @@
+//! The client-facing gRPC API (`quiver.v1.meta.MetaService`).
+//!
+//! Writes are proposed to Raft on this node; a follower refuses them with
+//! `UNAVAILABLE` and the leader's address in `x-quiver-leader` (see
+//! [`MetaError::into_status`]). Reads are served from this node's applied catalog,
+//! or, with `linearizable`, after a read-index round that only the leader can do.
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::Stream;
+use openraft::ChangeMembers;
+use openraft::error::{ClientWriteError, RaftError};
+use quiver_proto::ErrorCode;
+use quiver_proto::meta as pb;
+use quiver_proto::meta::meta_service_server::MetaService;
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status};
+
+use crate::catalog::Catalog;
+use crate::config::MetaConfig;
+use crate::convert;
+use crate::error::{MetaError, MetaResult};
+use crate::log_store::LogStore;
+use crate::metrics::MetaMetrics;
+use crate::model::{Command, ManifestChange, MetaRequest, NodeRole, Outcome, ShardKey};
+use crate::raft_types::typ::{Raft, RaftMetrics};
+use crate::raft_types::{MetaNode, MetaNodeId};
+use crate::state_machine::CatalogHandle;
+
+/// Returns the wall-clock time in ms since the Unix epoch.
+pub(crate) fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+/// Everything a metadata node's handlers and background tasks share.
+pub(crate) struct MetaContext {
+    pub(crate) node_id: MetaNodeId,
+    pub(crate) raft: Raft,
+    pub(crate) catalog: CatalogHandle,
+    pub(crate) config: MetaConfig,
+    pub(crate) metrics: MetaMetrics,
+    pub(crate) log_store: LogStore,
+}
+
+fn forward_error(leader_id: Option<MetaNodeId>, leader_node: Option<MetaNode>) -> MetaError {
+    MetaError::NotLeader {
+        leader_id,
+        leader_address: leader_node.map(|node| node.address),
+    }
+}
+
+impl MetaContext {
+    /// Proposes `command` with this node's clock (only a leader can) and waits for
+    /// its applied outcome.
+    pub(crate) async fn propose(&self, command: Command) -> MetaResult<Outcome> {
+        let command_name = command.name();
+        self.metrics
+            .proposals_total
+            .with_label_values(&[command_name])
+            .inc();
+        let started = Instant::now();
+        let request = MetaRequest {
+            now_ms: wall_clock_ms(),
+            command,
+        };
+        let timeout = self.config.proposal_timeout();
+        let result = match tokio::time::timeout(timeout, self.raft.client_write(request)).await {
+            Err(_elapsed) => Err(MetaError::Unavailable(format!(
+                "{command_name} was not committed within {} ms (no quorum?)",
+                timeout.as_millis()
+            ))),
+            Ok(Ok(response)) => response.data.0.map_err(MetaError::from),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+                Err(forward_error(forward.leader_id, forward.leader_node))
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(error)))) => {
+                Err(MetaError::Rejected {
+                    code: ErrorCode::FailedPrecondition,
+                    message: error.to_string(),
+                })
+            }
+            Ok(Err(RaftError::Fatal(fatal))) => {
+                Err(MetaError::Unavailable(format!("raft stopped: {fatal}")))
+            }
+        };
+        self.metrics
+            .proposal_duration_seconds
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(error) = &result {
+            self.metrics
+                .proposal_errors_total
+                .with_label_values(&[command_name, error.kind().as_str()])
+                .inc();
+        }
+        result
+    }
+
+    /// Confirms leadership with a read-index round and waits until the catalog has
+    /// applied everything committed before it.
+    pub(crate) async fn linearize(&self) -> MetaResult<()> {
+        let timeout = self.config.proposal_timeout();
+        match tokio::time::timeout(timeout, self.raft.ensure_linearizable()).await {
+            Err(_elapsed) => Err(MetaError::Unavailable(format!(
+                "leadership not confirmed within {} ms",
+                timeout.as_millis()
+            ))),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(
+                forward,
+            )))) => Err(forward_error(forward.leader_id, forward.leader_node)),
+            Ok(Err(RaftError::APIError(error))) => Err(MetaError::Unavailable(error.to_string())),
+            Ok(Err(RaftError::Fatal(fatal))) => {
+                Err(MetaError::Unavailable(format!("raft stopped: {fatal}")))
+            }
+        }
+    }
+
+    pub(crate) fn raft_metrics(&self) -> RaftMetrics {
+        self.raft.metrics().borrow().clone()
+    }
+
+    pub(crate) fn is_leader(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics.current_leader == Some(self.node_id)
+    }
+
+    fn members(&self) -> Vec<pb::MetaMember> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        let voters: BTreeSet<MetaNodeId> = membership.voter_ids().collect();
+        membership
+            .nodes()
+            .map(|(id, node)| pb::MetaMember {
+                id: *id,
+                address: node.address.clone(),
+                role: if voters.contains(id) {
+                    pb::MemberRole::Voter
+                } else {
+                    pb::MemberRole::Learner
+                } as i32,
+            })
+            .collect()
+    }
+
+    pub(crate) fn cluster_status(&self) -> pb::ClusterStatusResponse {
+        let metrics = self.raft_metrics();
+        let leader_id = metrics.current_leader.unwrap_or(0);
+        let leader_address = metrics
+            .current_leader
+            .and_then(|leader| {
+                metrics
+                    .membership_config
+                    .membership()
+                    .get_node(&leader)
+                    .cloned()
+            })
+            .map(|node| node.address)
+            .unwrap_or_default();
+        let (nodes, collections, catalog_version) = self.catalog.read(|state| {
+            (
+                state.catalog.nodes().map(convert::node_to_proto).collect(),
+                state.catalog.collections().count() as u64,
+                state.catalog.version(),
+            )
+        });
+        let raft_state = match metrics.state {
+            openraft::ServerState::Leader => "leader",
+            openraft::ServerState::Follower => "follower",
+            openraft::ServerState::Candidate => "candidate",
+            openraft::ServerState::Learner => "learner",
+            openraft::ServerState::Shutdown => "shutdown",
+        };
+        pb::ClusterStatusResponse {
+            node_id: self.node_id,
+            leader_id,
+            leader_address,
+            term: metrics.current_term,
+            commit_index: self.log_store.committed_index(),
+            applied_index: metrics.last_applied.map_or(0, |log_id| log_id.index),
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+            members: self.members(),
+            nodes,
+            collections,
+            catalog_version,
+            raft_state: raft_state.to_owned(),
+            snapshot_index: metrics.snapshot.map_or(0, |log_id| log_id.index),
+        }
+    }
+}
+
+/// The gRPC handler of `MetaService`.
+pub(crate) struct MetaGrpc {
+    pub(crate) context: Arc<MetaContext>,
+}
+
+type GrpcResult<T> = Result<Response<T>, Status>;
+
+fn unexpected(outcome: &Outcome) -> MetaError {
+    MetaError::Raft(format!("unexpected outcome {outcome:?}"))
+}
+
+impl MetaGrpc {
+    /// Runs a handler, recording its latency and result code.
+    async fn observed<T>(
+        &self,
+        method: &'static str,
+        handler: impl std::future::Future<Output = MetaResult<T>>,
+    ) -> GrpcResult<T> {
+        let started = Instant::now();
+        let result = handler.await;
+        let code = match &result {
+            Ok(_) => "OK",
+            Err(error) => error.kind().as_str(),
+        };
+        self.context
+            .metrics
+            .rpc_duration_seconds
+            .with_label_values(&[method, code])
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(error) = &result
+            && error.kind() == ErrorCode::Internal
+        {
+            tracing::warn!(method, %error, "metadata request failed");
+        }
+        result.map(Response::new).map_err(MetaError::into_status)
+    }
+
+    async fn read_catalog<T>(
+        &self,
+        linearizable: bool,
+        read: impl FnOnce(&Catalog) -> MetaResult<T>,
+    ) -> MetaResult<T> {
+        if linearizable {
+            self.context.linearize().await?;
+        }
+        self.context.catalog.read(|state| read(&state.catalog))
+    }
+
+    async fn membership_change(
+        &self,
+        change: ChangeMembers<MetaNodeId, MetaNode>,
+    ) -> MetaResult<pb::MembershipResponse> {
+        let timeout = self.context.config.proposal_timeout() * 4;
+        let result =
+            tokio::time::timeout(timeout, self.context.raft.change_membership(change, false)).await;
+        membership_result(result, timeout)?;
+        Ok(pb::MembershipResponse {
+            members: self.context.members(),
+        })
+    }
+}
+
+type MembershipWrite<T> = Result<T, RaftError<MetaNodeId, ClientWriteError<MetaNodeId, MetaNode>>>;
+
+fn membership_result<T>(
+    result: Result<MembershipWrite<T>, tokio::time::error::Elapsed>,
+    timeout: std::time::Duration,
+) -> MetaResult<T> {
+    match result {
+        Err(_elapsed) => Err(MetaError::Unavailable(format!(
+            "membership change not committed within {} ms",
+            timeout.as_millis()
+        ))),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+            Err(forward_error(forward.leader_id, forward.leader_node))
+        }
+        Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(error)))) => {
+            Err(MetaError::Rejected {
+                code: ErrorCode::FailedPrecondition,
+                message: error.to_string(),
+            })
+        }
+        Ok(Err(RaftError::Fatal(fatal))) => {
+            Err(MetaError::Unavailable(format!("raft stopped: {fatal}")))
+        }
+    }
+}
+
+/// Builds the watch event for changes after `after_version`, or `None` if there are none.
+pub(crate) fn watch_event(
+    catalog: &Catalog,
+    after_version: u64,
+    collection_filter: u64,
+) -> Option<pb::WatchEvent> {
+    if catalog.version() <= after_version {
+        return None;
+    }
+    let wanted = |collection_id: u64| collection_filter == 0 || collection_filter == collection_id;
+    let shards = catalog
+        .shards()
+        .filter(|(key, record)| {
+            record.changed_at_version > after_version && wanted(key.collection_id)
+        })
+        .map(|(key, record)| pb::ShardUpdate {
+            routing: Some(convert::routing_to_proto(*key, record)),
+            manifest: Some(convert::manifest_to_proto(*key, &record.manifest)),
+        })
+        .collect();
+    let collections = if catalog.collections_changed_at_version() > after_version {
+        catalog
+            .collections()
+            .filter(|collection| wanted(collection.collection_id))
+            .map(convert::collection_to_proto)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let dropped_collection_ids = catalog
+        .dropped_since(after_version)
+        .into_iter()
+        .filter(|collection_id| wanted(*collection_id))
+        .collect();
+    let nodes = catalog
+        .nodes()
+        .filter(|node| node.changed_at_version > after_version)
+        .map(convert::node_to_proto)
+        .collect();
+    Some(pb::WatchEvent {
+        catalog_version: catalog.version(),
+        shards,
+        collections,
+        dropped_collection_ids,
+        nodes,
+    })
+}
+
+#[tonic::async_trait]
+impl MetaService for MetaGrpc {
+    async fn create_collection(
+        &self,
+        request: Request<pb::CreateCollectionRequest>,
+    ) -> GrpcResult<pb::CreateCollectionResponse> {
+        self.observed("create_collection", async {
+            let spec = convert::collection_spec_from_proto(request.into_inner().spec)?;
+            match self
+                .context
+                .propose(Command::CreateCollection { spec })
+                .await?
+            {
+                Outcome::Collection {
+                    collection,
+                    created,
+                } => Ok(pb::CreateCollectionResponse {
+                    collection: Some(convert::collection_to_proto(&collection)),
+                    created,
+                }),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn get_collection(
+        &self,
+        request: Request<pb::GetCollectionRequest>,
+    ) -> GrpcResult<pb::GetCollectionResponse> {
+        self.observed("get_collection", async {
+            let request = request.into_inner();
+            self.read_catalog(request.linearizable, |catalog| {
+                let collection =
+                    catalog
+                        .collection(&request.name)
+                        .ok_or_else(|| MetaError::Rejected {
+                            code: ErrorCode::NotFound,
+                            message: format!("collection `{}` not found", request.name),
+                        })?;
+                Ok(pb::GetCollectionResponse {
+                    collection: Some(convert::collection_to_proto(collection)),
+                })
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn list_collections(
+        &self,
+        request: Request<pb::ListCollectionsRequest>,
+    ) -> GrpcResult<pb::ListCollectionsResponse> {
+        self.observed("list_collections", async {
+            self.read_catalog(request.into_inner().linearizable, |catalog| {
+                Ok(pb::ListCollectionsResponse {
+                    collections: catalog
+                        .collections()
+                        .map(convert::collection_to_proto)
+                        .collect(),
+                })
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn drop_collection(
+        &self,
+        request: Request<pb::DropCollectionRequest>,
+    ) -> GrpcResult<pb::DropCollectionResponse> {
+        self.observed("drop_collection", async {
+            let command = Command::DropCollection {
+                name: request.into_inner().name,
+                gc_grace_ms: self.context.config.gc_grace_ms,
+            };
+            match self.context.propose(command).await? {
+                Outcome::Dropped { collection_id } => {
+                    Ok(pb::DropCollectionResponse { collection_id })
+                }
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn register_node(
+        &self,
+        request: Request<pb::RegisterNodeRequest>,
+    ) -> GrpcResult<pb::RegisterNodeResponse> {
+        self.observed("register_node", async {
+            let request = request.into_inner();
+            let role: NodeRole = convert::node_role_from_proto(request.role, &request.node_id)?;
+            let command = Command::RegisterNode {
+                node_id: request.node_id,
+                role,
+                address: request.address,
+            };
+            match self.context.propose(command).await? {
+                Outcome::Node(node) => Ok(pb::RegisterNodeResponse {
+                    node: Some(convert::node_to_proto(&node)),
+                }),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> GrpcResult<pb::HeartbeatResponse> {
+        self.observed("heartbeat", async {
+            let request = request.into_inner();
+            let ready_shards = request
+                .ready_shards
+                .iter()
+                .map(|shard| ShardKey {
+                    collection_id: shard.collection_id,
+                    shard: shard.shard,
+                })
+                .collect();
+            let command = Command::Heartbeat {
+                node_id: request.node_id,
+                ready_shards,
+            };
+            match self.context.propose(command).await? {
+                Outcome::Node(node) => Ok(pb::HeartbeatResponse {
+                    node: Some(convert::node_to_proto(&node)),
+                }),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn drain_node(
+        &self,
+        request: Request<pb::DrainNodeRequest>,
+    ) -> GrpcResult<pb::DrainNodeResponse> {
+        self.observed("drain_node", async {
+            let command = Command::DrainNode {
+                node_id: request.into_inner().node_id,
+            };
+            match self.context.propose(command).await? {
+                Outcome::Node(node) => Ok(pb::DrainNodeResponse {
+                    node: Some(convert::node_to_proto(&node)),
+                }),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn acquire_lease(
+        &self,
+        request: Request<pb::AcquireLeaseRequest>,
+    ) -> GrpcResult<pb::AcquireLeaseResponse> {
+        self.observed("acquire_lease", async {
+            let request = request.into_inner();
+            let ttl_ms = if request.ttl_ms == 0 {
+                self.context.config.lease_ttl_ms
+            } else {
+                request.ttl_ms
+            };
+            let command = Command::AcquireLease {
+                shard: convert::shard_key(request.shard.as_ref(), "shard")?,
+                node_id: request.node_id,
+                ttl_ms,
+            };
+            match self.context.propose(command).await? {
+                Outcome::Lease(lease) => Ok(pb::AcquireLeaseResponse {
+                    lease: Some(convert::lease_to_proto(&lease)),
+                }),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn renew_lease(
+        &self,
+        request: Request<pb::RenewLeaseRequest>,
+    ) -> GrpcResult<pb::RenewLeaseResponse> {
+        self.observed("renew_lease", async {
+            let request = request.into_inner();
+            let ttl_ms = if request.ttl_ms == 0 {
+                self.context.config.lease_ttl_ms
+            } else {
+                request.ttl_ms
+            };
+            let command = Command::RenewLease {
+                shard: convert::shard_key(request.shard.as_ref(), "shard")?,
+                node_id: request.node_id,
+                epoch: request.epoch,
+                ttl_ms,
+            };
+            match self.context.propose(command).await? {
+                Outcome::Lease(lease) => Ok(pb::RenewLeaseResponse {
+                    lease: Some(convert::lease_to_proto(&lease)),
+                }),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn commit_wal(
+        &self,
+        request: Request<pb::CommitWalRequest>,
+    ) -> GrpcResult<pb::CommitWalResponse> {
+        self.observed("commit_wal", async {
+            let request = request.into_inner();
+            let command = Command::CommitWal {
+                shard: convert::shard_key(request.shard.as_ref(), "shard")?,
+                epoch: request.epoch,
+                seq: request.seq,
+                object_key: request.object_key,
+                rows: request.rows,
+            };
+            match self.context.propose(command).await? {
+                Outcome::WalCommitted {
+                    manifest_version,
+                    duplicate,
+                } => Ok(pb::CommitWalResponse {
+                    manifest_version,
+                    duplicate,
+                }),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn commit_manifest_change(
+        &self,
+        request: Request<pb::CommitManifestChangeRequest>,
+    ) -> GrpcResult<pb::CommitManifestChangeResponse> {
+        self.observed("commit_manifest_change", async {
+            let request = request.into_inner();
+            let change = ManifestChange {
+                shard: convert::shard_key(request.shard.as_ref(), "shard")?,
+                epoch: request.epoch,
+                add_segments: request
+                    .add_segments
+                    .into_iter()
+                    .map(convert::segment_from_proto)
+                    .collect(),
+                remove_segment_ids: request.remove_segment_ids,
+                set_deletes: request
+                    .set_deletes
+                    .into_iter()
+                    .map(|update| {
+                        (
+                            update.segment_id,
+                            crate::model::DeletesRef {
+                                object_key: update.deletes_key,
+                                version: update.deletes_version,
+                            },
+                        )
+                    })
+                    .collect(),
+                trim_wal_through: request
+                    .trim_wal_through
+                    .map(|position| (position.epoch, position.seq)),
+                gc_keys: request.gc_keys,
+            };
+            let command = Command::CommitManifestChange {
+                change,
+                gc_grace_ms: self.context.config.gc_grace_ms,
+            };
+            match self.context.propose(command).await? {
+                Outcome::ManifestCommitted {
+                    manifest_version,
+                    duplicate,
+                } => Ok(pb::CommitManifestChangeResponse {
+                    manifest_version,
+                    duplicate,
+                }),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn get_manifest(
+        &self,
+        request: Request<pb::GetManifestRequest>,
+    ) -> GrpcResult<pb::GetManifestResponse> {
+        self.observed("get_manifest", async {
+            let request = request.into_inner();
+            let shard = convert::shard_key(request.shard.as_ref(), "shard")?;
+            self.read_catalog(request.linearizable, |catalog| {
+                let record = catalog.shard(shard).ok_or_else(|| MetaError::Rejected {
+                    code: ErrorCode::NotFound,
+                    message: format!("shard {shard} not found"),
+                })?;
+                Ok(pb::GetManifestResponse {
+                    manifest: Some(convert::manifest_to_proto(shard, &record.manifest)),
+                })
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn get_routing(
+        &self,
+        request: Request<pb::GetRoutingRequest>,
+    ) -> GrpcResult<pb::GetRoutingResponse> {
+        self.observed("get_routing", async {
+            let request = request.into_inner();
+            self.read_catalog(request.linearizable, |catalog| {
+                let collection_id = if request.collection.is_empty() {
+                    None
+                } else {
+                    let collection = catalog.collection(&request.collection).ok_or_else(|| {
+                        MetaError::Rejected {
+                            code: ErrorCode::NotFound,
+                            message: format!("collection `{}` not found", request.collection),
+                        }
+                    })?;
+                    Some(collection.collection_id)
+                };
+                let wanted = |id: u64| collection_id.is_none_or(|wanted_id| wanted_id == id);
+                Ok(pb::GetRoutingResponse {
+                    catalog_version: catalog.version(),
+                    collections: catalog
+                        .collections()
+                        .filter(|collection| wanted(collection.collection_id))
+                        .map(convert::collection_to_proto)
+                        .collect(),
+                    shards: catalog
+                        .shards()
+                        .filter(|(key, _)| wanted(key.collection_id))
+                        .map(|(key, record)| convert::routing_to_proto(*key, record))
+                        .collect(),
+                    nodes: catalog.nodes().map(convert::node_to_proto).collect(),
+                })
+            })
+            .await
+        })
+        .await
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchEvent, Status>> + Send + 'static>>;
+
+    async fn watch(&self, request: Request<pb::WatchRequest>) -> GrpcResult<Self::WatchStream> {
+        let request = request.into_inner();
+        let catalog = self.context.catalog.clone();
+        let mut version_receiver = catalog.subscribe();
+        let (sender, receiver) = mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut sent_version = request.from_version;
+            loop {
+                let event = catalog
+                    .read(|state| watch_event(&state.catalog, sent_version, request.collection_id));
+                if let Some(event) = event {
+                    sent_version = event.catalog_version;
+                    if sender.send(Ok(event)).await.is_err() {
+                        break;
+                    }
+                }
+                tokio::select! {
+                    changed = version_receiver.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                    }
+                    () = sender.closed() => break,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        )))
+    }
+
+    async fn take_gc(&self, request: Request<pb::TakeGcRequest>) -> GrpcResult<pb::TakeGcResponse> {
+        self.observed("take_gc", async {
+            let limit = match request.into_inner().limit {
+                0 => 1_000,
+                limit => limit as usize,
+            };
+            self.read_catalog(true, |catalog| {
+                // The leader's clock decides what is due, as it would in a command.
+                let now_ms = wall_clock_ms().max(catalog.clock_ms());
+                Ok(pb::TakeGcResponse {
+                    entries: catalog
+                        .gc_due(now_ms, limit)
+                        .into_iter()
+                        .map(|(object_key, delete_after_ms)| pb::GcEntry {
+                            object_key,
+                            delete_after_ms,
+                        })
+                        .collect(),
+                })
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn ack_gc(&self, request: Request<pb::AckGcRequest>) -> GrpcResult<pb::AckGcResponse> {
+        self.observed("ack_gc", async {
+            let command = Command::AckGc {
+                object_keys: request.into_inner().object_keys,
+            };
+            match self.context.propose(command).await? {
+                Outcome::GcAcked { removed } => Ok(pb::AckGcResponse { removed }),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn add_learner(
+        &self,
+        request: Request<pb::AddLearnerRequest>,
+    ) -> GrpcResult<pb::MembershipResponse> {
+        self.observed("add_learner", async {
+            let request = request.into_inner();
+            if request.id == 0 || request.address.is_empty() {
+                return Err(MetaError::Rejected {
+                    code: ErrorCode::InvalidArgument,
+                    message: format!(
+                        "learner needs an id ≥ 1 and an address (got {} `{}`)",
+                        request.id, request.address
+                    ),
+                });
+            }
+            let node = MetaNode {
+                address: request.address,
+            };
+            let timeout = self.context.config.proposal_timeout() * 4;
+            let result = tokio::time::timeout(
+                timeout,
+                self.context.raft.add_learner(request.id, node, true),
+            )
+            .await;
+            membership_result(result, timeout)?;
+            Ok(pb::MembershipResponse {
+                members: self.context.members(),
+            })
+        })
+        .await
+    }
+
+    async fn promote_voter(
+        &self,
+        request: Request<pb::PromoteVoterRequest>,
+    ) -> GrpcResult<pb::MembershipResponse> {
+        self.observed("promote_voter", async {
+            let id = request.into_inner().id;
+            self.membership_change(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
+                .await
+        })
+        .await
+    }
+
+    async fn remove_member(
+        &self,
+        request: Request<pb::RemoveMemberRequest>,
+    ) -> GrpcResult<pb::MembershipResponse> {
+        self.observed("remove_member", async {
+            let id = request.into_inner().id;
+            let (is_voter, is_member) = {
+                let metrics = self.context.raft.metrics();
+                let metrics = metrics.borrow();
+                let membership = metrics.membership_config.membership();
+                (
+                    membership.voter_ids().any(|voter| voter == id),
+                    membership.get_node(&id).is_some(),
+                )
+            };
+            if !is_member {
+                return Err(MetaError::Rejected {
+                    code: ErrorCode::NotFound,
+                    message: format!("metadata node {id} is not a member"),
+                });
+            }
+            let change = if is_voter {
+                ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+            } else {
+                ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+            };
+            self.membership_change(change).await
+        })
+        .await
+    }
+
+    async fn cluster_status(
+        &self,
+        _request: Request<pb::ClusterStatusRequest>,
+    ) -> GrpcResult<pb::ClusterStatusResponse> {
+        self.observed("cluster_status", async {
+            Ok(self.context.cluster_status())
+        })
+        .await
+    }
+}

@@ -1,0 +1,171 @@
+//! `quiver`: runs one Quiver role per process (`quiver meta …`); more roles and
+//! `standalone` plug in through the [`lifecycle::Role`] trait.
+
+mod lifecycle;
+mod meta_role;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+
+use crate::lifecycle::{Role, shutdown_signal};
+use crate::meta_role::{MetaArgs, MetaRole, meta_config};
+
+/// Quiver: a distributed vector search cluster.
+#[derive(Debug, Parser)]
+#[command(name = "quiver", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: RoleCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum RoleCommand {
+    /// Runs a metadata node (Raft-replicated cluster catalog).
+    Meta {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        meta: MetaArgs,
+    },
+}
+
+/// Options every role takes.
+#[derive(Debug, Clone, clap::Args)]
+struct CommonArgs {
+    /// TOML configuration file; flags and `QUIVER_*` variables override it.
+    #[arg(long, env = "QUIVER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log line format.
+    #[arg(long, env = "QUIVER_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
+    /// Address of the HTTP port serving /metrics, /healthz and /readyz.
+    #[arg(long, env = "QUIVER_HTTP_LISTEN")]
+    http_listen: Option<String>,
+    /// Time to drain on SIGTERM before exiting.
+    #[arg(long, env = "QUIVER_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
+    shutdown_grace_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+/// The configuration file: process-wide keys plus one section per role.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    log_format: Option<LogFormat>,
+    http_listen: Option<String>,
+    meta: Option<quiver_meta::MetaConfig>,
+}
+
+fn read_config_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
+    let Some(path) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    toml::from_str(&text).map_err(|error| {
+        let reason = error.message().replace('\n', " ");
+        anyhow::anyhow!("config file {}: {reason}", path.display())
+    })
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn serve_http(
+    role: &dyn Role,
+    address: &str,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let socket_address: SocketAddr = address
+        .parse()
+        .with_context(|| format!("--http-listen `{address}` is not an ip:port address"))?;
+    let listener = tokio::net::TcpListener::bind(socket_address)
+        .await
+        .with_context(|| format!("cannot listen on http address {address}"))?;
+    let router = role.http_router();
+    tracing::info!(address = %socket_address, role = role.name(), "http endpoints serving");
+    Ok(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stop.wait_for(|stopping| *stopping).await;
+        };
+        if let Err(error) = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::warn!(%error, "http server failed");
+        }
+    }))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let RoleCommand::Meta { common, meta } = cli.command;
+    let file = read_config_file(common.config.as_deref())?;
+    let log_format = common
+        .log_format
+        .or(file.log_format)
+        .unwrap_or(LogFormat::Text);
+    let config = meta_config(&meta, file.meta)?;
+    let http_listen = common.http_listen.or(file.http_listen);
+    init_logging(log_format);
+
+    let role: Box<dyn Role> = Box::new(MetaRole::start(config).await?);
+    let (stop_sender, stop_receiver) = tokio::sync::watch::channel(false);
+    let http_task = match &http_listen {
+        Some(address) => Some(serve_http(role.as_ref(), address, stop_receiver).await?),
+        None => None,
+    };
+    tracing::info!(role = role.name(), ready = role.is_ready(), "role started");
+    shutdown_signal().await;
+    tracing::info!(role = role.name(), "shutting down");
+    let _ = stop_sender.send(true);
+    role.stop(Duration::from_millis(common.shutdown_grace_ms))
+        .await?;
+    if let Some(task) = http_task {
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            let reason = format!("{error:#}").replace('\n', " ");
+            eprintln!("error: {reason}");
+            ExitCode::FAILURE
+        }
+    }
+}
