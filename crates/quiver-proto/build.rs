@@ -6,7 +6,12 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let proto_root = manifest_dir.join("../../proto");
-    let proto_files = ["quiver/v1/meta.proto", "quiver/v1/raft.proto"];
+    let proto_files = [
+        "quiver/v1/meta.proto",
+        "quiver/v1/raft.proto",
+        "quiver/v1/data.proto",
+        "quiver/v1/client.proto",
+    ];
     for proto_file in &proto_files {
         println!(
             "cargo:rerun-if-changed={}",

@@ -3,6 +3,8 @@
 //!
 //! - [`meta`]: the metadata service's client-facing API (`proto/quiver/v1/meta.proto`).
 //! - [`raft`]: the peer-only Raft RPCs between metadata nodes (`raft.proto`).
+//! - [`data`]: the data plane between roles: indexer writes, searcher reads (`data.proto`).
+//! - [`client`]: the client API the gateway serves over gRPC (`client.proto`).
 //! - [`ErrorCode`]: one code per kind of failure, with its gRPC and HTTP mapping.
 
 mod error;
@@ -19,4 +21,16 @@ pub mod meta {
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod raft {
     tonic::include_proto!("quiver.v1.raft");
+}
+
+/// The data plane between roles: indexer writes and searcher reads (`quiver.v1.data`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod data {
+    tonic::include_proto!("quiver.v1.data");
+}
+
+/// The client API served by gateways over gRPC (`quiver.v1.client`).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod client {
+    tonic::include_proto!("quiver.v1.client");
 }
