@@ -7,6 +7,7 @@
 //! - [`client`]: the client API the gateway serves over gRPC (`client.proto`).
 //! - [`ErrorCode`]: one code per kind of failure, with its gRPC and HTTP mapping.
 
+pub mod convert;
 mod error;
 
 pub use error::{ErrorCode, LEADER_ADDRESS_HEADER, LEADER_ID_HEADER};

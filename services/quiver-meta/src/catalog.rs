@@ -1142,6 +1142,7 @@ pub(crate) fn segment(segment_id: &str, rows: u64) -> crate::model::SegmentEntry
         rows,
         size_bytes: rows * 16,
         deletes: None,
+        default_nprobe: 0,
     }
 }
 

@@ -199,6 +199,7 @@ pub(crate) fn segment_from_proto(segment: pb::Segment) -> SegmentEntry {
         Some(DeletesRef {
             object_key: segment.deletes_key,
             version: segment.deletes_version,
+            deleted_rows: segment.deleted_rows,
         })
     };
     SegmentEntry {
@@ -207,6 +208,7 @@ pub(crate) fn segment_from_proto(segment: pb::Segment) -> SegmentEntry {
         rows: segment.rows,
         size_bytes: segment.size_bytes,
         deletes,
+        default_nprobe: segment.default_nprobe,
     }
 }
 
@@ -225,6 +227,11 @@ pub(crate) fn segment_to_proto(segment: &SegmentEntry) -> pb::Segment {
             .deletes
             .as_ref()
             .map_or(0, |deletes| deletes.version),
+        deleted_rows: segment
+            .deletes
+            .as_ref()
+            .map_or(0, |deletes| deletes.deleted_rows),
+        default_nprobe: segment.default_nprobe,
     }
 }
 
@@ -303,6 +310,7 @@ mod tests {
             rows: 1,
             size_bytes: 2,
             deletes: None,
+            default_nprobe: 0,
         };
         assert_eq!(segment_from_proto(segment_to_proto(&segment)), segment);
     }

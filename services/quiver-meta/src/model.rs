@@ -194,6 +194,9 @@ pub struct DeletesRef {
     pub object_key: String,
     /// Version; each replacement must increase it.
     pub version: u64,
+    /// Rows the bitmap marks deleted.
+    #[serde(default)]
+    pub deleted_rows: u64,
 }
 
 /// One live segment of a shard.
@@ -209,6 +212,9 @@ pub struct SegmentEntry {
     pub size_bytes: u64,
     /// The segment's deletion bitmap, if any.
     pub deletes: Option<DeletesRef>,
+    /// Calibrated default `nprobe` (0 = none recorded).
+    #[serde(default)]
+    pub default_nprobe: u32,
 }
 
 /// One committed WAL object not yet folded into a segment.

@@ -592,6 +592,7 @@ impl MetaService for MetaGrpc {
                             crate::model::DeletesRef {
                                 object_key: update.deletes_key,
                                 version: update.deletes_version,
+                                deleted_rows: update.deleted_rows,
                             },
                         )
                     })

@@ -420,6 +420,7 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
                     DeletesRef {
                         object_key: "deletes/s2-1.del".into(),
                         version: 1,
+                        deleted_rows: 0,
                     },
                 )],
                 ..ManifestChange::default()
@@ -440,6 +441,7 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
                     DeletesRef {
                         object_key: "deletes/s2-0.del".into(),
                         version: 1,
+                        deleted_rows: 0,
                     },
                 )],
                 ..ManifestChange::default()
@@ -841,6 +843,7 @@ proptest! {
                             set_deletes: vec![(segment_id.clone(), DeletesRef {
                                 object_key: format!("deletes/{segment_id}-{version}"),
                                 version,
+                                deleted_rows: 0,
                             })],
                             ..ManifestChange::default()
                         },

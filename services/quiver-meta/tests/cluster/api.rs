@@ -21,6 +21,7 @@ fn segment(segment_id: &str, rows: u64) -> pb::Segment {
         size_bytes: rows * 100,
         deletes_key: String::new(),
         deletes_version: 0,
+        ..Default::default()
     }
 }
 
@@ -228,6 +229,7 @@ async fn catalog_api_end_to_end() -> anyhow::Result<()> {
                 segment_id: "seg-2".into(),
                 deletes_key: "deletes/seg-2-1.del".into(),
                 deletes_version: 1,
+                deleted_rows: 0,
             }],
             trim_wal_through: None,
             gc_keys: vec![],

@@ -84,6 +84,7 @@ async fn measure_failover_commit_latency_and_wal_throughput() -> anyhow::Result<
                 size_bytes: 1 << 20,
                 deletes_key: String::new(),
                 deletes_version: 0,
+                ..Default::default()
             }],
             ..Default::default()
         };
