@@ -12,6 +12,7 @@ from pathlib import Path
 import promql_parser
 import pytest
 import yaml
+from compose_spec import PyCompose
 
 from support import (
     CONTRACT_LINES,
@@ -53,6 +54,21 @@ def quiver_services(compose):
             assert command[0] in ROLES, f"{name}: unknown role {command[0]}"
             by_role[command[0]][name] = command
     return by_role
+
+
+class _NoAliases(yaml.SafeDumper):
+    def ignore_aliases(self, data):
+        return True
+
+
+def test_compose_file_follows_the_compose_specification(compose):
+    # The parser does not resolve YAML merge keys (`<<: *quiver`), so it gets the
+    # file as compose sees it after interpolation and merging.
+    try:
+        parsed = PyCompose.from_yaml(yaml.dump(compose, Dumper=_NoAliases, sort_keys=False))
+    except ValueError as error:
+        pytest.fail(f"docker-compose.yml is not a valid Compose file: {error}")
+    assert sorted(parsed.service_names()) == sorted(compose["services"])
 
 
 def test_compose_has_the_documented_topology(compose, quiver_services):
