@@ -188,6 +188,15 @@ def github_anchors(markdown: str) -> set[str]:
     return anchors
 
 
+def test_operations_doc_links_resolve():
+    text = OPERATIONS_DOC.read_text()
+    anchors = github_anchors(text)
+    broken = [link for link in re.findall(r"\]\(#([^)]+)\)", text) if link not in anchors]
+    assert not broken, f"docs/operations.md links to missing sections: {broken}"
+    for path in re.findall(r"`((?:deploy|helm)/[^`*]+)`", text):
+        assert (REPO_ROOT / path.split()[0]).exists(), f"docs/operations.md names a missing file {path}"
+
+
 def alert_rules() -> list[dict]:
     return [rule for group in yaml.safe_load(ALERTS_FILE.read_text())["groups"] for rule in group["rules"]]
 
