@@ -287,7 +287,7 @@ def rust_metric_names() -> set[str]:
     """Metric names registered by the Rust code in this checkout."""
     names = set()
     for path in list(REPO_ROOT.glob("crates/*/src/metrics.rs")) + list(REPO_ROOT.glob("services/*/src/metrics.rs")):
-        names |= set(re.findall(r'"(quiver_[a-z0-9_]+)"', path.read_text()))
+        names |= set(re.findall(r'"(quiver_[a-z0-9_]*[a-z0-9])"', path.read_text()))
     return names
 
 
