@@ -20,6 +20,7 @@ pub(crate) struct IndexerMetrics {
     pub merge_seconds: Histogram,
     pub unflushed_rows: IntGaugeVec,
     pub segments: IntGaugeVec,
+    pub gc_deleted: IntCounter,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -91,6 +92,11 @@ pub(crate) static METRICS: LazyLock<IndexerMetrics> = LazyLock::new(|| IndexerMe
         "quiver_indexer_segments",
         "Live segments per shard.",
         &["shard"]
+    )
+    .expect("metric registers once"),
+    gc_deleted: register_int_counter!(
+        "quiver_indexer_gc_deleted_objects_total",
+        "Objects deleted from object storage after their GC grace period."
     )
     .expect("metric registers once"),
 });

@@ -1,0 +1,194 @@
+//! The [`Catalog`] of a cluster: the metadata service through its client, which
+//! follows the Raft leader and retries idempotent calls.
+
+use async_trait::async_trait;
+use quiver_meta::{MetaClient, MetaError};
+use quiver_proto::ErrorCode;
+use quiver_proto::meta as pb;
+
+use crate::catalog::{
+    Catalog, CatalogError, DeletesEntry, Manifest, ManifestChange, SegmentEntry, ShardRef,
+    WalEntry, WalPosition,
+};
+
+/// The metadata service as the write path's catalog.
+#[derive(Clone)]
+pub struct MetaCatalog {
+    client: MetaClient,
+}
+
+impl MetaCatalog {
+    /// Wraps a metadata client.
+    pub fn new(client: MetaClient) -> Self {
+        MetaCatalog { client }
+    }
+}
+
+/// Returns the wire form of a shard reference.
+pub fn shard_to_proto(shard: &ShardRef) -> Result<pb::ShardRef, CatalogError> {
+    let collection_id = shard.collection_id.parse().map_err(|_| {
+        CatalogError::Rejected(format!(
+            "collection id `{}` is not a number",
+            shard.collection_id
+        ))
+    })?;
+    Ok(pb::ShardRef {
+        collection_id,
+        shard: shard.shard,
+    })
+}
+
+/// Returns the model form of a wire shard reference.
+pub fn shard_from_proto(shard: &pb::ShardRef) -> ShardRef {
+    ShardRef {
+        collection_id: shard.collection_id.to_string(),
+        shard: shard.shard,
+    }
+}
+
+/// Returns the model form of a wire segment.
+pub fn segment_from_proto(segment: &pb::Segment) -> SegmentEntry {
+    SegmentEntry {
+        segment_id: segment.segment_id.clone(),
+        key: segment.object_key.clone(),
+        rows: segment.rows as u32,
+        size_bytes: segment.size_bytes,
+        deletes: (!segment.deletes_key.is_empty()).then(|| DeletesEntry {
+            key: segment.deletes_key.clone(),
+            version: segment.deletes_version,
+            deleted_rows: segment.deleted_rows as u32,
+        }),
+        default_nprobe: (segment.default_nprobe > 0).then_some(segment.default_nprobe),
+    }
+}
+
+fn segment_to_proto(segment: &SegmentEntry) -> pb::Segment {
+    pb::Segment {
+        segment_id: segment.segment_id.clone(),
+        object_key: segment.key.clone(),
+        rows: segment.rows as u64,
+        size_bytes: segment.size_bytes,
+        deletes_key: segment
+            .deletes
+            .as_ref()
+            .map(|deletes| deletes.key.clone())
+            .unwrap_or_default(),
+        deletes_version: segment.deletes.as_ref().map_or(0, |deletes| deletes.version),
+        deleted_rows: segment
+            .deletes
+            .as_ref()
+            .map_or(0, |deletes| deletes.deleted_rows as u64),
+        default_nprobe: segment.default_nprobe.unwrap_or(0),
+    }
+}
+
+/// Returns the model form of a wire manifest.
+pub fn manifest_from_proto(manifest: &pb::Manifest) -> Manifest {
+    Manifest {
+        version: manifest.version,
+        segments: manifest.segments.iter().map(segment_from_proto).collect(),
+        wal_tail: manifest
+            .wal_tail
+            .iter()
+            .map(|entry| WalEntry {
+                position: WalPosition {
+                    epoch: entry.epoch,
+                    sequence: entry.seq,
+                },
+                key: entry.object_key.clone(),
+                rows: entry.rows as u32,
+            })
+            .collect(),
+    }
+}
+
+/// Maps a metadata-service error into the write path's vocabulary.
+pub fn catalog_error(shard: &ShardRef, epoch: u64, error: MetaError) -> CatalogError {
+    match error.kind() {
+        ErrorCode::FailedPrecondition
+            if {
+                let message = error.to_string();
+                message.contains("stale epoch") || message.contains("was never granted")
+            } =>
+        {
+            CatalogError::Fenced {
+                shard: shard.clone(),
+                epoch,
+                current: 0,
+            }
+        }
+        ErrorCode::NotFound => CatalogError::NotFound(shard.clone()),
+        ErrorCode::Unavailable | ErrorCode::DeadlineExceeded | ErrorCode::Cancelled => {
+            CatalogError::Unavailable(error.to_string())
+        }
+        _ => CatalogError::Rejected(error.to_string()),
+    }
+}
+
+#[async_trait]
+impl Catalog for MetaCatalog {
+    async fn manifest(&self, shard: &ShardRef) -> Result<Manifest, CatalogError> {
+        let manifest = self
+            .client
+            .get_manifest(shard_to_proto(shard)?, true)
+            .await
+            .map_err(|error| catalog_error(shard, 0, error))?;
+        Ok(manifest_from_proto(&manifest))
+    }
+
+    async fn commit_wal(
+        &self,
+        shard: &ShardRef,
+        epoch: u64,
+        entry: WalEntry,
+    ) -> Result<u64, CatalogError> {
+        let request = pb::CommitWalRequest {
+            shard: Some(shard_to_proto(shard)?),
+            epoch,
+            seq: entry.position.sequence,
+            object_key: entry.key,
+            rows: entry.rows as u64,
+        };
+        debug_assert_eq!(entry.position.epoch, epoch);
+        let response = self
+            .client
+            .commit_wal(request)
+            .await
+            .map_err(|error| catalog_error(shard, epoch, error))?;
+        Ok(response.manifest_version)
+    }
+
+    async fn commit_manifest_change(
+        &self,
+        shard: &ShardRef,
+        epoch: u64,
+        change: ManifestChange,
+    ) -> Result<Manifest, CatalogError> {
+        let request = pb::CommitManifestChangeRequest {
+            shard: Some(shard_to_proto(shard)?),
+            epoch,
+            add_segments: change.add_segments.iter().map(segment_to_proto).collect(),
+            remove_segment_ids: change.remove_segments.clone(),
+            set_deletes: change
+                .set_deletes
+                .iter()
+                .map(|(segment_id, deletes)| pb::DeletesUpdate {
+                    segment_id: segment_id.clone(),
+                    deletes_key: deletes.key.clone(),
+                    deletes_version: deletes.version,
+                    deleted_rows: deletes.deleted_rows as u64,
+                })
+                .collect(),
+            trim_wal_through: change.trim_wal_through.map(|position| pb::WalPosition {
+                epoch: position.epoch,
+                seq: position.sequence,
+            }),
+            gc_keys: change.retire_keys.clone(),
+        };
+        self.client
+            .commit_manifest_change(request)
+            .await
+            .map_err(|error| catalog_error(shard, epoch, error))?;
+        self.manifest(shard).await
+    }
+}

@@ -1,0 +1,509 @@
+//! The indexer role: registers with the metadata service, heartbeats, opens a
+//! [`ShardWriter`] for every shard whose lease meta gives it (and renews those
+//! leases), serves the data plane's write API, and deletes objects whose GC
+//! grace period has passed.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use quiver_meta::MetaClient;
+use quiver_proto::convert::{point_id, segment_spec};
+use quiver_proto::data::indexer_server::{Indexer, IndexerServer};
+use quiver_proto::data::{self, write_record};
+use quiver_proto::{ErrorCode, meta as pb};
+use quiver_storage::{Storage, WalRecord};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::{Request, Response, Status};
+
+use crate::catalog::ShardRef;
+use crate::config::IndexerConfig;
+use crate::error::{IndexerError, IndexerErrorKind};
+use crate::meta_catalog::{MetaCatalog, shard_from_proto};
+use crate::shard::ShardWriter;
+
+/// Largest gRPC message accepted (a write batch).
+const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// Settings of an indexer node.
+#[derive(Clone, Debug)]
+pub struct IndexerNodeConfig {
+    /// Unique node id (the pod name in Kubernetes).
+    pub node_id: String,
+    /// Address other roles use to reach this node's gRPC port.
+    pub advertise_address: String,
+    /// How often the node tells meta it is alive.
+    pub heartbeat_interval: Duration,
+    /// How often the node looks for shards leased to it.
+    pub routing_interval: Duration,
+    /// Lease time asked for on every renewal.
+    pub lease_ttl: Duration,
+    /// How often objects past their GC grace period are deleted.
+    pub gc_interval: Duration,
+    /// Write-path knobs of every shard.
+    pub indexer: IndexerConfig,
+}
+
+impl IndexerNodeConfig {
+    /// Returns the defaults for `node_id` reachable at `advertise_address`.
+    pub fn new(node_id: impl Into<String>, advertise_address: impl Into<String>) -> Self {
+        IndexerNodeConfig {
+            node_id: node_id.into(),
+            advertise_address: advertise_address.into(),
+            heartbeat_interval: Duration::from_secs(1),
+            routing_interval: Duration::from_millis(250),
+            lease_ttl: Duration::from_secs(10),
+            gc_interval: Duration::from_secs(10),
+            indexer: IndexerConfig::default(),
+        }
+    }
+}
+
+struct OpenShard {
+    writer: Arc<ShardWriter>,
+    last_renewal: Instant,
+}
+
+struct NodeState {
+    config: IndexerNodeConfig,
+    meta: MetaClient,
+    storage: Storage,
+    shards: RwLock<HashMap<ShardRef, OpenShard>>,
+    registered: AtomicBool,
+}
+
+/// A running indexer node.
+pub struct IndexerNode {
+    state: Arc<NodeState>,
+    local_address: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl IndexerNode {
+    /// Starts serving on `listener` and joins the cluster through `meta`.
+    pub async fn start(
+        config: IndexerNodeConfig,
+        listener: TcpListener,
+        meta: MetaClient,
+        storage: Storage,
+    ) -> Result<IndexerNode, IndexerError> {
+        config
+            .indexer
+            .validate()
+            .map_err(IndexerError::InvalidArgument)?;
+        let local_address = listener
+            .local_addr()
+            .map_err(|error| IndexerError::Internal(format!("listener address: {error}")))?;
+        let state = Arc::new(NodeState {
+            config,
+            meta,
+            storage,
+            shards: RwLock::new(HashMap::new()),
+            registered: AtomicBool::new(false),
+        });
+        let (shutdown, shutdown_receiver) = watch::channel(false);
+        let service = IndexerServer::new(IndexerGrpc {
+            state: state.clone(),
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let mut server_shutdown = shutdown_receiver.clone();
+        let server = tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = server_shutdown.wait_for(|stopping| *stopping).await;
+                })
+                .await;
+            if let Err(error) = result {
+                tracing::error!(%error, "indexer grpc server failed");
+            }
+        });
+        let tasks = vec![
+            server,
+            tokio::spawn(heartbeat_loop(state.clone(), shutdown_receiver.clone())),
+            tokio::spawn(lease_loop(state.clone(), shutdown_receiver.clone())),
+            tokio::spawn(gc_loop(state.clone(), shutdown_receiver)),
+        ];
+        tracing::info!(node_id = %state.config.node_id, address = %local_address, "indexer started");
+        Ok(IndexerNode {
+            state,
+            local_address,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// Returns the bound gRPC address.
+    pub fn local_address(&self) -> SocketAddr {
+        self.local_address
+    }
+
+    /// Tells whether the node registered with meta.
+    pub fn is_ready(&self) -> bool {
+        self.state.registered.load(Ordering::Acquire)
+    }
+
+    /// Returns the shards this node writes now.
+    pub fn shards(&self) -> Vec<(ShardRef, u64)> {
+        let shards = self.state.shards.read().unwrap_or_else(|p| p.into_inner());
+        shards
+            .iter()
+            .map(|(shard, open)| (shard.clone(), open.writer.epoch()))
+            .collect()
+    }
+
+    /// Stops serving; writes in flight fail and nothing acknowledged is lost
+    /// (it is all in the WAL tail or in segments).
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        let writers: Vec<Arc<ShardWriter>> = {
+            let mut shards = self.state.shards.write().unwrap_or_else(|p| p.into_inner());
+            shards.drain().map(|(_, open)| open.writer).collect()
+        };
+        for writer in writers {
+            if let Ok(writer) = Arc::try_unwrap(writer) {
+                writer.close().await;
+            }
+        }
+        tracing::info!(node_id = %self.state.config.node_id, "indexer stopped");
+    }
+}
+
+async fn register(state: &NodeState) -> bool {
+    let request = pb::RegisterNodeRequest {
+        node_id: state.config.node_id.clone(),
+        role: pb::NodeRole::Indexer as i32,
+        address: state.config.advertise_address.clone(),
+    };
+    match state.meta.register_node(request).await {
+        Ok(_) => {
+            state.registered.store(true, Ordering::Release);
+            true
+        }
+        Err(error) => {
+            tracing::warn!(%error, "indexer registration failed; retrying");
+            false
+        }
+    }
+}
+
+async fn heartbeat_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(state.config.heartbeat_interval);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if !state.registered.load(Ordering::Acquire) {
+            register(&state).await;
+            continue;
+        }
+        let request = pb::HeartbeatRequest {
+            node_id: state.config.node_id.clone(),
+            ready_shards: Vec::new(),
+        };
+        if let Err(error) = state.meta.heartbeat(request).await {
+            tracing::warn!(%error, "heartbeat failed");
+            if error.kind() == ErrorCode::NotFound {
+                // Meta forgot us (e.g. a restored catalog): register again.
+                state.registered.store(false, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Opens writers for shards leased to this node, renews their leases, and closes
+/// writers whose lease moved elsewhere.
+async fn lease_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(state.config.routing_interval);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if !state.registered.load(Ordering::Acquire) {
+            continue;
+        }
+        let routing = match state.meta.get_routing("", false).await {
+            Ok(routing) => routing,
+            Err(error) => {
+                tracing::warn!(%error, "routing unavailable");
+                continue;
+            }
+        };
+        let collections: HashMap<u64, &pb::Collection> = routing
+            .collections
+            .iter()
+            .map(|collection| (collection.collection_id, collection))
+            .collect();
+        let mut mine: HashMap<ShardRef, (u64, &pb::Collection)> = HashMap::new();
+        for shard in &routing.shards {
+            let (Some(reference), Some(lease)) = (&shard.shard, &shard.lease) else {
+                continue;
+            };
+            if lease.holder != state.config.node_id {
+                continue;
+            }
+            if let Some(collection) = collections.get(&reference.collection_id) {
+                mine.insert(shard_from_proto(reference), (lease.epoch, collection));
+            }
+        }
+        // Close writers of shards no longer ours (or ours at a newer epoch).
+        let stale: Vec<Arc<ShardWriter>> = {
+            let mut shards = state.shards.write().unwrap_or_else(|p| p.into_inner());
+            let gone: Vec<ShardRef> = shards
+                .iter()
+                .filter(|(shard, open)| {
+                    mine.get(*shard).is_none_or(|(epoch, _)| *epoch != open.writer.epoch())
+                        || open.writer.stats().fenced
+                })
+                .map(|(shard, _)| shard.clone())
+                .collect();
+            gone.iter()
+                .filter_map(|shard| shards.remove(shard).map(|open| open.writer))
+                .collect()
+        };
+        for writer in stale {
+            tracing::info!(shard = %writer.shard(), epoch = writer.epoch(), "closing shard writer: lease moved");
+        }
+        // Open writers of newly leased shards.
+        for (shard, (epoch, collection)) in &mine {
+            let open = state
+                .shards
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(shard);
+            if open {
+                continue;
+            }
+            let spec = match segment_spec(collection) {
+                Ok(spec) => spec,
+                Err(error) => {
+                    tracing::error!(%shard, %error, "collection spec unusable");
+                    continue;
+                }
+            };
+            let catalog = Arc::new(MetaCatalog::new(state.meta.clone()));
+            match ShardWriter::open(
+                shard.clone(),
+                *epoch,
+                spec,
+                state.config.indexer.clone(),
+                state.storage.clone(),
+                catalog,
+            )
+            .await
+            {
+                Ok(writer) => {
+                    tracing::info!(%shard, epoch, "shard writer opened");
+                    state
+                        .shards
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(
+                            shard.clone(),
+                            OpenShard {
+                                writer: Arc::new(writer),
+                                last_renewal: Instant::now() - state.config.lease_ttl,
+                            },
+                        );
+                }
+                Err(error) => tracing::warn!(%shard, epoch, %error, "cannot open shard writer yet"),
+            }
+        }
+        renew_leases(&state).await;
+    }
+}
+
+async fn renew_leases(state: &NodeState) {
+    let due: Vec<(ShardRef, u64)> = {
+        let shards = state.shards.read().unwrap_or_else(|p| p.into_inner());
+        shards
+            .iter()
+            .filter(|(_, open)| open.last_renewal.elapsed() >= state.config.lease_ttl / 3)
+            .map(|(shard, open)| (shard.clone(), open.writer.epoch()))
+            .collect()
+    };
+    for (shard, epoch) in due {
+        let Ok(reference) = crate::meta_catalog::shard_to_proto(&shard) else {
+            continue;
+        };
+        let request = pb::RenewLeaseRequest {
+            shard: Some(reference),
+            node_id: state.config.node_id.clone(),
+            epoch,
+            ttl_ms: state.config.lease_ttl.as_millis() as u64,
+        };
+        match state.meta.renew_lease(request).await {
+            Ok(_) => {
+                if let Some(open) = state
+                    .shards
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(&shard)
+                {
+                    open.last_renewal = Instant::now();
+                }
+            }
+            Err(error) if error.kind() == ErrorCode::FailedPrecondition => {
+                tracing::warn!(%shard, epoch, %error, "lease lost; closing shard writer");
+                state
+                    .shards
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&shard);
+            }
+            Err(error) => tracing::warn!(%shard, epoch, %error, "lease renewal failed"),
+        }
+    }
+}
+
+/// Deletes objects whose grace period has passed, then tells meta.
+async fn gc_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(state.config.gc_interval);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if !state.registered.load(Ordering::Acquire) {
+            continue;
+        }
+        let entries = match state.meta.take_gc(256).await {
+            Ok(entries) => entries,
+            Err(error) => {
+                tracing::debug!(%error, "gc list unavailable");
+                continue;
+            }
+        };
+        let mut deleted = Vec::new();
+        for entry in entries {
+            match state.storage.delete(&entry.object_key).await {
+                Ok(()) => deleted.push(entry.object_key),
+                Err(error) if error.kind() == quiver_storage::StorageErrorKind::NotFound => {
+                    deleted.push(entry.object_key)
+                }
+                Err(error) => tracing::warn!(key = %entry.object_key, %error, "gc delete failed"),
+            }
+        }
+        if !deleted.is_empty() {
+            let count = deleted.len();
+            match state.meta.ack_gc(deleted).await {
+                Ok(_) => {
+                    crate::metrics::METRICS.gc_deleted.inc_by(count as u64);
+                    tracing::info!(objects = count, "garbage collected");
+                }
+                Err(error) => tracing::warn!(%error, "gc acknowledgement failed"),
+            }
+        }
+    }
+}
+
+/// Maps a write-path error to a gRPC status with the shared error codes.
+pub fn status_of(error: &IndexerError) -> Status {
+    let code = match error.kind() {
+        IndexerErrorKind::InvalidArgument => ErrorCode::InvalidArgument,
+        IndexerErrorKind::NotFound => ErrorCode::NotFound,
+        IndexerErrorKind::ResourceExhausted => ErrorCode::ResourceExhausted,
+        IndexerErrorKind::FailedPrecondition => ErrorCode::FailedPrecondition,
+        IndexerErrorKind::Unavailable => ErrorCode::Unavailable,
+        IndexerErrorKind::DataLoss | IndexerErrorKind::Internal => ErrorCode::Internal,
+    };
+    let mut status = Status::new(code.grpc_code(), error.to_string());
+    if let IndexerError::Backpressure { retry_after_ms, .. } = error
+        && let Ok(value) = retry_after_ms.to_string().parse()
+    {
+        status.metadata_mut().insert("retry-after-ms", value);
+    }
+    status
+}
+
+struct IndexerGrpc {
+    state: Arc<NodeState>,
+}
+
+impl IndexerGrpc {
+    fn writer(&self, shard: Option<&pb::ShardRef>) -> Result<Arc<ShardWriter>, Status> {
+        let shard = shard.ok_or_else(|| Status::invalid_argument("`shard` is required"))?;
+        let reference = shard_from_proto(shard);
+        let shards = self.state.shards.read().unwrap_or_else(|p| p.into_inner());
+        shards
+            .get(&reference)
+            .map(|open| open.writer.clone())
+            .ok_or_else(|| {
+                Status::unavailable(format!(
+                    "shard {reference} is not written by indexer `{}` (its lease is elsewhere or not open yet)",
+                    self.state.config.node_id
+                ))
+            })
+    }
+}
+
+#[tonic::async_trait]
+impl Indexer for IndexerGrpc {
+    async fn write(
+        &self,
+        request: Request<data::WriteRequest>,
+    ) -> Result<Response<data::WriteResponse>, Status> {
+        let request = request.into_inner();
+        let writer = self.writer(request.shard.as_ref())?;
+        let mut records = Vec::with_capacity(request.records.len());
+        for (index, record) in request.records.into_iter().enumerate() {
+            let record = match record.op {
+                Some(write_record::Op::Upsert(point)) => {
+                    let id = point
+                        .id
+                        .as_ref()
+                        .and_then(point_id)
+                        .ok_or_else(|| Status::invalid_argument(format!("point {index} has no id")))?;
+                    WalRecord::Upsert {
+                        id,
+                        vector: point.vector,
+                        payload: point.payload_json,
+                    }
+                }
+                Some(write_record::Op::Delete(id)) => WalRecord::Delete {
+                    id: point_id(&id)
+                        .ok_or_else(|| Status::invalid_argument(format!("delete {index} has no id")))?,
+                },
+                None => return Err(Status::invalid_argument(format!("record {index} is empty"))),
+            };
+            records.push(record);
+        }
+        let position = writer.write(records).await.map_err(|error| status_of(&error))?;
+        Ok(Response::new(data::WriteResponse {
+            epoch: position.epoch,
+            seq: position.sequence,
+        }))
+    }
+
+    async fn flush(
+        &self,
+        request: Request<data::ShardRequest>,
+    ) -> Result<Response<data::FlushResponse>, Status> {
+        let writer = self.writer(request.get_ref().shard.as_ref())?;
+        let flushed = writer.flush().await.map_err(|error| status_of(&error))?;
+        Ok(Response::new(data::FlushResponse { flushed }))
+    }
+
+    async fn compact(
+        &self,
+        request: Request<data::ShardRequest>,
+    ) -> Result<Response<data::CompactResponse>, Status> {
+        let writer = self.writer(request.get_ref().shard.as_ref())?;
+        let merges = writer.compact().await.map_err(|error| status_of(&error))?;
+        Ok(Response::new(data::CompactResponse {
+            merges: merges as u32,
+        }))
+    }
+}
