@@ -654,3 +654,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error_json(error.code, error.message)
             return
         self.send(status, json.dumps(answer).encode())
+
+
+def main() -> None:
+    """Serves the fake on a loopback port until interrupted (to try the SDK by hand)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=7700)
+    arguments = parser.parse_args()
+    gateway = FakeGateway()
+
+    class Handler(_Handler):
+        fake = gateway
+
+    server = ThreadingHTTPServer(("127.0.0.1", arguments.port), Handler)
+    server.daemon_threads = True
+    print(f"fake quiver gateway on http://127.0.0.1:{arguments.port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
