@@ -178,3 +178,42 @@ def test_backoff_grows_with_jitter_and_is_capped() -> None:
         assert len(set(delays)) > 1
     assert _core.backoff_seconds(settings, 0, 3.0) == 3.0
     assert _core.backoff_seconds(settings, 0, 300.0) == 10.0  # max_retry_after caps it
+
+
+@pytest.mark.parametrize(
+    "call, answer",
+    [
+        (lambda c: c.search("docs", [1.0]), {"results": []}),
+        (lambda c: c.search("docs", [1.0]), {"hits": [{"id": 1}]}),
+        (lambda c: c.search_batch("docs", [{"vector": [1.0]}]), {"hits": []}),
+        (lambda c: c.upsert("docs", ids=[1], vectors=[[1.0]]), {}),
+        (lambda c: c.get("docs", ids=[1]), {"points": [{"payload": {}}]}),
+        (lambda c: c.list_collections(), {"names": ["a"]}),
+        (lambda c: c.describe("docs"), [1, 2]),
+    ],
+)
+def test_a_malformed_answer_is_internal(client: quiver.Client, gateway: FakeGateway, call: object, answer: object) -> None:
+    gateway.fail_next(200, answer)
+    with pytest.raises(quiver.Internal, match="unexpected shape") as caught:
+        call(client)  # type: ignore[operator]
+    assert caught.value.status == 200
+    assert caught.value.request_id == gateway.requests[-1].headers["x-request-id"]
+
+
+def test_list_collections_accepts_a_bare_list_of_names(client: quiver.Client, gateway: FakeGateway) -> None:
+    gateway.fail_next(200, ["a", {"name": "b", "points": 3}])
+    assert client.list_collections() == [{"name": "a"}, {"name": "b", "points": 3}]
+
+
+def test_errors_survive_pickling() -> None:
+    import pickle
+
+    for error in (
+        quiver.NotFound("gone", status=404, request_id="abc"),
+        error_from_code("ABORTED", "conflict", status=409, details={"code": "ABORTED", "x": 1}),
+    ):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error)
+        assert (copy.code, copy.message, copy.status, copy.request_id, copy.details) == (
+            error.code, error.message, error.status, error.request_id, error.details,
+        )

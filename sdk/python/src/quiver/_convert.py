@@ -334,13 +334,38 @@ def create_collection_body(
     return encode_json(body)
 
 
+class MalformedResponse(ValueError):
+    """A 2xx answer whose JSON does not have the contract's shape."""
+
+
+def _object(response: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(response, Mapping):
+        raise MalformedResponse(f"{what}: expected a JSON object, got {type(response).__name__}")
+    return response
+
+
+def _list_field(response: Any, key: str, what: str) -> List[Any]:
+    value = _object(response, what).get(key)
+    if not isinstance(value, list):
+        raise MalformedResponse(f"{what}: expected a list in {key!r}, got {type(value).__name__}")
+    return value
+
+
 def collections_list(response: Any) -> List[Dict[str, Any]]:
-    """Returns the collections of ``GET /v1/collections`` as dicts (each has ``name``)."""
-    if isinstance(response, Mapping):
-        response = response.get("collections", [])
-    if not isinstance(response, list):
-        return []
-    return [{"name": item} if isinstance(item, str) else dict(item) for item in response]
+    """Returns the collections of ``GET /v1/collections`` as dicts (each has ``name``).
+
+    Accepts ``{"collections": [...]}`` or a bare list, of objects or of names.
+    """
+    items = response if isinstance(response, list) else _list_field(response, "collections", "list")
+    collections: List[Dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, str):
+            collections.append({"name": item})
+        elif isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            collections.append(dict(item))
+        else:
+            raise MalformedResponse(f"list: a collection without a name: {item!r}")
+    return collections
 
 
 # ------------------------------------------------------------------------- search
@@ -408,7 +433,9 @@ def search_batch_body(searches: Sequence[Mapping[str, Any]]) -> bytes:
     return encode_json({"searches": requests})
 
 
-def _hit(item: Mapping[str, Any]) -> Hit:
+def _hit(item: Any) -> Hit:
+    if not isinstance(item, Mapping) or "id" not in item or "score" not in item:
+        raise MalformedResponse(f"search: a hit without id and score: {item!r}")
     return Hit(
         id=item["id"],
         score=float(item["score"]),
@@ -419,37 +446,36 @@ def _hit(item: Mapping[str, Any]) -> Hit:
 
 def search_result(response: Any) -> SearchResult:
     """Returns the hits of one search response ``{hits, took_ms}``."""
-    if not isinstance(response, Mapping):
-        return SearchResult()
-    return SearchResult(
-        (_hit(item) for item in response.get("hits") or []), took_ms=response.get("took_ms")
-    )
+    hits = [_hit(item) for item in _list_field(response, "hits", "search")]
+    took_ms = response.get("took_ms")
+    return SearchResult(hits, took_ms=float(took_ms) if isinstance(took_ms, (int, float)) else None)
 
 
 def search_batch_results(response: Any) -> List[SearchResult]:
     """Returns one hit list per search of a batch response ``{results: [...]}``."""
-    if not isinstance(response, Mapping):
-        return []
-    return [search_result(result) for result in response.get("results") or []]
+    return [search_result(result) for result in _list_field(response, "results", "search batch")]
 
 
 def points_list(response: Any) -> List[Point]:
     """Returns the points of ``POST …/points/get``: ``{points: [{id, payload?, vector?}]}``."""
-    if not isinstance(response, Mapping):
-        return []
-    return [
-        Point(id=item["id"], payload=item.get("payload"), vector=item.get("vector"))
-        for item in response.get("points") or []
-    ]
+    points = []
+    for item in _list_field(response, "points", "get"):
+        if not isinstance(item, Mapping) or "id" not in item:
+            raise MalformedResponse(f"get: a point without an id: {item!r}")
+        points.append(Point(id=item["id"], payload=item.get("payload"), vector=item.get("vector")))
+    return points
 
 
 def sequence_of(response: Any) -> int:
-    """Returns the ``sequence`` of a write acknowledgement (0 if the server sent none)."""
-    if isinstance(response, Mapping) and isinstance(response.get("sequence"), int):
-        return int(response["sequence"])
-    return 0
+    """Returns the ``sequence`` of a write acknowledgement ``{sequence}``."""
+    sequence = _object(response, "write").get("sequence")
+    if isinstance(sequence, bool) or not isinstance(sequence, int):
+        raise MalformedResponse(f"write: expected an integer 'sequence', got {sequence!r}")
+    return sequence
 
 
 def as_dict(response: Any) -> Dict[str, Any]:
     """Returns a JSON object response as a dict ({} for an empty body)."""
-    return dict(response) if isinstance(response, Mapping) else {}
+    if response is None:
+        return {}
+    return dict(_object(response, "response"))

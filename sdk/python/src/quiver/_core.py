@@ -17,8 +17,10 @@ from typing import Any, Callable, Dict, Generic, Mapping, Optional, Tuple, TypeV
 import httpx
 
 from ._version import __version__
+from ._convert import MalformedResponse
 from .errors import (
     DeadlineExceeded,
+    Internal,
     QuiverError,
     Unavailable,
     error_from_code,
@@ -143,6 +145,8 @@ class Outcome:
     error: Optional[QuiverError] = None
     retryable: bool = False
     retry_after: Optional[float] = None
+    status: Optional[int] = None
+    request_id: Optional[str] = None
 
 
 def _snippet(content: bytes, limit: int = 200) -> str:
@@ -180,9 +184,9 @@ def decode_response(response: httpx.Response, request_id: str) -> Outcome:
     content = response.content
     if 200 <= status < 300:
         if not content.strip():
-            return Outcome(value=None)
+            return Outcome(value=None, status=status, request_id=request_id)
         try:
-            return Outcome(value=json.loads(content))
+            return Outcome(value=json.loads(content), status=status, request_id=request_id)
         except ValueError:
             return Outcome(
                 error=Unavailable(
@@ -316,7 +320,15 @@ def finish(outcome: Outcome, call: ApiCall[T]) -> T:
     """Returns the parsed result of a successful outcome, or raises its error."""
     if outcome.error is not None:
         raise outcome.error
-    return call.parse(outcome.value)
+    try:
+        return call.parse(outcome.value)
+    except MalformedResponse as error:
+        raise Internal(
+            f"{call.method} {call.path} answered with an unexpected shape ({error}); "
+            "is the client newer than the server?",
+            status=outcome.status,
+            request_id=outcome.request_id,
+        ) from None
 
 
 def build_request_args(

@@ -58,6 +58,13 @@ class QuiverError(Exception):
         self.request_id = request_id
         self.details: Dict[str, Any] = dict(details) if details else {}
 
+    def __reduce__(self) -> Any:
+        # Keeps code, status and request id through pickling (multiprocessing).
+        return (
+            _rebuild,
+            (type(self), self.message, self.code, self.status, self.request_id, self.details),
+        )
+
     def __str__(self) -> str:
         parts = [f"{self.code}: {self.message}"]
         if self.status is not None:
@@ -71,6 +78,17 @@ class QuiverError(Exception):
             f"{type(self).__name__}(code={self.code!r}, message={self.message!r}, "
             f"status={self.status!r}, request_id={self.request_id!r})"
         )
+
+
+def _rebuild(
+    error_class: Type[QuiverError],
+    message: str,
+    code: str,
+    status: Optional[int],
+    request_id: Optional[str],
+    details: Dict[str, Any],
+) -> QuiverError:
+    return error_class(message, code=code, status=status, request_id=request_id, details=details)
 
 
 class InvalidArgument(QuiverError):
