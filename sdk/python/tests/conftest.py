@@ -56,3 +56,15 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@pytest.fixture(params=["json", "orjson"])
+def each_encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test with the standard library's encoder and with orjson (if installed)."""
+    from quiver import _convert
+
+    if request.param == "json":
+        monkeypatch.setattr(_convert, "_orjson", None)
+    elif _convert._orjson is None:
+        pytest.skip("orjson (>= 3.9.8) is not installed")
+    return str(request.param)

@@ -9,6 +9,8 @@ from fake_gateway import FakeGateway
 
 np = pytest.importorskip("numpy")
 
+pytestmark = pytest.mark.usefixtures("each_encoder")
+
 
 @pytest.fixture
 def loaded(client: quiver.Client) -> str:

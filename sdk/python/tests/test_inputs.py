@@ -3,6 +3,7 @@ the client makes before sending anything."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 
@@ -13,6 +14,8 @@ from quiver import _convert
 from fake_gateway import FakeGateway
 
 np = pytest.importorskip("numpy")
+
+pytestmark = pytest.mark.usefixtures("each_encoder")
 
 
 @pytest.fixture
@@ -92,8 +95,8 @@ def test_uint64_ids_keep_full_range(client: quiver.Client, gateway: FakeGateway,
         ([""], [[0.0] * 16], None, "empty string"),
         ("abc", [[0.0] * 16], None, "sequence of ids"),
         ([], [], None, "nothing to upsert"),
-        ([1], [[0.0] * 16], [{"score": float("nan")}], "payload holds NaN"),
-        ([1], [[0.0] * 16], [{"when": object()}], "JSON cannot encode"),
+        ([1], [[0.0] * 16], [{"score": float("nan")}], r"payloads\[0\] holds NaN"),
+        ([1], [[0.0] * 16], [{"when": object()}], r"payloads\[0\] holds a value JSON cannot encode"),
     ],
 )
 def test_bad_input_is_refused_before_sending(
@@ -165,3 +168,23 @@ def test_lists_work_without_numpy(client: quiver.Client, gateway: FakeGateway, m
     client.create_collection("plain", dimension=3)
     client.upsert("plain", ids=[1, 2], vectors=[[1, 0, 0], (0.0, 1.0, 0.0)])
     assert client.search("plain", (0, 1, 0), k=1)[0].id == 2
+
+
+def test_float32_is_written_exactly_and_briefly_with_orjson(each_encoder: str) -> None:
+    array = np.full((2, 4), 0.1, dtype=np.float32)
+    body = _convert.upsert_body([1, 2], array, [{"t": "é"}, None])
+    decoded = json.loads(body)
+    assert np.array_equal(np.asarray([p["vector"] for p in decoded["points"]], dtype=np.float32), array)
+    assert decoded["points"][0]["payload"] == {"t": "é"} and "payload" not in decoded["points"][1]
+    if each_encoder == "orjson":
+        assert b"[0.1,0.1,0.1,0.1]" in body
+    else:
+        assert b"0.10000000149011612" in body
+
+
+def test_strided_and_fortran_arrays(client: quiver.Client, gateway: FakeGateway, vectors16: str) -> None:
+    base = np.arange(64, dtype=np.float32).reshape(2, 32)
+    client.upsert("v", ids=[1, 2], vectors=base[:, ::2])
+    assert sent_vectors(gateway)[1] == base[1, ::2].tolist()
+    client.upsert("v", ids=[3, 4], vectors=np.asfortranarray(base[:, :16]))
+    assert sent_vectors(gateway)[0] == base[0, :16].tolist()

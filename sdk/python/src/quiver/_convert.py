@@ -36,6 +36,16 @@ Filter = Union[str, Mapping[str, Any]]
 PayloadSchema = Union[Mapping[str, str], Sequence[Mapping[str, str]]]
 
 
+_orjson: Any
+try:  # Optional accelerator for bulk upserts (pip install quiver-client[fast]).
+    import orjson as _orjson_module
+
+    # Fragment (orjson >= 3.9.8) lets payloads keep the standard library's rules.
+    _orjson = _orjson_module if hasattr(_orjson_module, "Fragment") else None
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+
 def _numpy() -> Any:
     return sys.modules.get("numpy")
 
@@ -122,8 +132,23 @@ def _row_from_numbers(row: Sequence[Any], where: str) -> List[float]:
 
 def _check_finite_row(values: Sequence[float], where: str) -> None:
     for index, value in enumerate(values):
-        if not math.isfinite(value):
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an int beyond float range
+            finite = False
+        if not finite:
             raise InvalidArgument(f"{where}[{index}] is {value}; vector values must be finite")
+
+
+def _check_finite_fast(values: Sequence[float], where: str) -> None:
+    # sum() runs in C; it is finite whenever every value is (an overflow of huge
+    # finite values only sends us to the exact scan, which then passes).
+    try:
+        total_is_finite = math.isfinite(sum(values))
+    except OverflowError:
+        total_is_finite = False
+    if not total_is_finite:
+        _check_finite_row(values, where)
 
 
 def convert_vector(vector: Any, where: str = "vector") -> List[float]:
@@ -144,6 +169,17 @@ def convert_vector(vector: Any, where: str = "vector") -> List[float]:
     return values
 
 
+def _check_finite_array(array: Any, what: str) -> None:
+    numpy = _numpy()
+    finite_rows = numpy.isfinite(array).all(axis=1)
+    if not finite_rows.all():
+        row = int(numpy.argmin(finite_rows))
+        column = int(numpy.argmin(numpy.isfinite(array[row])))
+        raise InvalidArgument(
+            f"{what}[{row}][{column}] is {array[row, column]}; vector values must be finite"
+        )
+
+
 def _ndarray_rows(array: Any, what: str) -> List[List[float]]:
     numpy = _numpy()
     if array.dtype.kind not in "fiu":
@@ -151,24 +187,22 @@ def _ndarray_rows(array: Any, what: str) -> List[List[float]]:
     if array.shape[1] == 0:
         raise InvalidArgument(f"{what} has zero-length vectors")
     if array.dtype.kind == "f":
-        finite_rows = numpy.isfinite(array).all(axis=1)
-        if not finite_rows.all():
-            row = int(numpy.argmin(finite_rows))
-            column = int(numpy.argmin(numpy.isfinite(array[row])))
-            raise InvalidArgument(
-                f"{what}[{row}][{column}] is {array[row, column]}; vector values must be finite"
-            )
+        _check_finite_array(array, what)
     else:
         array = array.astype(numpy.float64)
     rows: List[List[float]] = array.tolist()  # one C loop; float32 widens exactly
     return rows
 
 
-def convert_vectors(vectors: Vectors, count: int, what: str = "vectors") -> List[List[float]]:
+def convert_vectors(
+    vectors: Vectors, count: int, what: str = "vectors", keep_arrays: bool = False
+) -> List[Any]:
     """Returns ``count`` vectors as lists of floats, all of one length.
 
     Accepts a 2-D numpy array (any real dtype) or a sequence of rows, each a list,
     tuple or 1-D array. Non-finite values are refused here, with their position.
+    With ``keep_arrays``, the rows of a float32/float64 array stay 1-D arrays (for
+    an encoder that writes them directly).
     """
     if _is_ndarray(vectors):
         if vectors.ndim != 2:
@@ -177,6 +211,9 @@ def convert_vectors(vectors: Vectors, count: int, what: str = "vectors") -> List
             )
         if vectors.shape[0] != count:
             raise InvalidArgument(f"{what} has {vectors.shape[0]} rows but there are {count} ids")
+        if keep_arrays and vectors.dtype.name in ("float32", "float64") and vectors.shape[1] > 0:
+            _check_finite_array(vectors, what)
+            return list(_numpy().ascontiguousarray(vectors))
         return _ndarray_rows(vectors, what)
     if isinstance(vectors, (str, bytes, Mapping)) or not hasattr(vectors, "__len__"):
         raise InvalidArgument(f"{what} must be a 2-D array or a sequence of vectors")
@@ -191,12 +228,12 @@ def convert_vectors(vectors: Vectors, count: int, what: str = "vectors") -> List
                 raise InvalidArgument(f"{where} must be 1-D, got shape {row.shape}")
             values = _ndarray_rows(row.reshape(1, -1), where)[0]
         elif isinstance(row, (list, tuple)):
-            # Fast path: plain Python numbers pass through untouched; json.dumps
-            # (allow_nan=False) catches NaN/Infinity for free, then we locate it.
+            # Fast path: plain Python numbers pass through untouched.
             if all(type(value) is float or type(value) is int for value in row):
                 values = row if isinstance(row, list) else list(row)
             else:
                 values = _row_from_numbers(row, where)
+            _check_finite_fast(values, where)
         else:
             raise InvalidArgument(
                 f"{where} must be a list, tuple or 1-D array, got {type(row).__name__}"
@@ -211,12 +248,6 @@ def convert_vectors(vectors: Vectors, count: int, what: str = "vectors") -> List
             )
         rows.append(values)
     return rows
-
-
-def find_non_finite(rows: Sequence[Sequence[float]], what: str = "vectors") -> None:
-    """Raises InvalidArgument naming the first NaN/Infinity in ``rows`` (if any)."""
-    for index, row in enumerate(rows):
-        _check_finite_row(row, f"{what}[{index}]")
 
 
 # ----------------------------------------------------------------------- payloads
@@ -244,28 +275,59 @@ def convert_payloads(payloads: Any, count: int) -> Optional[List[Optional[Dict[s
 
 
 def upsert_body(ids: Any, vectors: Vectors, payloads: Any) -> bytes:
-    """Returns the encoded body of ``POST …/points``: ``{points: [{id, vector, payload?}]}``."""
+    """Returns the encoded body of ``POST …/points``: ``{points: [{id, vector, payload?}]}``.
+
+    With orjson installed, vectors are encoded by it (about 10x faster; float32
+    arrays are written in their shortest exact form) and payloads still by the
+    standard library, so both encoders accept and refuse the same inputs.
+    """
     id_list = convert_ids(ids)
     if not id_list:
         raise InvalidArgument("ids is empty; nothing to upsert")
-    rows = convert_vectors(vectors, len(id_list))
+    fast_encoder = _orjson
+    rows = convert_vectors(vectors, len(id_list), keep_arrays=fast_encoder is not None)
     payload_list = convert_payloads(payloads, len(id_list))
     points: List[Dict[str, Any]] = []
     for index, (point_id, row) in enumerate(zip(id_list, rows)):
         point: Dict[str, Any] = {"id": point_id, "vector": row}
-        if payload_list is not None and payload_list[index] is not None:
-            point["payload"] = payload_list[index]
+        payload = None if payload_list is None else payload_list[index]
+        if payload is not None:
+            point["payload"] = (
+                payload
+                if fast_encoder is None
+                else fast_encoder.Fragment(_encode_payload(payload, index))
+            )
         points.append(point)
+    if fast_encoder is not None:
+        encoded: bytes = fast_encoder.dumps(
+            {"points": points}, option=fast_encoder.OPT_SERIALIZE_NUMPY
+        )
+        return encoded
     try:
         return json.dumps(
             {"points": points}, allow_nan=False, separators=(",", ":"), ensure_ascii=False
         ).encode("utf-8")
+    except (ValueError, TypeError):
+        # Vectors were checked already, so a payload is at fault: name it.
+        for index, payload in enumerate(payload_list or []):
+            if payload is not None:
+                _encode_payload(payload, index)
+        raise
+
+
+def _encode_payload(payload: Dict[str, Any], index: int) -> bytes:
+    try:
+        return json.dumps(
+            payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False
+        ).encode("utf-8")
     except ValueError:
-        find_non_finite(rows)
-        # Not in a vector, so in a payload.
-        raise InvalidArgument("a payload holds NaN or Infinity, which JSON cannot carry") from None
+        raise InvalidArgument(
+            f"payloads[{index}] holds NaN or Infinity, which JSON cannot carry"
+        ) from None
     except TypeError as error:
-        raise InvalidArgument(f"a payload holds a value JSON cannot encode: {error}") from None
+        raise InvalidArgument(
+            f"payloads[{index}] holds a value JSON cannot encode: {error}"
+        ) from None
 
 
 # -------------------------------------------------------------------- collections
