@@ -16,7 +16,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import unquote, urlsplit
 
 STATUS_OF_CODE = {
@@ -368,7 +368,6 @@ class FakeGateway:
             return self._dispatch(method, segments, body)
 
     def _dispatch(self, method: str, segments: List[str], body: Any) -> Tuple[int, Any]:
-        route: Dict[Tuple[str, ...], Callable[..., Any]]
         if segments[:2] == ["v1", "collections"]:
             rest = segments[2:]
             if not rest:

@@ -188,3 +188,5 @@ def test_strided_and_fortran_arrays(client: quiver.Client, gateway: FakeGateway,
     assert sent_vectors(gateway)[1] == base[1, ::2].tolist()
     client.upsert("v", ids=[3, 4], vectors=np.asfortranarray(base[:, :16]))
     assert sent_vectors(gateway)[0] == base[0, :16].tolist()
+    client.upsert("v", ids=[5, 6], vectors=base[:, :16].astype(">f4"))
+    assert sent_vectors(gateway)[1] == base[1, :16].tolist()

@@ -121,7 +121,7 @@ def _row_from_numbers(row: Sequence[Any], where: str) -> List[float]:
     """The slow path: a row with numpy scalars, bools or junk in it."""
     values: List[float] = []
     for index, value in enumerate(row):
-        if isinstance(value, bool) or isinstance(value, (str, bytes)):
+        if isinstance(value, (bool, str, bytes)):
             raise InvalidArgument(f"{where}[{index}] is {value!r}, not a number")
         try:
             values.append(float(value))
@@ -211,9 +211,11 @@ def convert_vectors(
             )
         if vectors.shape[0] != count:
             raise InvalidArgument(f"{what} has {vectors.shape[0]} rows but there are {count} ids")
-        if keep_arrays and vectors.dtype.name in ("float32", "float64") and vectors.shape[1] > 0:
+        numpy = _numpy()
+        native_float = vectors.dtype in (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+        if keep_arrays and native_float and vectors.shape[1] > 0:
             _check_finite_array(vectors, what)
-            return list(_numpy().ascontiguousarray(vectors))
+            return list(numpy.ascontiguousarray(vectors))
         return _ndarray_rows(vectors, what)
     if isinstance(vectors, (str, bytes, Mapping)) or not hasattr(vectors, "__len__"):
         raise InvalidArgument(f"{what} must be a 2-D array or a sequence of vectors")
