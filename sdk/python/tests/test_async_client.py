@@ -107,3 +107,26 @@ async def test_a_custom_async_transport() -> None:
 
     async with quiver.AsyncClient("http://quiver.test", transport=httpx.MockTransport(handler)) as client:
         assert await client.delete("c", ids=["a"]) == 42
+
+
+async def test_large_upserts_do_not_block_the_event_loop(async_client: quiver.AsyncClient, gateway: FakeGateway) -> None:
+    await async_client.create_collection("big", dimension=64)
+    vectors = np.random.default_rng(9).standard_normal((4000, 64))
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    ticking = asyncio.ensure_future(ticker())
+    await async_client.upsert("big", ids=range(2000), vectors=vectors[:2000])
+    await async_client.upsert_batches("big", ids=range(2000, 4000), vectors=vectors[2000:], batch_size=500)
+    stop.set()
+    await ticking
+    assert ticks > 5
+    assert (await async_client.describe("big"))["points"] == 4000
+    with pytest.raises(quiver.InvalidArgument, match="1 rows but there are 300 ids"):
+        await async_client.upsert("big", ids=range(300), vectors=vectors[:1])

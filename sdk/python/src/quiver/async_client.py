@@ -32,6 +32,16 @@ T = TypeVar("T")
 
 __all__ = ["AsyncClient"]
 
+#: Upserts of at least this many points are encoded off the event loop.
+_LARGE_UPSERT_POINTS = 256
+
+
+def _is_large(ids: Any) -> bool:
+    try:
+        return len(ids) >= _LARGE_UPSERT_POINTS
+    except TypeError:
+        return False
+
 
 class AsyncClient:
     """An asyncio connection to a Quiver gateway; see :class:`quiver.Client`.
@@ -167,8 +177,17 @@ class AsyncClient:
     async def upsert(
         self, name: str, ids: Sequence[Any], vectors: Vectors, payloads: Optional[Sequence[Any]] = None
     ) -> int:
-        """Inserts or replaces points; see :meth:`quiver.Client.upsert`."""
-        return await self._execute(_calls.upsert(name, ids, vectors, payloads))
+        """Inserts or replaces points; see :meth:`quiver.Client.upsert`.
+
+        Large requests are encoded in a worker thread, so the event loop stays responsive.
+        """
+        if _is_large(ids):
+            call = await asyncio.get_running_loop().run_in_executor(
+                None, _calls.upsert, name, ids, vectors, payloads
+            )
+        else:
+            call = _calls.upsert(name, ids, vectors, payloads)
+        return await self._execute(call)
 
     async def upsert_batches(
         self,
@@ -201,9 +220,12 @@ class AsyncClient:
                     progress(done, total)
             return done, highest_sequence
 
+        loop = asyncio.get_running_loop()
         try:
             for batch in batches:
-                task = asyncio.ensure_future(self._execute(batch.call(name)))
+                # Encoding a batch takes milliseconds of CPU: keep it off the event loop.
+                call = await loop.run_in_executor(None, batch.call, name)
+                task = asyncio.ensure_future(self._execute(call))
                 in_flight[task] = batch.stop - batch.start
                 if len(in_flight) >= concurrency:
                     await collect(asyncio.FIRST_COMPLETED)
