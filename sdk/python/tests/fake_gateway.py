@@ -287,6 +287,9 @@ class FakeGateway:
         self.failures: List[ScriptedFailure] = []
         self.ready = True
         self.delay_seconds = 0.0
+        # Bumped by reset(): a request still sleeping from an earlier test must not
+        # consume the next test's scripted failures or touch its state.
+        self.generation = 0
         self._server: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
 
@@ -325,6 +328,7 @@ class FakeGateway:
             self.ready = True
             self.api_key = None
             self.delay_seconds = 0.0
+            self.generation += 1
 
     def fail_next(
         self,
@@ -621,11 +625,16 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as error:
             body, parse_error = None, str(error)
         with fake.lock:
+            generation = fake.generation
+            delay_seconds = fake.delay_seconds
             fake.requests.append(
                 Recorded(method, raw_path, {k.lower(): v for k, v in self.headers.items()}, body, self.client_address[1])
             )
-        if fake.delay_seconds:
-            threading.Event().wait(fake.delay_seconds)
+        if delay_seconds:
+            threading.Event().wait(delay_seconds)
+            if fake.generation != generation:  # the test that sent it is over
+                self.close_connection = True
+                return
 
         failure = fake.take_failure(raw_path)
         if failure is not None:
