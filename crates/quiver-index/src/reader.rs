@@ -268,6 +268,11 @@ impl<S: ByteSource> Segment<S> {
         &self.sections
     }
 
+    /// Returns the byte source the segment reads from.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
     /// Returns the bytes that stay hot during search: centroids, list directory,
     /// codes with their factors.
     pub fn hot_bytes(&self) -> u64 {

@@ -1,7 +1,13 @@
 //! Conversions between the wire messages and the engine's types: a collection's
-//! spec as a segment spec, and point ids.
+//! spec as a segment spec, point ids, and shard manifests.
 
-use quiver_index::{BuildParams, FieldKind, FieldSpec, IdType, Metric, PointId, RawPrecision, SegmentSpec};
+use quiver_index::{
+    BuildParams, FieldKind, FieldSpec, IdType, Metric, PointId, RawPrecision, SegmentSpec,
+};
+
+use quiver_storage::manifest::{
+    DeletesEntry, Manifest, SegmentEntry, ShardRef, WalEntry, WalPosition,
+};
 
 use crate::{data, meta};
 
@@ -77,6 +83,102 @@ pub fn wire_point_id(id: &PointId) -> data::PointId {
     }
 }
 
+/// Returns the wire form of a shard reference.
+pub fn shard_to_proto(shard: &ShardRef) -> Result<meta::ShardRef, String> {
+    let collection_id = shard
+        .collection_id
+        .parse()
+        .map_err(|_| format!("collection id `{}` is not a number", shard.collection_id))?;
+    Ok(meta::ShardRef {
+        collection_id,
+        shard: shard.shard,
+    })
+}
+
+/// Returns the model form of a wire shard reference.
+pub fn shard_from_proto(shard: &meta::ShardRef) -> ShardRef {
+    ShardRef {
+        collection_id: shard.collection_id.to_string(),
+        shard: shard.shard,
+    }
+}
+
+/// Returns the model form of a wire segment.
+pub fn segment_from_proto(segment: &meta::Segment) -> SegmentEntry {
+    SegmentEntry {
+        segment_id: segment.segment_id.clone(),
+        key: segment.object_key.clone(),
+        rows: segment.rows as u32,
+        size_bytes: segment.size_bytes,
+        deletes: (!segment.deletes_key.is_empty()).then(|| DeletesEntry {
+            key: segment.deletes_key.clone(),
+            version: segment.deletes_version,
+            deleted_rows: segment.deleted_rows as u32,
+        }),
+        default_nprobe: (segment.default_nprobe > 0).then_some(segment.default_nprobe),
+    }
+}
+
+pub fn segment_to_proto(segment: &SegmentEntry) -> meta::Segment {
+    meta::Segment {
+        segment_id: segment.segment_id.clone(),
+        object_key: segment.key.clone(),
+        rows: segment.rows as u64,
+        size_bytes: segment.size_bytes,
+        deletes_key: segment
+            .deletes
+            .as_ref()
+            .map(|deletes| deletes.key.clone())
+            .unwrap_or_default(),
+        deletes_version: segment
+            .deletes
+            .as_ref()
+            .map_or(0, |deletes| deletes.version),
+        deleted_rows: segment
+            .deletes
+            .as_ref()
+            .map_or(0, |deletes| deletes.deleted_rows as u64),
+        default_nprobe: segment.default_nprobe.unwrap_or(0),
+    }
+}
+
+/// Returns the model form of a wire manifest.
+pub fn manifest_from_proto(manifest: &meta::Manifest) -> Manifest {
+    Manifest {
+        version: manifest.version,
+        segments: manifest.segments.iter().map(segment_from_proto).collect(),
+        wal_tail: manifest
+            .wal_tail
+            .iter()
+            .map(|entry| WalEntry {
+                position: WalPosition {
+                    epoch: entry.epoch,
+                    sequence: entry.seq,
+                },
+                key: entry.object_key.clone(),
+                rows: entry.rows as u32,
+            })
+            .collect(),
+    }
+}
+
+/// Returns the shard of `id` among `shards`: a fixed hash (splitmix64 of u64 ids,
+/// FNV-1a of string ids) modulo the shard count, so every gateway routes alike.
+pub fn shard_of(id: &PointId, shards: u32) -> u32 {
+    let hash = match id {
+        PointId::U64(number) => {
+            let mut z = number.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        PointId::String(text) => text.bytes().fold(0xCBF2_9CE4_8422_2325u64, |hash, byte| {
+            (hash ^ byte as u64).wrapping_mul(0x0100_0000_01B3)
+        }),
+    };
+    (hash % shards.max(1) as u64) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +214,26 @@ mod tests {
             assert_eq!(point_id(&wire_point_id(&id)), Some(id));
         }
         assert_eq!(point_id(&data::PointId { kind: None }), None);
+    }
+
+    #[test]
+    fn ids_spread_over_shards_and_stay_put() {
+        let mut counts = [0u32; 4];
+        for id in 0..4000u64 {
+            counts[shard_of(&PointId::U64(id), 4) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&count| (800..1200).contains(&count)),
+            "{counts:?}"
+        );
+        assert_eq!(
+            shard_of(&PointId::U64(12345), 4),
+            shard_of(&PointId::U64(12345), 4)
+        );
+        assert_eq!(shard_of(&PointId::String("doc".into()), 1), 0);
+        // Pinned values: changing the hash would move every stored point.
+        assert_eq!(shard_of(&PointId::U64(1), 1000), 465);
+        assert_eq!(shard_of(&PointId::U64(42), 7), 5);
+        assert_eq!(shard_of(&PointId::String("doc".into()), 1000), 437);
     }
 }

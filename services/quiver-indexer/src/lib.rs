@@ -24,6 +24,6 @@ pub use catalog::{
 };
 pub use config::IndexerConfig;
 pub use error::{IndexerError, IndexerErrorKind, IndexerResult};
-pub use meta_catalog::{MetaCatalog, manifest_from_proto, shard_from_proto, shard_to_proto};
+pub use meta_catalog::MetaCatalog;
 pub use node::{IndexerNode, IndexerNodeConfig, status_of};
 pub use shard::{ShardStats, ShardWriter};

@@ -6,10 +6,13 @@ use quiver_meta::{MetaClient, MetaError};
 use quiver_proto::ErrorCode;
 use quiver_proto::meta as pb;
 
-use crate::catalog::{
-    Catalog, CatalogError, DeletesEntry, Manifest, ManifestChange, SegmentEntry, ShardRef,
-    WalEntry, WalPosition,
-};
+use quiver_proto::convert::{manifest_from_proto, segment_to_proto};
+
+use crate::catalog::{Catalog, CatalogError, Manifest, ManifestChange, ShardRef, WalEntry};
+
+fn shard_to_proto(shard: &ShardRef) -> Result<pb::ShardRef, CatalogError> {
+    quiver_proto::convert::shard_to_proto(shard).map_err(CatalogError::Rejected)
+}
 
 /// The metadata service as the write path's catalog.
 #[derive(Clone)]
@@ -21,84 +24,6 @@ impl MetaCatalog {
     /// Wraps a metadata client.
     pub fn new(client: MetaClient) -> Self {
         MetaCatalog { client }
-    }
-}
-
-/// Returns the wire form of a shard reference.
-pub fn shard_to_proto(shard: &ShardRef) -> Result<pb::ShardRef, CatalogError> {
-    let collection_id = shard.collection_id.parse().map_err(|_| {
-        CatalogError::Rejected(format!(
-            "collection id `{}` is not a number",
-            shard.collection_id
-        ))
-    })?;
-    Ok(pb::ShardRef {
-        collection_id,
-        shard: shard.shard,
-    })
-}
-
-/// Returns the model form of a wire shard reference.
-pub fn shard_from_proto(shard: &pb::ShardRef) -> ShardRef {
-    ShardRef {
-        collection_id: shard.collection_id.to_string(),
-        shard: shard.shard,
-    }
-}
-
-/// Returns the model form of a wire segment.
-pub fn segment_from_proto(segment: &pb::Segment) -> SegmentEntry {
-    SegmentEntry {
-        segment_id: segment.segment_id.clone(),
-        key: segment.object_key.clone(),
-        rows: segment.rows as u32,
-        size_bytes: segment.size_bytes,
-        deletes: (!segment.deletes_key.is_empty()).then(|| DeletesEntry {
-            key: segment.deletes_key.clone(),
-            version: segment.deletes_version,
-            deleted_rows: segment.deleted_rows as u32,
-        }),
-        default_nprobe: (segment.default_nprobe > 0).then_some(segment.default_nprobe),
-    }
-}
-
-fn segment_to_proto(segment: &SegmentEntry) -> pb::Segment {
-    pb::Segment {
-        segment_id: segment.segment_id.clone(),
-        object_key: segment.key.clone(),
-        rows: segment.rows as u64,
-        size_bytes: segment.size_bytes,
-        deletes_key: segment
-            .deletes
-            .as_ref()
-            .map(|deletes| deletes.key.clone())
-            .unwrap_or_default(),
-        deletes_version: segment.deletes.as_ref().map_or(0, |deletes| deletes.version),
-        deleted_rows: segment
-            .deletes
-            .as_ref()
-            .map_or(0, |deletes| deletes.deleted_rows as u64),
-        default_nprobe: segment.default_nprobe.unwrap_or(0),
-    }
-}
-
-/// Returns the model form of a wire manifest.
-pub fn manifest_from_proto(manifest: &pb::Manifest) -> Manifest {
-    Manifest {
-        version: manifest.version,
-        segments: manifest.segments.iter().map(segment_from_proto).collect(),
-        wal_tail: manifest
-            .wal_tail
-            .iter()
-            .map(|entry| WalEntry {
-                position: WalPosition {
-                    epoch: entry.epoch,
-                    sequence: entry.seq,
-                },
-                key: entry.object_key.clone(),
-                rows: entry.rows as u32,
-            })
-            .collect(),
     }
 }
 

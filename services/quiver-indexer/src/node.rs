@@ -23,7 +23,9 @@ use tonic::{Request, Response, Status};
 use crate::catalog::ShardRef;
 use crate::config::IndexerConfig;
 use crate::error::{IndexerError, IndexerErrorKind};
-use crate::meta_catalog::{MetaCatalog, shard_from_proto};
+use quiver_proto::convert::{shard_from_proto, shard_to_proto};
+
+use crate::meta_catalog::MetaCatalog;
 use crate::shard::ShardWriter;
 
 /// Largest gRPC message accepted (a write batch).
@@ -264,7 +266,8 @@ async fn lease_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) 
             let gone: Vec<ShardRef> = shards
                 .iter()
                 .filter(|(shard, open)| {
-                    mine.get(*shard).is_none_or(|(epoch, _)| *epoch != open.writer.epoch())
+                    mine.get(*shard)
+                        .is_none_or(|(epoch, _)| *epoch != open.writer.epoch())
                         || open.writer.stats().fenced
                 })
                 .map(|(shard, _)| shard.clone())
@@ -335,7 +338,7 @@ async fn renew_leases(state: &NodeState) {
             .collect()
     };
     for (shard, epoch) in due {
-        let Ok(reference) = crate::meta_catalog::shard_to_proto(&shard) else {
+        let Ok(reference) = shard_to_proto(&shard) else {
             continue;
         };
         let request = pb::RenewLeaseRequest {
@@ -461,11 +464,9 @@ impl Indexer for IndexerGrpc {
         for (index, record) in request.records.into_iter().enumerate() {
             let record = match record.op {
                 Some(write_record::Op::Upsert(point)) => {
-                    let id = point
-                        .id
-                        .as_ref()
-                        .and_then(point_id)
-                        .ok_or_else(|| Status::invalid_argument(format!("point {index} has no id")))?;
+                    let id = point.id.as_ref().and_then(point_id).ok_or_else(|| {
+                        Status::invalid_argument(format!("point {index} has no id"))
+                    })?;
                     WalRecord::Upsert {
                         id,
                         vector: point.vector,
@@ -473,14 +474,18 @@ impl Indexer for IndexerGrpc {
                     }
                 }
                 Some(write_record::Op::Delete(id)) => WalRecord::Delete {
-                    id: point_id(&id)
-                        .ok_or_else(|| Status::invalid_argument(format!("delete {index} has no id")))?,
+                    id: point_id(&id).ok_or_else(|| {
+                        Status::invalid_argument(format!("delete {index} has no id"))
+                    })?,
                 },
                 None => return Err(Status::invalid_argument(format!("record {index} is empty"))),
             };
             records.push(record);
         }
-        let position = writer.write(records).await.map_err(|error| status_of(&error))?;
+        let position = writer
+            .write(records)
+            .await
+            .map_err(|error| status_of(&error))?;
         Ok(Response::new(data::WriteResponse {
             epoch: position.epoch,
             seq: position.sequence,

@@ -5,7 +5,10 @@
 //! selective, wider probing when it is not).
 
 mod error;
+mod metrics;
+mod node;
 mod shard;
 
 pub use error::{SearcherError, SearcherErrorKind, SearcherResult};
+pub use node::{SearcherNode, SearcherNodeConfig, status_of};
 pub use shard::{PointRecord, ReadContext, SearchRequest, ShardHit, ShardView};

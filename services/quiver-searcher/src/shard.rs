@@ -240,6 +240,11 @@ impl ShardView {
         })
     }
 
+    /// Returns the opened segments.
+    pub fn segments(&self) -> impl Iterator<Item = &Segment<CachedObject>> {
+        self.segments.iter().map(|view| view.segment.as_ref())
+    }
+
     /// Returns the manifest this view answers from.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest

@@ -1,0 +1,37 @@
+//! Prometheus metrics of the read path.
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    Histogram, IntCounter, IntGauge, register_histogram, register_int_counter, register_int_gauge,
+};
+
+pub(crate) struct SearcherMetrics {
+    pub queries: IntCounter,
+    pub query_seconds: Histogram,
+    pub shards_ready: IntGauge,
+    pub manifest_waits: IntCounter,
+}
+
+pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| SearcherMetrics {
+    queries: register_int_counter!("quiver_searcher_queries_total", "Shard searches answered.")
+        .expect("metric registers once"),
+    query_seconds: register_histogram!(
+        "quiver_searcher_query_duration_seconds",
+        "Time to answer one shard search, manifest wait included.",
+        vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5
+        ]
+    )
+    .expect("metric registers once"),
+    shards_ready: register_int_gauge!(
+        "quiver_searcher_shards_ready",
+        "Shards this searcher has loaded and warmed."
+    )
+    .expect("metric registers once"),
+    manifest_waits: register_int_counter!(
+        "quiver_searcher_manifest_waits_total",
+        "Requests that had to load a newer manifest first (strong reads)."
+    )
+    .expect("metric registers once"),
+});
