@@ -1,0 +1,92 @@
+//! The gateway's errors: one code of the shared vocabulary plus a message naming
+//! what was wrong, rendered as `{"error": {"code", "message"}}` over REST and as
+//! a status over gRPC.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use quiver_proto::ErrorCode;
+
+/// A failed request.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct GatewayError {
+    /// What kind of failure.
+    pub code: ErrorCode,
+    /// What was wrong, naming the input.
+    pub message: String,
+    /// Suggested wait before a retry, for RESOURCE_EXHAUSTED and UNAVAILABLE.
+    pub retry_after_ms: Option<u64>,
+}
+
+impl GatewayError {
+    /// Returns an error of `code`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        GatewayError {
+            code,
+            message: message.into(),
+            retry_after_ms: None,
+        }
+    }
+
+    /// Returns an INVALID_ARGUMENT error.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        GatewayError::new(ErrorCode::InvalidArgument, message)
+    }
+
+    /// Returns a NOT_FOUND error.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        GatewayError::new(ErrorCode::NotFound, message)
+    }
+
+    /// Returns an UNAVAILABLE error.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        GatewayError::new(ErrorCode::Unavailable, message)
+    }
+
+    /// Returns the error a role's gRPC status maps to.
+    pub fn from_status(status: &tonic::Status) -> Self {
+        let retry_after_ms = status
+            .metadata()
+            .get("retry-after-ms")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse().ok());
+        GatewayError {
+            code: ErrorCode::from_grpc_code(status.code()),
+            message: status.message().to_string(),
+            retry_after_ms,
+        }
+    }
+
+    /// Returns the gRPC status of this error.
+    pub fn to_status(&self) -> tonic::Status {
+        tonic::Status::new(self.code.grpc_code(), self.message.clone())
+    }
+}
+
+impl From<quiver_meta::MetaError> for GatewayError {
+    fn from(error: quiver_meta::MetaError) -> Self {
+        GatewayError::new(error.kind(), error.to_string())
+    }
+}
+
+impl IntoResponse for GatewayError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::json!({
+            "error": {"code": self.code.as_str(), "message": self.message}
+        });
+        let mut response = (status, Json(body)).into_response();
+        if let Some(retry_after_ms) = self.retry_after_ms {
+            let seconds = retry_after_ms.div_ceil(1000).max(1);
+            if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+                response.headers_mut().insert("retry-after", value);
+            }
+        }
+        response
+    }
+}
+
+/// Result alias of this crate.
+pub type GatewayResult<T> = Result<T, GatewayError>;

@@ -1,0 +1,36 @@
+//! Prometheus metrics of the gateway.
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    Histogram, HistogramVec, IntCounterVec, register_histogram, register_histogram_vec,
+    register_int_counter_vec,
+};
+
+pub(crate) struct GatewayMetrics {
+    pub requests: IntCounterVec,
+    pub duration: HistogramVec,
+    pub search_hits: Histogram,
+}
+
+pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMetrics {
+    requests: register_int_counter_vec!(
+        "quiver_gateway_requests_total",
+        "Client API requests by route and outcome code (OK or an error code).",
+        &["route", "code"]
+    )
+    .expect("metric registers once"),
+    duration: register_histogram_vec!(
+        "quiver_gateway_request_duration_seconds",
+        "Client API request latency by route.",
+        &["route"],
+        vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+    )
+    .expect("metric registers once"),
+    search_hits: register_histogram!(
+        "quiver_gateway_search_hits",
+        "Hits returned per search.",
+        vec![0.0, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0]
+    )
+    .expect("metric registers once"),
+});

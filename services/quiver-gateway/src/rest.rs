@@ -1,0 +1,747 @@
+//! The REST/JSON front end (paths and shapes of INTERFACES.md). Bodies are parsed
+//! here, so a malformed request gets the same JSON error shape as any other.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use quiver_index::PointId;
+use quiver_proto::meta as pb;
+use quiver_proto::ErrorCode;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use crate::auth::{Access, ApiKeys, Denied};
+use crate::core::{Consistency, Gateway, Hit, PointOut, SearchInput, UpsertPoint};
+use crate::error::{GatewayError, GatewayResult};
+use crate::metrics::METRICS;
+
+/// Largest request body accepted (an upsert of 10 000 points of 1024 dimensions
+/// with payloads fits).
+pub const MAX_BODY_BYTES: usize = 128 << 20;
+
+/// What the REST handlers share.
+pub struct RestState {
+    pub gateway: Arc<Gateway>,
+    pub keys: ApiKeys,
+    /// Tells whether the process is ready to serve (`/readyz`).
+    pub ready: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
+type Shared = State<Arc<RestState>>;
+
+/// Returns the REST router (client API, admin API, health).
+pub fn router(state: Arc<RestState>) -> axum::Router {
+    axum::Router::new()
+        .route("/v1/collections", get(list_collections))
+        .route(
+            "/v1/collections/{name}",
+            put(create_collection).get(describe_collection).delete(drop_collection),
+        )
+        .route("/v1/collections/{name}/points", post(upsert))
+        .route("/v1/collections/{name}/points/delete", post(delete_points))
+        .route("/v1/collections/{name}/points/get", post(get_points))
+        .route("/v1/collections/{name}/search", post(search))
+        .route("/v1/collections/{name}/search/batch", post(search_batch))
+        .route("/admin/v1/cluster", get(cluster_status))
+        .route("/admin/v1/collections/{name}/shards", get(collection_shards))
+        .route("/admin/v1/collections/{name}/compact", post(compact))
+        .route("/admin/v1/nodes/{id}/drain", post(drain_node))
+        .route("/admin/v1/meta/members", post(meta_members))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async {
+            GatewayError::not_found("no such endpoint; see the API reference in INTERFACES.md")
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn readyz(State(state): Shared) -> Response {
+    if (state.ready)() {
+        "ready".into_response()
+    } else {
+        GatewayError::unavailable("not ready").into_response()
+    }
+}
+
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(value) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        return Some(value.strip_prefix("Bearer ").unwrap_or(value).trim());
+    }
+    headers.get("x-api-key").and_then(|v| v.to_str().ok())
+}
+
+/// Runs one request: auth, request id, metrics, error rendering.
+async fn handle<F>(
+    state: &RestState,
+    headers: &HeaderMap,
+    route: &'static str,
+    access: Access,
+    work: F,
+) -> Response
+where
+    F: std::future::Future<Output = GatewayResult<Value>>,
+{
+    let started = Instant::now();
+    let request_id = headers
+        .get("x-request-id")
+        .and_then(|value| value.to_str().ok())
+        .filter(|value| !value.is_empty() && value.len() <= 128)
+        .map(str::to_string)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let span = tracing::info_span!("request", %request_id, route);
+    let outcome = async {
+        match state.keys.check(presented_key(headers), access) {
+            Err(Denied::Unauthenticated) => Err(GatewayError::new(
+                ErrorCode::Unauthenticated,
+                "missing or unknown API key (send `Authorization: Bearer <key>`)",
+            )),
+            Err(Denied::PermissionDenied(needed)) => Err(GatewayError::new(
+                ErrorCode::PermissionDenied,
+                format!("this API key lacks {} access", needed.name()),
+            )),
+            Ok(()) => work.await,
+        }
+    }
+    .instrument(span.clone())
+    .await;
+    let code = match &outcome {
+        Ok(_) => "OK",
+        Err(error) => error.code.as_str(),
+    };
+    METRICS.requests.with_label_values(&[route, code]).inc();
+    METRICS
+        .duration
+        .with_label_values(&[route])
+        .observe(started.elapsed().as_secs_f64());
+    let mut response = match outcome {
+        Ok(body) => Json(body).into_response(),
+        Err(error) => {
+            if error.code == ErrorCode::Internal {
+                span.in_scope(|| tracing::error!(message = %error.message, "request failed"));
+            }
+            error.into_response()
+        }
+    };
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    response
+}
+
+/// Parses a JSON body into `T`, naming the problem on failure.
+fn parse<T: DeserializeOwned>(body: &Bytes) -> GatewayResult<T> {
+    if body.is_empty() {
+        return Err(GatewayError::invalid("the request body is empty; a JSON object is expected"));
+    }
+    serde_json::from_slice(body).map_err(|error| GatewayError::invalid(format!("request body: {error}")))
+}
+
+fn id_from_json(value: &Value, what: &str) -> GatewayResult<PointId> {
+    match value {
+        Value::Number(number) => number.as_u64().map(PointId::U64).ok_or_else(|| {
+            GatewayError::invalid(format!("{what}: id {number} is not an unsigned 64-bit integer"))
+        }),
+        Value::String(text) => Ok(PointId::String(text.clone())),
+        other => Err(GatewayError::invalid(format!(
+            "{what}: id must be a number or a string, got {other}"
+        ))),
+    }
+}
+
+fn id_to_json(id: &PointId) -> Value {
+    match id {
+        PointId::U64(number) => json!(number),
+        PointId::String(text) => json!(text),
+    }
+}
+
+fn metric_name(metric: i32) -> &'static str {
+    match pb::Metric::try_from(metric) {
+        Ok(pb::Metric::Dot) => "dot",
+        Ok(pb::Metric::L2) => "l2",
+        _ => "cosine",
+    }
+}
+
+fn field_kind_name(kind: i32) -> &'static str {
+    match pb::FieldKind::try_from(kind) {
+        Ok(pb::FieldKind::Integer) => "integer",
+        Ok(pb::FieldKind::Float) => "float",
+        Ok(pb::FieldKind::Bool) => "bool",
+        _ => "keyword",
+    }
+}
+
+/// Renders a collection's definition.
+pub fn collection_json(collection: &pb::Collection) -> Value {
+    let spec = collection.spec.clone().unwrap_or_default();
+    let raw_precision = match spec
+        .index
+        .as_ref()
+        .map(|index| pb::VectorPrecision::try_from(index.raw_precision))
+    {
+        Some(Ok(pb::VectorPrecision::Bf16)) => "bf16",
+        _ => "f32",
+    };
+    json!({
+        "name": spec.name,
+        "collection_id": collection.collection_id,
+        "dimension": spec.dimension,
+        "metric": metric_name(spec.metric),
+        "id_type": if spec.id_type == pb::IdType::String as i32 { "string" } else { "u64" },
+        "shards": spec.shards,
+        "replication": spec.replication,
+        "index": {"raw_precision": raw_precision},
+        "payload_schema": spec.payload_schema.iter().map(|field| json!({
+            "name": field.name, "type": field_kind_name(field.kind)
+        })).collect::<Vec<_>>(),
+        "created_at_ms": collection.created_at_ms,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    dimension: u32,
+    metric: String,
+    #[serde(default)]
+    id_type: Option<String>,
+    #[serde(default)]
+    shards: Option<u32>,
+    #[serde(default)]
+    replication: Option<u32>,
+    #[serde(default)]
+    index: Option<IndexBody>,
+    #[serde(default)]
+    payload_schema: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IndexBody {
+    #[serde(default)]
+    raw_precision: Option<String>,
+}
+
+fn parse_field_kind(name: &str, kind: &Value) -> GatewayResult<i32> {
+    let kind = kind.as_str().unwrap_or_default();
+    Ok(match kind {
+        "keyword" => pb::FieldKind::Keyword,
+        "integer" => pb::FieldKind::Integer,
+        "float" => pb::FieldKind::Float,
+        "bool" => pb::FieldKind::Bool,
+        other => {
+            return Err(GatewayError::invalid(format!(
+                "payload_schema: field {name:?} has type {other:?}; expected keyword, integer, float or bool"
+            )));
+        }
+    } as i32)
+}
+
+fn parse_schema(schema: Option<Value>) -> GatewayResult<Vec<pb::PayloadField>> {
+    let field = |name: &str, kind: &Value| -> GatewayResult<pb::PayloadField> {
+        Ok(pb::PayloadField {
+            name: name.to_string(),
+            kind: parse_field_kind(name, kind)?,
+        })
+    };
+    match schema {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Object(map)) => map.iter().map(|(name, kind)| field(name, kind)).collect(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                let name = item.get("name").and_then(Value::as_str).ok_or_else(|| {
+                    GatewayError::invalid("payload_schema: every entry needs a \"name\"")
+                })?;
+                field(name, item.get("type").unwrap_or(&Value::Null))
+            })
+            .collect(),
+        Some(other) => Err(GatewayError::invalid(format!(
+            "payload_schema must be a list of {{name, type}} or an object, got {other}"
+        ))),
+    }
+}
+
+async fn create_collection(
+    State(state): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "create_collection", Access::Admin, async move {
+        let body: CreateBody = parse(&body)?;
+        let metric = match body.metric.as_str() {
+            "cosine" => pb::Metric::Cosine,
+            "dot" => pb::Metric::Dot,
+            "l2" => pb::Metric::L2,
+            other => {
+                return Err(GatewayError::invalid(format!(
+                    "metric must be \"cosine\", \"dot\" or \"l2\", got {other:?}"
+                )));
+            }
+        };
+        let id_type = match body.id_type.as_deref() {
+            None | Some("u64") => pb::IdType::U64,
+            Some("string") => pb::IdType::String,
+            Some(other) => {
+                return Err(GatewayError::invalid(format!(
+                    "id_type must be \"u64\" or \"string\", got {other:?}"
+                )));
+            }
+        };
+        let raw_precision = match body.index.as_ref().and_then(|index| index.raw_precision.as_deref()) {
+            None | Some("f32") => pb::VectorPrecision::F32,
+            Some("bf16") => pb::VectorPrecision::Bf16,
+            Some(other) => {
+                return Err(GatewayError::invalid(format!(
+                    "index.raw_precision must be \"f32\" or \"bf16\", got {other:?}"
+                )));
+            }
+        };
+        let spec = pb::CollectionSpec {
+            name,
+            dimension: body.dimension,
+            metric: metric as i32,
+            id_type: id_type as i32,
+            shards: body.shards.unwrap_or(1),
+            replication: body.replication.unwrap_or(1),
+            index: Some(pb::IndexParams {
+                raw_precision: raw_precision as i32,
+                ..Default::default()
+            }),
+            payload_schema: parse_schema(body.payload_schema)?,
+        };
+        if body.shards == Some(0) || body.replication == Some(0) {
+            return Err(GatewayError::invalid("shards and replication must be at least 1"));
+        }
+        let collection = gateway.create_collection(spec).await?;
+        Ok(collection_json(&collection))
+    })
+    .await
+}
+
+async fn list_collections(State(state): Shared, headers: HeaderMap) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "list_collections", Access::Read, async move {
+        let collections = gateway.list_collections().await?;
+        Ok(json!({"collections": collections.iter().map(collection_json).collect::<Vec<_>>()}))
+    })
+    .await
+}
+
+async fn describe_collection(State(state): Shared, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "describe_collection", Access::Read, async move {
+        let (collection, stats) = gateway.describe(&name).await?;
+        let mut body = collection_json(&collection);
+        body["points"] = json!(stats.points);
+        body["segments"] = json!(stats.segments);
+        body["wal_tail_rows"] = json!(stats.wal_tail_rows);
+        body["bytes"] = json!(stats.bytes);
+        body["stats"] = json!({
+            "points": stats.points,
+            "segments": stats.segments,
+            "wal_tail_rows": stats.wal_tail_rows,
+            "bytes": stats.bytes,
+        });
+        Ok(body)
+    })
+    .await
+}
+
+async fn drop_collection(State(state): Shared, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "drop_collection", Access::Admin, async move {
+        gateway.drop_collection(&name).await?;
+        Ok(json!({"name": name, "dropped": true}))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PointBody {
+    id: Value,
+    vector: Vec<f32>,
+    #[serde(default)]
+    payload: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpsertBody {
+    points: Vec<PointBody>,
+}
+
+async fn upsert(State(state): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "upsert", Access::Write, async move {
+        let body: UpsertBody = parse(&body)?;
+        let points = body
+            .points
+            .into_iter()
+            .enumerate()
+            .map(|(index, point)| {
+                Ok(UpsertPoint {
+                    id: id_from_json(&point.id, &format!("points[{index}]"))?,
+                    vector: point.vector,
+                    payload: point.payload.filter(|payload| !payload.is_null()),
+                })
+            })
+            .collect::<GatewayResult<Vec<_>>>()?;
+        let sequence = gateway.upsert(&name, points).await?;
+        Ok(json!({"sequence": sequence}))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IdsBody {
+    ids: Vec<Value>,
+    #[serde(default)]
+    include_vector: bool,
+    #[serde(default)]
+    consistency: Option<String>,
+}
+
+fn parse_ids(ids: &[Value]) -> GatewayResult<Vec<PointId>> {
+    ids.iter()
+        .enumerate()
+        .map(|(index, id)| id_from_json(id, &format!("ids[{index}]")))
+        .collect()
+}
+
+async fn delete_points(State(state): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "delete", Access::Write, async move {
+        let body: IdsBody = parse(&body)?;
+        let sequence = gateway.delete(&name, parse_ids(&body.ids)?).await?;
+        Ok(json!({"sequence": sequence}))
+    })
+    .await
+}
+
+fn point_json(point: &PointOut) -> Value {
+    let mut body = json!({"id": id_to_json(&point.id)});
+    if let Some(payload) = &point.payload {
+        body["payload"] = payload.clone();
+    }
+    if let Some(vector) = &point.vector {
+        body["vector"] = json!(vector);
+    }
+    body
+}
+
+async fn get_points(State(state): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "get", Access::Read, async move {
+        let body: IdsBody = parse(&body)?;
+        let consistency = match &body.consistency {
+            Some(text) => Consistency::parse(text)?,
+            None => Consistency::Strong,
+        };
+        let points = gateway
+            .get(&name, parse_ids(&body.ids)?, body.include_vector, consistency)
+            .await?;
+        Ok(json!({"points": points.iter().map(point_json).collect::<Vec<_>>()}))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchBody {
+    vector: Vec<f32>,
+    #[serde(default = "default_k")]
+    k: usize,
+    #[serde(default)]
+    filter: Option<Value>,
+    #[serde(default)]
+    nprobe: Option<u32>,
+    #[serde(default)]
+    rescore: Option<u32>,
+    #[serde(default)]
+    consistency: Option<String>,
+    #[serde(default = "default_true")]
+    include_payload: bool,
+    #[serde(default)]
+    include_vector: bool,
+}
+
+fn default_k() -> usize {
+    10
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl SearchBody {
+    fn into_input(self) -> GatewayResult<SearchInput> {
+        Ok(SearchInput {
+            vector: self.vector,
+            k: self.k,
+            filter: self.filter,
+            nprobe: self.nprobe,
+            rescore: self.rescore,
+            consistency: match &self.consistency {
+                Some(text) => Consistency::parse(text)?,
+                None => Consistency::Strong,
+            },
+            include_payload: self.include_payload,
+            include_vector: self.include_vector,
+        })
+    }
+}
+
+fn hits_json(hits: &[Hit], took_ms: f64) -> Value {
+    let hits: Vec<Value> = hits
+        .iter()
+        .map(|hit| {
+            let mut body = json!({"id": id_to_json(&hit.id), "score": hit.score});
+            if let Some(payload) = &hit.payload {
+                body["payload"] = payload.clone();
+            }
+            if let Some(vector) = &hit.vector {
+                body["vector"] = json!(vector);
+            }
+            body
+        })
+        .collect();
+    json!({"hits": hits, "took_ms": took_ms})
+}
+
+async fn search(State(state): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "search", Access::Read, async move {
+        let body: SearchBody = parse(&body)?;
+        let (hits, took_ms) = gateway.search(&name, body.into_input()?).await?;
+        Ok(hits_json(&hits, took_ms))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    searches: Vec<SearchBody>,
+}
+
+async fn search_batch(State(state): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "search_batch", Access::Read, async move {
+        let body: BatchBody = parse(&body)?;
+        if body.searches.len() > gateway.limits().max_batch_searches {
+            return Err(GatewayError::invalid(format!(
+                "{} searches in one batch; the limit is {}",
+                body.searches.len(),
+                gateway.limits().max_batch_searches
+            )));
+        }
+        let inputs = body
+            .searches
+            .into_iter()
+            .map(SearchBody::into_input)
+            .collect::<GatewayResult<Vec<_>>>()?;
+        let searches = inputs.into_iter().map(|input| gateway.search(&name, input));
+        let mut results = Vec::new();
+        for (index, outcome) in futures_util::future::join_all(searches).await.into_iter().enumerate() {
+            let (hits, took_ms) = outcome.map_err(|mut error| {
+                error.message = format!("searches[{index}]: {}", error.message);
+                error
+            })?;
+            results.push(hits_json(&hits, took_ms));
+        }
+        Ok(json!({"results": results}))
+    })
+    .await
+}
+
+fn role_name(role: i32) -> &'static str {
+    match pb::NodeRole::try_from(role) {
+        Ok(pb::NodeRole::Indexer) => "indexer",
+        Ok(pb::NodeRole::Searcher) => "searcher",
+        Ok(pb::NodeRole::Gateway) => "gateway",
+        _ => "unknown",
+    }
+}
+
+fn state_name(state: i32) -> &'static str {
+    match pb::NodeState::try_from(state) {
+        Ok(pb::NodeState::Alive) => "alive",
+        Ok(pb::NodeState::Dead) => "dead",
+        Ok(pb::NodeState::Draining) => "draining",
+        _ => "unknown",
+    }
+}
+
+fn node_json(node: &pb::NodeInfo) -> Value {
+    json!({
+        "id": node.node_id,
+        "role": role_name(node.role),
+        "address": node.address,
+        "state": state_name(node.state),
+        "last_heartbeat_ms": node.last_heartbeat_ms,
+    })
+}
+
+fn members_json(members: &[pb::MetaMember]) -> Vec<Value> {
+    members
+        .iter()
+        .map(|member| {
+            json!({
+                "id": member.id,
+                "address": member.address,
+                "role": if member.role == pb::MemberRole::Learner as i32 { "learner" } else { "voter" },
+            })
+        })
+        .collect()
+}
+
+async fn cluster_status(State(state): Shared, headers: HeaderMap) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "cluster_status", Access::Admin, async move {
+        let meta = gateway.router().meta();
+        let status = meta.cluster_status().await?;
+        let routing = meta.get_routing("", false).await?;
+        let shards: Vec<Value> = routing
+            .shards
+            .iter()
+            .map(|shard| {
+                let reference = shard.shard.unwrap_or_default();
+                json!({
+                    "collection_id": reference.collection_id,
+                    "shard": reference.shard,
+                    "indexer": shard.lease.as_ref().map(|lease| lease.holder.clone()),
+                    "epoch": shard.epoch,
+                    "searchers": shard.searchers.iter().map(|searcher| json!({
+                        "id": searcher.node_id, "ready": searcher.ready
+                    })).collect::<Vec<_>>(),
+                    "manifest_version": shard.manifest_version,
+                })
+            })
+            .collect();
+        Ok(json!({
+            "meta": {
+                "leader": status.leader_id,
+                "leader_address": status.leader_address,
+                "term": status.term,
+                "commit_index": status.commit_index,
+                "applied_index": status.applied_index,
+                "members": members_json(&status.members),
+            },
+            "nodes": status.nodes.iter().map(node_json).collect::<Vec<_>>(),
+            "collections": status.collections,
+            "shards": shards,
+        }))
+    })
+    .await
+}
+
+async fn collection_shards(State(state): Shared, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "collection_shards", Access::Admin, async move {
+        crate::core::validate_name(&name)?;
+        let meta = gateway.router().meta();
+        let routing = meta.get_routing(&name, true).await?;
+        let collection = routing
+            .collections
+            .iter()
+            .find(|collection| collection.spec.as_ref().is_some_and(|spec| spec.name == name))
+            .ok_or_else(|| GatewayError::not_found(format!("collection `{name}` does not exist")))?;
+        let mut shards = Vec::new();
+        for shard in &routing.shards {
+            let Some(reference) = shard.shard else { continue };
+            if reference.collection_id != collection.collection_id {
+                continue;
+            }
+            let manifest = meta.get_manifest(reference, false).await?;
+            shards.push(json!({
+                "shard": reference.shard,
+                "indexer": shard.lease.as_ref().map(|lease| json!({
+                    "id": lease.holder, "epoch": lease.epoch, "expires_at_ms": lease.expires_at_ms
+                })),
+                "epoch": shard.epoch,
+                "searchers": shard.searchers.iter().map(|searcher| json!({
+                    "id": searcher.node_id, "ready": searcher.ready
+                })).collect::<Vec<_>>(),
+                "manifest_version": manifest.version,
+                "segments": manifest.segments.iter().map(|segment| json!({
+                    "segment_id": segment.segment_id,
+                    "rows": segment.rows,
+                    "deleted_rows": segment.deleted_rows,
+                    "size_bytes": segment.size_bytes,
+                })).collect::<Vec<_>>(),
+                "wal_tail": manifest.wal_tail.len(),
+                "wal_tail_rows": manifest.wal_tail.iter().map(|entry| entry.rows).sum::<u64>(),
+            }));
+        }
+        shards.sort_by_key(|shard| shard["shard"].as_u64());
+        Ok(json!({"collection": name, "shards": shards}))
+    })
+    .await
+}
+
+async fn compact(State(state): Shared, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "compact", Access::Admin, async move {
+        let merges = gateway.compact(&name).await?;
+        Ok(json!({"collection": name, "merges": merges}))
+    })
+    .await
+}
+
+async fn drain_node(State(state): Shared, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "drain_node", Access::Admin, async move {
+        let node = gateway.router().meta().drain_node(&id).await?;
+        Ok(node_json(&node))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MembersBody {
+    action: String,
+    id: u64,
+    #[serde(default)]
+    address: Option<String>,
+}
+
+async fn meta_members(State(state): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "meta_members", Access::Admin, async move {
+        let body: MembersBody = parse(&body)?;
+        let meta = gateway.router().meta();
+        let members = match body.action.as_str() {
+            "add" => {
+                let address = body.address.ok_or_else(|| {
+                    GatewayError::invalid("adding a metadata node needs its \"address\"")
+                })?;
+                meta.add_learner(body.id, &address).await?
+            }
+            "promote" => meta.promote_voter(body.id).await?,
+            "remove" => meta.remove_member(body.id).await?,
+            other => {
+                return Err(GatewayError::invalid(format!(
+                    "action must be \"add\", \"promote\" or \"remove\", got {other:?}"
+                )));
+            }
+        };
+        Ok(json!({"members": members_json(&members)}))
+    })
+    .await
+}

@@ -1,0 +1,213 @@
+//! Where each shard lives: the routing table from the metadata service (kept
+//! fresh in the background, re-read on demand and linearizably for strong
+//! reads), and gRPC channels to the indexers and searchers it names.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use quiver_meta::MetaClient;
+use quiver_proto::meta as pb;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{GatewayError, GatewayResult};
+
+/// One shard's current placement.
+#[derive(Clone, Debug)]
+pub struct ShardPlacement {
+    /// Shard number.
+    pub shard: u32,
+    /// Address of the indexer holding the lease, if any.
+    pub indexer: Option<(String, String, u64)>,
+    /// Searchers `(node id, address, ready)`.
+    pub searchers: Vec<(String, String, bool)>,
+    /// The manifest version meta reported.
+    pub manifest_version: u64,
+}
+
+/// A collection and its shards.
+#[derive(Clone, Debug)]
+pub struct CollectionRoute {
+    pub collection: pb::Collection,
+    pub shards: Vec<ShardPlacement>,
+}
+
+impl CollectionRoute {
+    /// Returns the collection's spec.
+    pub fn spec(&self) -> &pb::CollectionSpec {
+        self.collection
+            .spec
+            .as_ref()
+            .expect("collections from meta always carry a spec")
+    }
+}
+
+/// The routing table and the channels of the gateway.
+pub struct Router {
+    meta: MetaClient,
+    table: RwLock<HashMap<String, Arc<CollectionRoute>>>,
+    channels: Mutex<HashMap<String, Channel>>,
+    next_replica: AtomicUsize,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+}
+
+fn build_routes(routing: &pb::GetRoutingResponse) -> HashMap<String, Arc<CollectionRoute>> {
+    let nodes: HashMap<&str, &pb::NodeInfo> = routing
+        .nodes
+        .iter()
+        .map(|node| (node.node_id.as_str(), node))
+        .collect();
+    let alive = |node_id: &str| -> Option<String> {
+        let node = nodes.get(node_id)?;
+        (node.state == pb::NodeState::Alive as i32 || node.state == pb::NodeState::Draining as i32)
+            .then(|| node.address.clone())
+    };
+    let mut routes = HashMap::new();
+    for collection in &routing.collections {
+        let Some(spec) = &collection.spec else { continue };
+        let mut shards: Vec<ShardPlacement> = routing
+            .shards
+            .iter()
+            .filter(|shard| {
+                shard
+                    .shard
+                    .as_ref()
+                    .is_some_and(|reference| reference.collection_id == collection.collection_id)
+            })
+            .map(|shard| ShardPlacement {
+                shard: shard.shard.as_ref().map_or(0, |reference| reference.shard),
+                indexer: shard.lease.as_ref().and_then(|lease| {
+                    alive(&lease.holder).map(|address| (lease.holder.clone(), address, lease.epoch))
+                }),
+                searchers: shard
+                    .searchers
+                    .iter()
+                    .filter_map(|searcher| {
+                        alive(&searcher.node_id)
+                            .map(|address| (searcher.node_id.clone(), address, searcher.ready))
+                    })
+                    .collect(),
+                manifest_version: shard.manifest_version,
+            })
+            .collect();
+        shards.sort_by_key(|shard| shard.shard);
+        routes.insert(
+            spec.name.clone(),
+            Arc::new(CollectionRoute {
+                collection: collection.clone(),
+                shards,
+            }),
+        );
+    }
+    routes
+}
+
+impl Router {
+    /// Returns a router over `meta`.
+    pub fn new(meta: MetaClient, request_timeout: Duration) -> Self {
+        Router {
+            meta,
+            table: RwLock::new(HashMap::new()),
+            channels: Mutex::new(HashMap::new()),
+            next_replica: AtomicUsize::new(0),
+            connect_timeout: Duration::from_secs(2),
+            request_timeout,
+        }
+    }
+
+    /// Returns the metadata client.
+    pub fn meta(&self) -> &MetaClient {
+        &self.meta
+    }
+
+    /// Re-reads the whole routing table.
+    pub async fn refresh(&self) -> GatewayResult<()> {
+        let routing = self.meta.get_routing("", false).await?;
+        *self.table.write().unwrap_or_else(|p| p.into_inner()) = build_routes(&routing);
+        Ok(())
+    }
+
+    /// Returns the route of `name`, from the table or meta.
+    pub async fn route(&self, name: &str) -> GatewayResult<Arc<CollectionRoute>> {
+        if let Some(route) = self.cached(name) {
+            return Ok(route);
+        }
+        self.refresh().await?;
+        self.cached(name)
+            .ok_or_else(|| GatewayError::not_found(format!("collection `{name}` does not exist")))
+    }
+
+    /// Returns the route of `name` as meta has it right now (Raft read-index):
+    /// manifest versions at least as new as every acknowledged write.
+    pub async fn route_linearizable(&self, name: &str) -> GatewayResult<Arc<CollectionRoute>> {
+        let routing = self.meta.get_routing(name, true).await?;
+        let routes = build_routes(&routing);
+        let route = routes
+            .get(name)
+            .cloned()
+            .ok_or_else(|| GatewayError::not_found(format!("collection `{name}` does not exist")))?;
+        self.table
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), route.clone());
+        Ok(route)
+    }
+
+    /// Forgets `name` (after a drop).
+    pub fn forget(&self, name: &str) {
+        self.table
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+
+    fn cached(&self, name: &str) -> Option<Arc<CollectionRoute>> {
+        self.table
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Returns a channel to `address` (created lazily, reused).
+    pub fn channel(&self, address: &str) -> GatewayResult<Channel> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(channel) = channels.get(address) {
+            return Ok(channel.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|error| GatewayError::unavailable(format!("bad node address `{address}`: {error}")))?
+            .connect_timeout(self.connect_timeout)
+            .timeout(self.request_timeout)
+            .tcp_nodelay(true);
+        let channel = endpoint.connect_lazy();
+        channels.insert(address.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    /// Returns the ready searchers of `placement` in the order to try them
+    /// (rotated per call so load spreads over replicas).
+    pub fn searcher_order(&self, placement: &ShardPlacement) -> Vec<String> {
+        let mut ready: Vec<String> = placement
+            .searchers
+            .iter()
+            .filter(|(_, _, ready)| *ready)
+            .map(|(_, address, _)| address.clone())
+            .collect();
+        if ready.is_empty() {
+            // None reported ready yet: any assigned searcher will load on demand.
+            ready = placement
+                .searchers
+                .iter()
+                .map(|(_, address, _)| address.clone())
+                .collect();
+        }
+        if !ready.is_empty() {
+            let start = self.next_replica.fetch_add(1, Ordering::Relaxed) % ready.len();
+            ready.rotate_left(start);
+        }
+        ready
+    }
+}

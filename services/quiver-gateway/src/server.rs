@@ -1,0 +1,205 @@
+//! The gateway role: serves REST on its HTTP listener and the client API on its
+//! gRPC listener, registers with meta as a gateway node and keeps its routing
+//! table fresh.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use quiver_meta::MetaClient;
+use quiver_proto::client::quiver_server::QuiverServer;
+use quiver_proto::meta as pb;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::auth::ApiKeys;
+use crate::core::{Gateway, Limits};
+use crate::error::GatewayError;
+use crate::grpc::ClientApi;
+use crate::rest::{RestState, router};
+use crate::routing::Router;
+
+/// Settings of a gateway.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// Node id (the pod name in Kubernetes).
+    pub node_id: String,
+    /// API keys (none: auth off).
+    pub keys: ApiKeys,
+    /// Request limits.
+    pub limits: Limits,
+    /// Timeout of a call to an indexer or searcher.
+    pub request_timeout: Duration,
+    /// How often the routing table is re-read in the background.
+    pub routing_interval: Duration,
+}
+
+impl GatewayConfig {
+    /// Returns the defaults for `node_id`.
+    pub fn new(node_id: impl Into<String>) -> Self {
+        GatewayConfig {
+            node_id: node_id.into(),
+            keys: ApiKeys::default(),
+            limits: Limits::default(),
+            request_timeout: Duration::from_secs(30),
+            routing_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// A running gateway.
+pub struct GatewayServer {
+    http_address: SocketAddr,
+    grpc_address: SocketAddr,
+    ready: Arc<AtomicBool>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl GatewayServer {
+    /// Starts serving REST on `http` (plus `extra_routes`, e.g. `/metrics`) and
+    /// gRPC on `grpc`.
+    pub async fn start(
+        config: GatewayConfig,
+        http: TcpListener,
+        grpc: TcpListener,
+        meta: MetaClient,
+        extra_routes: axum::Router,
+    ) -> Result<GatewayServer, GatewayError> {
+        let http_address = http
+            .local_addr()
+            .map_err(|error| GatewayError::unavailable(format!("http listener: {error}")))?;
+        let grpc_address = grpc
+            .local_addr()
+            .map_err(|error| GatewayError::unavailable(format!("grpc listener: {error}")))?;
+        let routing = Arc::new(Router::new(meta.clone(), config.request_timeout));
+        let gateway = Arc::new(Gateway::new(routing.clone(), config.limits.clone()));
+        let ready = Arc::new(AtomicBool::new(false));
+        let ready_probe = ready.clone();
+        let rest = router(Arc::new(RestState {
+            gateway: gateway.clone(),
+            keys: config.keys.clone(),
+            ready: Arc::new(move || ready_probe.load(Ordering::Acquire)),
+        }))
+        .merge(extra_routes);
+        let (shutdown, shutdown_receiver) = watch::channel(false);
+        let mut http_shutdown = shutdown_receiver.clone();
+        let http_task = tokio::spawn(async move {
+            let stop = async move {
+                let _ = http_shutdown.wait_for(|stopping| *stopping).await;
+            };
+            if let Err(error) = axum::serve(http, rest).with_graceful_shutdown(stop).await {
+                tracing::error!(%error, "gateway http server failed");
+            }
+        });
+        let service = QuiverServer::new(ClientApi {
+            gateway: gateway.clone(),
+            keys: config.keys.clone(),
+        })
+        .max_decoding_message_size(128 << 20)
+        .max_encoding_message_size(128 << 20);
+        let mut grpc_shutdown = shutdown_receiver.clone();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc);
+        let grpc_task = tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = grpc_shutdown.wait_for(|stopping| *stopping).await;
+                })
+                .await;
+            if let Err(error) = result {
+                tracing::error!(%error, "gateway grpc server failed");
+            }
+        });
+        let background = tokio::spawn(membership_loop(
+            config.clone(),
+            meta,
+            routing,
+            ready.clone(),
+            http_address,
+            shutdown_receiver,
+        ));
+        tracing::info!(%http_address, %grpc_address, "gateway started");
+        Ok(GatewayServer {
+            http_address,
+            grpc_address,
+            ready,
+            shutdown,
+            tasks: vec![http_task, grpc_task, background],
+        })
+    }
+
+    /// Returns the bound REST address.
+    pub fn http_address(&self) -> SocketAddr {
+        self.http_address
+    }
+
+    /// Returns the bound gRPC address.
+    pub fn grpc_address(&self) -> SocketAddr {
+        self.grpc_address
+    }
+
+    /// Tells whether the gateway reached meta and knows the routing table.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting requests and lets those in flight finish.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        tracing::info!("gateway stopped");
+    }
+}
+
+/// Registers, heartbeats and refreshes the routing table.
+async fn membership_loop(
+    config: GatewayConfig,
+    meta: MetaClient,
+    routing: Arc<Router>,
+    ready: Arc<AtomicBool>,
+    http_address: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut registered = false;
+    let mut ticker = tokio::time::interval(config.routing_interval);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if !registered {
+            let request = pb::RegisterNodeRequest {
+                node_id: config.node_id.clone(),
+                role: pb::NodeRole::Gateway as i32,
+                address: http_address.to_string(),
+            };
+            match meta.register_node(request).await {
+                Ok(_) => registered = true,
+                Err(error) => {
+                    tracing::warn!(%error, "gateway registration failed; retrying");
+                    continue;
+                }
+            }
+        } else if let Err(error) = meta
+            .heartbeat(pb::HeartbeatRequest {
+                node_id: config.node_id.clone(),
+                ready_shards: Vec::new(),
+            })
+            .await
+        {
+            tracing::debug!(%error, "gateway heartbeat failed");
+            if error.kind() == quiver_proto::ErrorCode::NotFound {
+                registered = false;
+            }
+        }
+        match routing.refresh().await {
+            Ok(()) => ready.store(true, Ordering::Release),
+            Err(error) => tracing::debug!(%error, "routing refresh failed"),
+        }
+    }
+}
