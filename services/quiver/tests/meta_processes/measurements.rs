@@ -1,11 +1,14 @@
 //! Measurements for the closing note, not assertions (timing is never asserted).
-//! Run: `cargo test -p quiver --test meta_processes -- --ignored --nocapture`.
+//! Run: `cargo test -p quiver --test meta_processes -- --ignored --nocapture`
+//! (test timings: 50 ms heartbeats, 300–600 ms election timeouts); with
+//! `QUIVER_MEASURE_RAFT_DEFAULTS=1` the nodes use the default Raft timings instead
+//! (250 ms heartbeats, 1–2 s election timeouts).
 
 use std::time::{Duration, Instant};
 
 use quiver_proto::meta as pb;
 
-use crate::support::{ProcessCluster, collection_spec};
+use crate::support::{FAST_CONFIG, ProcessCluster, collection_spec};
 
 fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
@@ -15,7 +18,18 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement for the report; run with --ignored --nocapture"]
 async fn measure_failover_commit_latency_and_wal_throughput() -> anyhow::Result<()> {
-    let mut cluster = ProcessCluster::start(3)?;
+    let config_text = if std::env::var_os("QUIVER_MEASURE_RAFT_DEFAULTS").is_some() {
+        FAST_CONFIG
+            .lines()
+            .filter(|line| {
+                !line.starts_with("heartbeat_interval_ms") && !line.starts_with("election_timeout")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        FAST_CONFIG.to_owned()
+    };
+    let mut cluster = ProcessCluster::start_with_config(3, &config_text)?;
 
     // Leader failover: kill -9 the leader, time until a survivor leads; 10 rounds.
     let mut failovers = Vec::new();
