@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use quiver_proto::meta as pb;
 
-use crate::support::{FAST_CONFIG, ProcessCluster, collection_spec};
+use quiver_meta::MetaClient;
+
+use crate::support::{FAST_CONFIG, ProcessCluster, client_for, collection_spec, eventually};
 
 fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
@@ -45,6 +47,35 @@ async fn measure_failover_commit_latency_and_wal_throughput() -> anyhow::Result<
             .await?;
         failovers.push(killed_at.elapsed());
         cluster.spawn(leader)?;
+        // The next round starts from a healthy cluster: all logs equal and applied.
+        cluster
+            .wait_for_agreed_leader(Duration::from_secs(30))
+            .await?;
+        let probes: Vec<(String, MetaClient)> = (1..=3)
+            .map(|node_id| {
+                (
+                    cluster.address(node_id),
+                    client_for(vec![cluster.address(node_id)]),
+                )
+            })
+            .collect();
+        eventually(
+            "all logs equal and applied",
+            Duration::from_secs(30),
+            || async {
+                let mut positions = Vec::new();
+                for (address, probe) in &probes {
+                    let status = probe.cluster_status_of(address).await.ok()?;
+                    positions.push((status.last_log_index, status.applied_index));
+                }
+                let first = positions[0];
+                positions
+                    .iter()
+                    .all(|position| *position == first && position.0 == position.1)
+                    .then_some(())
+            },
+        )
+        .await?;
     }
     failovers.sort();
     cluster
