@@ -527,3 +527,68 @@ impl MetaClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_retried_and_unknown_outcomes_only_when_idempotent() {
+        let not_leader = MetaError::NotLeader {
+            leader_id: Some(2),
+            leader_address: Some("127.0.0.1:7102".into()),
+        }
+        .into_status();
+        assert!(matches!(
+            classify(&not_leader),
+            Retry::Refused { leader_address: Some(ref address) } if address == "127.0.0.1:7102"
+        ));
+        let no_leader = MetaError::NotLeader {
+            leader_id: None,
+            leader_address: None,
+        }
+        .into_status();
+        assert!(matches!(
+            classify(&no_leader),
+            Retry::Refused {
+                leader_address: None
+            }
+        ));
+        let timed_out = MetaError::Unavailable(
+            "commit_wal was not committed within 5000 ms (no quorum?)".into(),
+        )
+        .into_status();
+        assert!(matches!(classify(&timed_out), Retry::Ambiguous));
+        assert!(matches!(
+            classify(&tonic::Status::deadline_exceeded("late")),
+            Retry::Ambiguous
+        ));
+        assert!(matches!(
+            classify(&tonic::Status::failed_precondition("stale epoch")),
+            Retry::No
+        ));
+        assert!(matches!(
+            classify(&tonic::Status::not_found("no such collection")),
+            Retry::No
+        ));
+    }
+
+    #[test]
+    fn a_client_needs_an_address() {
+        assert!(MetaClient::new(MetaClientConfig::new(Vec::new())).is_err());
+        assert!(MetaClient::connect(["127.0.0.1:1"]).is_ok());
+    }
+
+    #[tokio::test]
+    async fn calls_to_unreachable_nodes_end_at_the_retry_deadline() {
+        let mut config = MetaClientConfig::new(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]);
+        config.retry_deadline = Duration::from_millis(300);
+        config.connect_timeout = Duration::from_millis(100);
+        let client = MetaClient::new(config).expect("client");
+        let started = Instant::now();
+        let error = client.list_collections(false).await.unwrap_err();
+        assert_eq!(error.kind(), quiver_proto::ErrorCode::Unavailable);
+        assert!(error.to_string().contains("list_collections"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}

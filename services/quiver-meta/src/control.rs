@@ -38,11 +38,23 @@ pub(crate) async fn run_control_loop(
         let grace_left_ms = (leader_since + config.node_timeout_ms).saturating_sub(now_ms);
         let node_timeout_ms = config.node_timeout_ms + grace_left_ms;
         let lease_ttl_ms = config.lease_ttl_ms;
-        let needed = context.catalog.read(|state| {
-            let mut preview = state.catalog.clone();
-            let apply_time_ms = now_ms.max(preview.clock_ms());
-            preview.reconcile(apply_time_ms, node_timeout_ms, lease_ttl_ms) > 0
-        });
+        // Cloning and scanning a large catalog is CPU work: keep it off the runtime.
+        let catalog = context.catalog.clone();
+        let preview = tokio::task::spawn_blocking(move || {
+            catalog.read(|state| {
+                let mut preview = state.catalog.clone();
+                let apply_time_ms = now_ms.max(preview.clock_ms());
+                preview.reconcile(apply_time_ms, node_timeout_ms, lease_ttl_ms) > 0
+            })
+        })
+        .await;
+        let needed = match preview {
+            Ok(needed) => needed,
+            Err(error) => {
+                tracing::warn!(%error, "reconcile preview failed");
+                continue;
+            }
+        };
         if !needed {
             continue;
         }

@@ -271,22 +271,29 @@ impl MetaServer {
             )
     }
 
-    /// Stops serving, stops Raft and waits for the tasks to end.
+    /// Stops serving, stops Raft and waits for the tasks to end. In-flight requests
+    /// get a second to finish; connections still open then (watch streams) are
+    /// dropped, so the storage is released when this returns.
     pub async fn shutdown(self) -> MetaResult<()> {
         let _ = self.shutdown_sender.send(true);
         let raft_result = self.context.raft.shutdown().await;
-        let server_result = tokio::time::timeout(Duration::from_secs(5), self.server_task).await;
-        for task in self.background_tasks {
-            task.abort();
-        }
-        if let Err(error) = raft_result {
-            return Err(MetaError::Raft(format!("raft shutdown failed: {error}")));
-        }
-        match server_result {
+        let mut server_task = self.server_task;
+        match tokio::time::timeout(Duration::from_secs(1), &mut server_task).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(error))) => tracing::warn!(%error, "grpc server ended with an error"),
             Ok(Err(error)) => tracing::warn!(%error, "grpc server task failed"),
-            Err(_elapsed) => tracing::warn!("grpc server did not stop within 5 s"),
+            Err(_elapsed) => {
+                tracing::info!("closing grpc connections still open after 1 s");
+                server_task.abort();
+                let _ = server_task.await;
+            }
+        }
+        for task in self.background_tasks {
+            task.abort();
+            let _ = task.await;
+        }
+        if let Err(error) = raft_result {
+            return Err(MetaError::Raft(format!("raft shutdown failed: {error}")));
         }
         tracing::info!(node_id = self.context.node_id, "metadata node stopped");
         Ok(())

@@ -207,11 +207,16 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let payload = self.handle.read(|state| SnapshotPayload {
-            last_applied: state.last_applied,
-            last_membership: state.last_membership.clone(),
-            catalog: state.catalog.clone(),
-        });
+        let handle = self.handle.clone();
+        let payload = tokio::task::spawn_blocking(move || {
+            handle.read(|state| SnapshotPayload {
+                last_applied: state.last_applied,
+                last_membership: state.last_membership.clone(),
+                catalog: state.catalog.clone(),
+            })
+        })
+        .await
+        .map_err(|error| storage_error(ErrorSubject::Snapshot(None), ErrorVerb::Read, error))?;
         let counter = self.snapshot_counter.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match payload.last_applied {
             Some(log_id) => format!("{}-{}-{counter}", log_id.leader_id.term, log_id.index),

@@ -1,6 +1,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use anyhow::Context;
+
 use quiver_proto::meta as pb;
 use quiver_proto::meta::meta_service_client::MetaServiceClient;
 
@@ -58,7 +60,7 @@ async fn a_partitioned_leader_cannot_commit_and_the_majority_moves_on() -> anyho
     let majority: Vec<u64> = (1..=3).filter(|node_id| *node_id != old_leader).collect();
     let new_leader = eventually(
         "a new leader on the majority side",
-        Duration::from_secs(15),
+        Duration::from_secs(30),
         || async {
             majority
                 .iter()
@@ -66,7 +68,8 @@ async fn a_partitioned_leader_cannot_commit_and_the_majority_moves_on() -> anyho
                 .copied()
         },
     )
-    .await?;
+    .await
+    .with_context(|| cluster.describe())?;
     assert!(cluster.nodes[&new_leader].status().term > old_term);
 
     // The old leader cannot commit: its write times out or is refused.

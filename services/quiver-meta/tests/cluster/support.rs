@@ -122,9 +122,31 @@ impl TestCluster {
         test_client(vec![self.address(node_id)])
     }
 
+    /// Describes every running node's Raft view, for failure messages.
+    pub fn describe(&self) -> String {
+        self.nodes
+            .values()
+            .map(|node| {
+                let status = node.status();
+                format!(
+                    "node {}: {} leader {} term {} last_log {} committed {} applied {} catalog version {}",
+                    status.node_id,
+                    status.raft_state,
+                    status.leader_id,
+                    status.term,
+                    status.last_log_index,
+                    status.commit_index,
+                    status.applied_index,
+                    status.catalog_version
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     /// Waits until every running node reports the same leader, and returns it.
     pub async fn wait_for_leader(&self) -> anyhow::Result<u64> {
-        eventually("an agreed leader", Duration::from_secs(15), || async {
+        eventually("an agreed leader", Duration::from_secs(30), || async {
             let leaders: Vec<Option<u64>> = self
                 .nodes
                 .values()
@@ -136,13 +158,14 @@ impl TestCluster {
                 .then_some(first)
         })
         .await
+        .with_context(|| self.describe())
     }
 
     /// Waits until every running node has applied the same catalog, and returns it.
     pub async fn wait_for_convergence(&self) -> anyhow::Result<Catalog> {
         eventually(
             "identical catalogs on every node",
-            Duration::from_secs(15),
+            Duration::from_secs(30),
             || async {
                 let catalogs: Vec<Catalog> = self.nodes.values().map(MetaServer::catalog).collect();
                 let first = catalogs.first()?.clone();
@@ -153,6 +176,7 @@ impl TestCluster {
             },
         )
         .await
+        .with_context(|| self.describe())
     }
 
     /// Stops `node_id` cleanly (its data stays).

@@ -12,6 +12,7 @@ use crate::support::{ProcessCluster, collection_spec, eventually, node_view};
 struct Acknowledged {
     collections: Vec<String>,
     wal_seqs: Vec<u64>,
+    segments: Vec<String>,
     errors: Vec<String>,
 }
 
@@ -51,6 +52,31 @@ async fn write_stream(
                 .errors
                 .push(format!("commit_wal {seq}: {error}")),
         }
+        if index % 5 == 4 {
+            // A flush: one new segment, committed atomically.
+            let segment_id = format!("seg-{index:05}");
+            let change = pb::CommitManifestChangeRequest {
+                shard: Some(shard),
+                epoch,
+                add_segments: vec![pb::Segment {
+                    segment_id: segment_id.clone(),
+                    object_key: format!("segments/{segment_id}.qseg"),
+                    rows: 5,
+                    size_bytes: 4096,
+                    deletes_key: String::new(),
+                    deletes_version: 0,
+                }],
+                ..Default::default()
+            };
+            match client.commit_manifest_change(change).await {
+                Ok(_) => acked.lock().expect("lock").segments.push(segment_id),
+                Err(error) => acked
+                    .lock()
+                    .expect("lock")
+                    .errors
+                    .push(format!("manifest change {segment_id}: {error}")),
+            }
+        }
         index += 1;
     }
 }
@@ -60,12 +86,8 @@ fn acked_count(acked: &Mutex<Acknowledged>) -> usize {
 }
 
 /// Checks that `address` holds every acknowledged write exactly once.
-async fn holds_everything(
-    address: &str,
-    shard: pb::ShardRef,
-    collections: &[String],
-    wal_seqs: &[u64],
-) -> Option<()> {
+async fn holds_everything(address: &str, shard: pb::ShardRef, acked: &Acknowledged) -> Option<()> {
+    let (collections, wal_seqs) = (&acked.collections, &acked.wal_seqs);
     let (present, manifest) = node_view(address, shard).await.ok()?;
     let names: BTreeSet<&str> = present
         .iter()
@@ -99,10 +121,22 @@ async fn holds_everything(
         present.len(),
         "collection ids repeat on {address}"
     );
-    wal_seqs
+    let segment_ids: Vec<&str> = manifest
+        .segments
         .iter()
-        .all(|seq| unique.contains(seq))
-        .then_some(())
+        .map(|segment| segment.segment_id.as_str())
+        .collect();
+    let unique_segments: BTreeSet<&str> = segment_ids.iter().copied().collect();
+    assert_eq!(
+        unique_segments.len(),
+        segment_ids.len(),
+        "a segment is listed twice on {address}"
+    );
+    let segments_present = acked
+        .segments
+        .iter()
+        .all(|segment_id| unique_segments.contains(segment_id.as_str()));
+    (segments_present && wal_seqs.iter().all(|seq| unique.contains(seq))).then_some(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,17 +205,15 @@ async fn kill_nine_of_the_leader_loses_no_acknowledged_write() -> anyhow::Result
     .await?;
     stop.store(true, Ordering::SeqCst);
     writer.await?;
-    let (collections, wal_seqs, errors) = {
-        let acked = acked.lock().expect("lock");
-        (
-            acked.collections.clone(),
-            acked.wal_seqs.clone(),
-            acked.errors.clone(),
-        )
-    };
+    let acked = std::mem::take(&mut *acked.lock().expect("lock"));
     assert!(
-        errors.is_empty(),
-        "the leader change surfaced errors: {errors:?}"
+        acked.errors.is_empty(),
+        "the leader change surfaced errors: {:?}",
+        acked.errors
+    );
+    assert!(
+        !acked.segments.is_empty(),
+        "manifest changes were acknowledged"
     );
 
     for node_id in &survivors {
@@ -189,7 +221,7 @@ async fn kill_nine_of_the_leader_loses_no_acknowledged_write() -> anyhow::Result
         eventually(
             "every acknowledged write on a survivor",
             Duration::from_secs(15),
-            || holds_everything(&address, shard, &collections, &wal_seqs),
+            || holds_everything(&address, shard, &acked),
         )
         .await?;
     }
@@ -200,7 +232,7 @@ async fn kill_nine_of_the_leader_loses_no_acknowledged_write() -> anyhow::Result
     eventually(
         "the restarted node to catch up",
         Duration::from_secs(20),
-        || holds_everything(&address, shard, &collections, &wal_seqs),
+        || holds_everything(&address, shard, &acked),
     )
     .await?;
 
@@ -224,7 +256,7 @@ async fn kill_nine_of_the_leader_loses_no_acknowledged_write() -> anyhow::Result
         eventually(
             "state after a full restart",
             Duration::from_secs(20),
-            || holds_everything(&address, shard, &collections, &wal_seqs),
+            || holds_everything(&address, shard, &acked),
         )
         .await?;
         views.insert(node_id, node_view(&address, shard).await?);

@@ -4,4 +4,5 @@
 mod config_errors;
 mod failover;
 mod measurements;
+mod startup;
 mod support;

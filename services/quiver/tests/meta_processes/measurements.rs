@@ -1,11 +1,16 @@
 //! Measurements for the closing note, not assertions (timing is never asserted).
-//! Run: `cargo test -p quiver --test meta_processes -- --ignored --nocapture`.
+//! Run: `cargo test -p quiver --test meta_processes -- --ignored --nocapture`
+//! (test timings: 50 ms heartbeats, 300–600 ms election timeouts); with
+//! `QUIVER_MEASURE_RAFT_DEFAULTS=1` the nodes use the default Raft timings instead
+//! (250 ms heartbeats, 1–2 s election timeouts).
 
 use std::time::{Duration, Instant};
 
 use quiver_proto::meta as pb;
 
-use crate::support::{ProcessCluster, collection_spec};
+use quiver_meta::MetaClient;
+
+use crate::support::{FAST_CONFIG, ProcessCluster, client_for, collection_spec, eventually};
 
 fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
@@ -15,7 +20,18 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement for the report; run with --ignored --nocapture"]
 async fn measure_failover_commit_latency_and_wal_throughput() -> anyhow::Result<()> {
-    let mut cluster = ProcessCluster::start(3)?;
+    let config_text = if std::env::var_os("QUIVER_MEASURE_RAFT_DEFAULTS").is_some() {
+        FAST_CONFIG
+            .lines()
+            .filter(|line| {
+                !line.starts_with("heartbeat_interval_ms") && !line.starts_with("election_timeout")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        FAST_CONFIG.to_owned()
+    };
+    let mut cluster = ProcessCluster::start_with_config(3, &config_text)?;
 
     // Leader failover: kill -9 the leader, time until a survivor leads; 10 rounds.
     let mut failovers = Vec::new();
@@ -31,6 +47,35 @@ async fn measure_failover_commit_latency_and_wal_throughput() -> anyhow::Result<
             .await?;
         failovers.push(killed_at.elapsed());
         cluster.spawn(leader)?;
+        // The next round starts from a healthy cluster: all logs equal and applied.
+        cluster
+            .wait_for_agreed_leader(Duration::from_secs(30))
+            .await?;
+        let probes: Vec<(String, MetaClient)> = (1..=3)
+            .map(|node_id| {
+                (
+                    cluster.address(node_id),
+                    client_for(vec![cluster.address(node_id)]),
+                )
+            })
+            .collect();
+        eventually(
+            "all logs equal and applied",
+            Duration::from_secs(30),
+            || async {
+                let mut positions = Vec::new();
+                for (address, probe) in &probes {
+                    let status = probe.cluster_status_of(address).await.ok()?;
+                    positions.push((status.last_log_index, status.applied_index));
+                }
+                let first = positions[0];
+                positions
+                    .iter()
+                    .all(|position| *position == first && position.0 == position.1)
+                    .then_some(())
+            },
+        )
+        .await?;
     }
     failovers.sort();
     cluster

@@ -12,7 +12,7 @@ use quiver_meta::{MetaClient, MetaClientConfig};
 use quiver_proto::meta as pb;
 
 /// Raft and control-loop timings short enough for tests.
-const FAST_CONFIG: &str = r#"
+pub const FAST_CONFIG: &str = r#"
 log_format = "text"
 
 [meta]
@@ -81,9 +81,14 @@ pub struct ProcessCluster {
 
 impl ProcessCluster {
     pub fn start(size: u64) -> anyhow::Result<ProcessCluster> {
+        ProcessCluster::start_with_config(size, FAST_CONFIG)
+    }
+
+    /// Starts `size` nodes with `config_text` as their TOML config file.
+    pub fn start_with_config(size: u64, config_text: &str) -> anyhow::Result<ProcessCluster> {
         let directory = tempfile::tempdir()?;
         let config_path = directory.path().join("quiver.toml");
-        std::fs::write(&config_path, FAST_CONFIG)?;
+        std::fs::write(&config_path, config_text)?;
         let mut nodes = BTreeMap::new();
         for node_id in 1..=size {
             nodes.insert(
