@@ -159,6 +159,10 @@ pub fn manifest_from_proto(manifest: &meta::Manifest) -> Manifest {
                 rows: entry.rows as u32,
             })
             .collect(),
+        last_committed: manifest.last_committed.map(|position| WalPosition {
+            epoch: position.epoch,
+            sequence: position.seq,
+        }),
     }
 }
 

@@ -94,6 +94,9 @@ pub struct Manifest {
     pub segments: Vec<SegmentEntry>,
     /// Committed WAL batches not in any segment yet, in history order.
     pub wal_tail: Vec<WalEntry>,
+    /// The last WAL position ever committed (kept after the tail is trimmed).
+    #[serde(default)]
+    pub last_committed: Option<WalPosition>,
 }
 
 /// One atomic change of a manifest (a flush or a merge).
@@ -196,6 +199,7 @@ mod tests {
             version: 3,
             segments: vec![segment("a")],
             wal_tail: vec![wal(1), wal(2), wal(3)],
+            last_committed: None,
         };
         let deletes = DeletesEntry {
             key: "d/a-1".into(),

@@ -48,8 +48,16 @@ impl ApiKeys {
     /// Returns the keys from comma-separated lists per access level.
     pub fn new(read: &[String], write: &[String], admin: &[String]) -> Self {
         let mut keys = Vec::new();
-        for (list, access) in [(read, Access::Read), (write, Access::Write), (admin, Access::Admin)] {
-            for key in list.iter().map(|key| key.trim()).filter(|key| !key.is_empty()) {
+        for (list, access) in [
+            (read, Access::Read),
+            (write, Access::Write),
+            (admin, Access::Admin),
+        ] {
+            for key in list
+                .iter()
+                .map(|key| key.trim())
+                .filter(|key| !key.is_empty())
+            {
                 keys.push((key.as_bytes().to_vec(), access));
             }
         }
@@ -92,11 +100,20 @@ mod tests {
     fn keys_grant_their_level_and_below() {
         let keys = ApiKeys::new(&["r".into()], &["w".into()], &["a".into()]);
         assert_eq!(keys.check(Some("r"), Access::Read), Ok(()));
-        assert_eq!(keys.check(Some("r"), Access::Write), Err(Denied::PermissionDenied(Access::Write)));
+        assert_eq!(
+            keys.check(Some("r"), Access::Write),
+            Err(Denied::PermissionDenied(Access::Write))
+        );
         assert_eq!(keys.check(Some("w"), Access::Read), Ok(()));
-        assert_eq!(keys.check(Some("w"), Access::Admin), Err(Denied::PermissionDenied(Access::Admin)));
+        assert_eq!(
+            keys.check(Some("w"), Access::Admin),
+            Err(Denied::PermissionDenied(Access::Admin))
+        );
         assert_eq!(keys.check(Some("a"), Access::Admin), Ok(()));
-        assert_eq!(keys.check(Some("x"), Access::Read), Err(Denied::Unauthenticated));
+        assert_eq!(
+            keys.check(Some("x"), Access::Read),
+            Err(Denied::Unauthenticated)
+        );
         assert_eq!(keys.check(None, Access::Read), Err(Denied::Unauthenticated));
         assert_eq!(ApiKeys::default().check(None, Access::Admin), Ok(()));
         assert!(!format!("{keys:?}").contains('w'), "keys never printed");

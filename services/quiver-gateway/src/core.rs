@@ -125,7 +125,10 @@ pub struct Gateway {
 }
 
 fn is_retryable(error: &GatewayError) -> bool {
-    matches!(error.code, ErrorCode::Unavailable | ErrorCode::FailedPrecondition)
+    matches!(
+        error.code,
+        ErrorCode::Unavailable | ErrorCode::FailedPrecondition
+    )
 }
 
 /// Checks a collection name: 1–255 bytes of `[A-Za-z0-9_-]`.
@@ -164,7 +167,10 @@ impl Gateway {
     }
 
     /// Creates a collection (an identical existing one is returned as is).
-    pub async fn create_collection(&self, mut spec: pb::CollectionSpec) -> GatewayResult<pb::Collection> {
+    pub async fn create_collection(
+        &self,
+        mut spec: pb::CollectionSpec,
+    ) -> GatewayResult<pb::Collection> {
         validate_name(&spec.name)?;
         if spec.dimension == 0 || spec.dimension > 65_536 {
             return Err(GatewayError::invalid(format!(
@@ -188,9 +194,9 @@ impl Gateway {
         // New shards get their indexer and searchers within a control interval;
         // the next request re-reads the table if it does not know the name yet.
         let _ = self.router.refresh().await;
-        response
-            .collection
-            .ok_or_else(|| GatewayError::new(ErrorCode::Internal, "meta answered without the collection"))
+        response.collection.ok_or_else(|| {
+            GatewayError::new(ErrorCode::Internal, "meta answered without the collection")
+        })
     }
 
     /// Lists the collections.
@@ -236,7 +242,8 @@ impl Gateway {
     }
 
     fn spec_of(route: &CollectionRoute) -> GatewayResult<SegmentSpec> {
-        segment_spec(&route.collection).map_err(|error| GatewayError::new(ErrorCode::Internal, error))
+        segment_spec(&route.collection)
+            .map_err(|error| GatewayError::new(ErrorCode::Internal, error))
     }
 
     /// Validates and writes `points`; returns the write's sequence.
@@ -256,9 +263,16 @@ impl Gateway {
         let spec = Self::spec_of(&route)?;
         let mut records = Vec::with_capacity(points.len());
         for (index, point) in points.into_iter().enumerate() {
-            validate_point(&spec, index, &point.id, &point.vector, point.payload.as_ref()).map_err(
-                |error| GatewayError::invalid(format!("points[{index}]: {}", describe_index_error(&error))),
-            )?;
+            validate_point(
+                &spec,
+                index,
+                &point.id,
+                &point.vector,
+                point.payload.as_ref(),
+            )
+            .map_err(|error| {
+                GatewayError::invalid(format!("points[{index}]: {}", describe_index_error(&error)))
+            })?;
             let payload_json = match &point.payload {
                 Some(payload) => serde_json::to_vec(payload).unwrap_or_default(),
                 None => Vec::new(),
@@ -300,7 +314,8 @@ impl Gateway {
         let route = self.router.route(name).await?;
         let spec = Self::spec_of(&route)?;
         for (index, id) in ids.iter().enumerate() {
-            check_id(&spec, id).map_err(|message| GatewayError::invalid(format!("ids[{index}]: {message}")))?;
+            check_id(&spec, id)
+                .map_err(|message| GatewayError::invalid(format!("ids[{index}]: {message}")))?;
         }
         let records = ids
             .into_iter()
@@ -323,7 +338,10 @@ impl Gateway {
         let shards = route.spec().shards.max(1);
         let mut by_shard: HashMap<u32, Vec<data::WriteRecord>> = HashMap::new();
         for (id, record) in records {
-            by_shard.entry(shard_of(&id, shards)).or_default().push(record);
+            by_shard
+                .entry(shard_of(&id, shards))
+                .or_default()
+                .push(record);
         }
         let name = route.spec().name.clone();
         let collection_id = route.collection.collection_id;
@@ -358,7 +376,10 @@ impl Gateway {
         let mut backoff = Duration::from_millis(20);
         let mut route = self.router.route(name).await?;
         loop {
-            let placement = route.shards.iter().find(|placement| placement.shard == shard);
+            let placement = route
+                .shards
+                .iter()
+                .find(|placement| placement.shard == shard);
             let attempt = match placement.and_then(|placement| placement.indexer.clone()) {
                 None => Err(GatewayError::unavailable(format!(
                     "shard {shard} of collection `{name}` has no live indexer right now"
@@ -410,7 +431,10 @@ impl Gateway {
                 Ok(response) => return Ok(response.into_inner()),
                 Err(status) => {
                     let error = GatewayError::from_status(&status);
-                    if !matches!(error.code, ErrorCode::Unavailable | ErrorCode::Internal | ErrorCode::DeadlineExceeded) {
+                    if !matches!(
+                        error.code,
+                        ErrorCode::Unavailable | ErrorCode::Internal | ErrorCode::DeadlineExceeded
+                    ) {
                         return Err(error);
                     }
                     tracing::debug!(shard = placement.shard, %address, %error, "searcher failed; trying another replica");
@@ -421,7 +445,11 @@ impl Gateway {
         Err(last_error.unwrap_or_else(|| GatewayError::unavailable("no searcher answered")))
     }
 
-    async fn read_route(&self, name: &str, consistency: Consistency) -> GatewayResult<Arc<CollectionRoute>> {
+    async fn read_route(
+        &self,
+        name: &str,
+        consistency: Consistency,
+    ) -> GatewayResult<Arc<CollectionRoute>> {
         match consistency {
             Consistency::Strong => self.router.route_linearizable(name).await,
             Consistency::Eventual => self.router.route(name).await,
@@ -447,15 +475,22 @@ impl Gateway {
         let route = self.read_route(name, consistency).await?;
         let spec = Self::spec_of(&route)?;
         for (index, id) in ids.iter().enumerate() {
-            check_id(&spec, id).map_err(|message| GatewayError::invalid(format!("ids[{index}]: {message}")))?;
+            check_id(&spec, id)
+                .map_err(|message| GatewayError::invalid(format!("ids[{index}]: {message}")))?;
         }
         let shards = route.spec().shards.max(1);
         let mut by_shard: HashMap<u32, Vec<data::PointId>> = HashMap::new();
         for id in &ids {
-            by_shard.entry(shard_of(id, shards)).or_default().push(wire_point_id(id));
+            by_shard
+                .entry(shard_of(id, shards))
+                .or_default()
+                .push(wire_point_id(id));
         }
         let calls = by_shard.into_iter().filter_map(|(shard, shard_ids)| {
-            let placement = route.shards.iter().find(|placement| placement.shard == shard)?;
+            let placement = route
+                .shards
+                .iter()
+                .find(|placement| placement.shard == shard)?;
             let request = data::GetRequest {
                 shard: Some(pb::ShardRef {
                     collection_id: route.collection.collection_id,
@@ -477,7 +512,9 @@ impl Gateway {
         let mut found: HashMap<PointId, PointOut> = HashMap::new();
         for answer in join_all(calls).await {
             for point in answer?.points {
-                let Some(id) = point.id.as_ref().and_then(point_id) else { continue };
+                let Some(id) = point.id.as_ref().and_then(point_id) else {
+                    continue;
+                };
                 found.insert(
                     id.clone(),
                     PointOut {
@@ -553,7 +590,9 @@ impl Gateway {
         let mut hits = Vec::new();
         for answer in join_all(calls).await {
             for hit in answer?.hits {
-                let Some(id) = hit.id.as_ref().and_then(point_id) else { continue };
+                let Some(id) = hit.id.as_ref().and_then(point_id) else {
+                    continue;
+                };
                 hits.push(Hit {
                     id,
                     score: hit.score,

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
+use quiver_proto::ErrorCode;
 use quiver_proto::client::quiver_server::Quiver;
 use quiver_proto::client::{self as api};
 use quiver_proto::convert::{point_id, wire_point_id};
 use quiver_proto::data;
-use quiver_proto::ErrorCode;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Access, ApiKeys, Denied};
@@ -29,10 +29,17 @@ impl ClientApi {
             .get("authorization")
             .and_then(|value| value.to_str().ok())
             .map(|value| value.strip_prefix("Bearer ").unwrap_or(value).trim())
-            .or_else(|| request.metadata().get("x-api-key").and_then(|v| v.to_str().ok()));
+            .or_else(|| {
+                request
+                    .metadata()
+                    .get("x-api-key")
+                    .and_then(|v| v.to_str().ok())
+            });
         match self.keys.check(presented, needed) {
             Ok(()) => Ok(()),
-            Err(Denied::Unauthenticated) => Err(Status::unauthenticated("missing or unknown API key")),
+            Err(Denied::Unauthenticated) => {
+                Err(Status::unauthenticated("missing or unknown API key"))
+            }
             Err(Denied::PermissionDenied(access)) => Err(Status::permission_denied(format!(
                 "this API key lacks {} access",
                 access.name()
@@ -47,13 +54,17 @@ fn finish<T>(route: &'static str, outcome: Result<T, GatewayError>) -> Result<Re
         Err(error) => error.code.as_str(),
     };
     METRICS.requests.with_label_values(&[route, code]).inc();
-    outcome.map(Response::new).map_err(|error| error.to_status())
+    outcome
+        .map(Response::new)
+        .map_err(|error| error.to_status())
 }
 
 fn ids_of(ids: &[data::PointId]) -> Result<Vec<quiver_index::PointId>, GatewayError> {
     ids.iter()
         .enumerate()
-        .map(|(index, id)| point_id(id).ok_or_else(|| GatewayError::invalid(format!("ids[{index}] is empty"))))
+        .map(|(index, id)| {
+            point_id(id).ok_or_else(|| GatewayError::invalid(format!("ids[{index}] is empty")))
+        })
         .collect()
 }
 
@@ -71,14 +82,20 @@ fn search_input(request: api::SearchRequest) -> Result<SearchInput, GatewayError
         None
     } else if request.filter.trim_start().starts_with('{') {
         Some(serde_json::from_str(&request.filter).map_err(|error| {
-            GatewayError::invalid(format!("filter is neither a filter string nor JSON: {error}"))
+            GatewayError::invalid(format!(
+                "filter is neither a filter string nor JSON: {error}"
+            ))
         })?)
     } else {
         Some(serde_json::Value::String(request.filter))
     };
     Ok(SearchInput {
         vector: request.vector,
-        k: if request.k == 0 { 10 } else { request.k as usize },
+        k: if request.k == 0 {
+            10
+        } else {
+            request.k as usize
+        },
         filter,
         nprobe: (request.nprobe > 0).then_some(request.nprobe),
         rescore: (request.rescore > 0).then_some(request.rescore),
@@ -168,8 +185,14 @@ impl Quiver for ClientApi {
         request: Request<api::DropCollectionRequest>,
     ) -> Result<Response<api::DropCollectionResponse>, Status> {
         self.authorize(&request, Access::Admin)?;
-        let outcome = self.gateway.drop_collection(&request.into_inner().name).await;
-        finish("drop_collection", outcome.map(|()| api::DropCollectionResponse {}))
+        let outcome = self
+            .gateway
+            .drop_collection(&request.into_inner().name)
+            .await;
+        finish(
+            "drop_collection",
+            outcome.map(|()| api::DropCollectionResponse {}),
+        )
     }
 
     async fn upsert(
@@ -179,27 +202,29 @@ impl Quiver for ClientApi {
         self.authorize(&request, Access::Write)?;
         let request = request.into_inner();
         let outcome = async {
-            let points = request
-                .points
-                .into_iter()
-                .enumerate()
-                .map(|(index, point)| {
-                    let what = format!("points[{index}]");
-                    Ok(UpsertPoint {
-                        id: point
-                            .id
-                            .as_ref()
-                            .and_then(point_id)
-                            .ok_or_else(|| GatewayError::invalid(format!("{what} has no id")))?,
-                        payload: payload_of(&point.payload_json, &what)?,
-                        vector: point.vector,
+            let points =
+                request
+                    .points
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, point)| {
+                        let what = format!("points[{index}]");
+                        Ok(UpsertPoint {
+                            id: point.id.as_ref().and_then(point_id).ok_or_else(|| {
+                                GatewayError::invalid(format!("{what} has no id"))
+                            })?,
+                            payload: payload_of(&point.payload_json, &what)?,
+                            vector: point.vector,
+                        })
                     })
-                })
-                .collect::<Result<Vec<_>, GatewayError>>()?;
+                    .collect::<Result<Vec<_>, GatewayError>>()?;
             self.gateway.upsert(&request.collection, points).await
         }
         .await;
-        finish("upsert", outcome.map(|sequence| api::WriteResponse { sequence }))
+        finish(
+            "upsert",
+            outcome.map(|sequence| api::WriteResponse { sequence }),
+        )
     }
 
     async fn delete(
@@ -212,7 +237,10 @@ impl Quiver for ClientApi {
             Ok(ids) => self.gateway.delete(&request.collection, ids).await,
             Err(error) => Err(error),
         };
-        finish("delete", outcome.map(|sequence| api::WriteResponse { sequence }))
+        finish(
+            "delete",
+            outcome.map(|sequence| api::WriteResponse { sequence }),
+        )
     }
 
     async fn get_points(
@@ -224,7 +252,12 @@ impl Quiver for ClientApi {
         let outcome = match ids_of(&request.ids) {
             Ok(ids) => {
                 self.gateway
-                    .get(&request.collection, ids, request.include_vector, Consistency::Strong)
+                    .get(
+                        &request.collection,
+                        ids,
+                        request.include_vector,
+                        Consistency::Strong,
+                    )
                     .await
             }
             Err(error) => Err(error),
@@ -258,7 +291,10 @@ impl Quiver for ClientApi {
             Ok(input) => self.gateway.search(&collection, input).await,
             Err(error) => Err(error),
         };
-        finish("search", outcome.map(|(hits, took_ms)| hits_of(hits, took_ms)))
+        finish(
+            "search",
+            outcome.map(|(hits, took_ms)| hits_of(hits, took_ms)),
+        )
     }
 
     async fn search_batch(

@@ -11,8 +11,8 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use quiver_index::PointId;
-use quiver_proto::meta as pb;
 use quiver_proto::ErrorCode;
+use quiver_proto::meta as pb;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -43,7 +43,9 @@ pub fn router(state: Arc<RestState>) -> axum::Router {
         .route("/v1/collections", get(list_collections))
         .route(
             "/v1/collections/{name}",
-            put(create_collection).get(describe_collection).delete(drop_collection),
+            put(create_collection)
+                .get(describe_collection)
+                .delete(drop_collection),
         )
         .route("/v1/collections/{name}/points", post(upsert))
         .route("/v1/collections/{name}/points/delete", post(delete_points))
@@ -51,7 +53,10 @@ pub fn router(state: Arc<RestState>) -> axum::Router {
         .route("/v1/collections/{name}/search", post(search))
         .route("/v1/collections/{name}/search/batch", post(search_batch))
         .route("/admin/v1/cluster", get(cluster_status))
-        .route("/admin/v1/collections/{name}/shards", get(collection_shards))
+        .route(
+            "/admin/v1/collections/{name}/shards",
+            get(collection_shards),
+        )
         .route("/admin/v1/collections/{name}/compact", post(compact))
         .route("/admin/v1/nodes/{id}/drain", post(drain_node))
         .route("/admin/v1/meta/members", post(meta_members))
@@ -140,15 +145,20 @@ where
 /// Parses a JSON body into `T`, naming the problem on failure.
 fn parse<T: DeserializeOwned>(body: &Bytes) -> GatewayResult<T> {
     if body.is_empty() {
-        return Err(GatewayError::invalid("the request body is empty; a JSON object is expected"));
+        return Err(GatewayError::invalid(
+            "the request body is empty; a JSON object is expected",
+        ));
     }
-    serde_json::from_slice(body).map_err(|error| GatewayError::invalid(format!("request body: {error}")))
+    serde_json::from_slice(body)
+        .map_err(|error| GatewayError::invalid(format!("request body: {error}")))
 }
 
 fn id_from_json(value: &Value, what: &str) -> GatewayResult<PointId> {
     match value {
         Value::Number(number) => number.as_u64().map(PointId::U64).ok_or_else(|| {
-            GatewayError::invalid(format!("{what}: id {number} is not an unsigned 64-bit integer"))
+            GatewayError::invalid(format!(
+                "{what}: id {number} is not an unsigned 64-bit integer"
+            ))
         }),
         Value::String(text) => Ok(PointId::String(text.clone())),
         other => Err(GatewayError::invalid(format!(
@@ -279,93 +289,131 @@ async fn create_collection(
     body: Bytes,
 ) -> Response {
     let gateway = state.gateway.clone();
-    handle(&state, &headers, "create_collection", Access::Admin, async move {
-        let body: CreateBody = parse(&body)?;
-        let metric = match body.metric.as_str() {
-            "cosine" => pb::Metric::Cosine,
-            "dot" => pb::Metric::Dot,
-            "l2" => pb::Metric::L2,
-            other => {
-                return Err(GatewayError::invalid(format!(
-                    "metric must be \"cosine\", \"dot\" or \"l2\", got {other:?}"
-                )));
+    handle(
+        &state,
+        &headers,
+        "create_collection",
+        Access::Admin,
+        async move {
+            let body: CreateBody = parse(&body)?;
+            let metric = match body.metric.as_str() {
+                "cosine" => pb::Metric::Cosine,
+                "dot" => pb::Metric::Dot,
+                "l2" => pb::Metric::L2,
+                other => {
+                    return Err(GatewayError::invalid(format!(
+                        "metric must be \"cosine\", \"dot\" or \"l2\", got {other:?}"
+                    )));
+                }
+            };
+            let id_type = match body.id_type.as_deref() {
+                None | Some("u64") => pb::IdType::U64,
+                Some("string") => pb::IdType::String,
+                Some(other) => {
+                    return Err(GatewayError::invalid(format!(
+                        "id_type must be \"u64\" or \"string\", got {other:?}"
+                    )));
+                }
+            };
+            let raw_precision = match body
+                .index
+                .as_ref()
+                .and_then(|index| index.raw_precision.as_deref())
+            {
+                None | Some("f32") => pb::VectorPrecision::F32,
+                Some("bf16") => pb::VectorPrecision::Bf16,
+                Some(other) => {
+                    return Err(GatewayError::invalid(format!(
+                        "index.raw_precision must be \"f32\" or \"bf16\", got {other:?}"
+                    )));
+                }
+            };
+            let spec = pb::CollectionSpec {
+                name,
+                dimension: body.dimension,
+                metric: metric as i32,
+                id_type: id_type as i32,
+                shards: body.shards.unwrap_or(1),
+                replication: body.replication.unwrap_or(1),
+                index: Some(pb::IndexParams {
+                    raw_precision: raw_precision as i32,
+                    ..Default::default()
+                }),
+                payload_schema: parse_schema(body.payload_schema)?,
+            };
+            if body.shards == Some(0) || body.replication == Some(0) {
+                return Err(GatewayError::invalid(
+                    "shards and replication must be at least 1",
+                ));
             }
-        };
-        let id_type = match body.id_type.as_deref() {
-            None | Some("u64") => pb::IdType::U64,
-            Some("string") => pb::IdType::String,
-            Some(other) => {
-                return Err(GatewayError::invalid(format!(
-                    "id_type must be \"u64\" or \"string\", got {other:?}"
-                )));
-            }
-        };
-        let raw_precision = match body.index.as_ref().and_then(|index| index.raw_precision.as_deref()) {
-            None | Some("f32") => pb::VectorPrecision::F32,
-            Some("bf16") => pb::VectorPrecision::Bf16,
-            Some(other) => {
-                return Err(GatewayError::invalid(format!(
-                    "index.raw_precision must be \"f32\" or \"bf16\", got {other:?}"
-                )));
-            }
-        };
-        let spec = pb::CollectionSpec {
-            name,
-            dimension: body.dimension,
-            metric: metric as i32,
-            id_type: id_type as i32,
-            shards: body.shards.unwrap_or(1),
-            replication: body.replication.unwrap_or(1),
-            index: Some(pb::IndexParams {
-                raw_precision: raw_precision as i32,
-                ..Default::default()
-            }),
-            payload_schema: parse_schema(body.payload_schema)?,
-        };
-        if body.shards == Some(0) || body.replication == Some(0) {
-            return Err(GatewayError::invalid("shards and replication must be at least 1"));
-        }
-        let collection = gateway.create_collection(spec).await?;
-        Ok(collection_json(&collection))
-    })
+            let collection = gateway.create_collection(spec).await?;
+            Ok(collection_json(&collection))
+        },
+    )
     .await
 }
 
 async fn list_collections(State(state): Shared, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
-    handle(&state, &headers, "list_collections", Access::Read, async move {
-        let collections = gateway.list_collections().await?;
-        Ok(json!({"collections": collections.iter().map(collection_json).collect::<Vec<_>>()}))
-    })
+    handle(
+        &state,
+        &headers,
+        "list_collections",
+        Access::Read,
+        async move {
+            let collections = gateway.list_collections().await?;
+            Ok(json!({"collections": collections.iter().map(collection_json).collect::<Vec<_>>()}))
+        },
+    )
     .await
 }
 
-async fn describe_collection(State(state): Shared, Path(name): Path<String>, headers: HeaderMap) -> Response {
+async fn describe_collection(
+    State(state): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let gateway = state.gateway.clone();
-    handle(&state, &headers, "describe_collection", Access::Read, async move {
-        let (collection, stats) = gateway.describe(&name).await?;
-        let mut body = collection_json(&collection);
-        body["points"] = json!(stats.points);
-        body["segments"] = json!(stats.segments);
-        body["wal_tail_rows"] = json!(stats.wal_tail_rows);
-        body["bytes"] = json!(stats.bytes);
-        body["stats"] = json!({
-            "points": stats.points,
-            "segments": stats.segments,
-            "wal_tail_rows": stats.wal_tail_rows,
-            "bytes": stats.bytes,
-        });
-        Ok(body)
-    })
+    handle(
+        &state,
+        &headers,
+        "describe_collection",
+        Access::Read,
+        async move {
+            let (collection, stats) = gateway.describe(&name).await?;
+            let mut body = collection_json(&collection);
+            body["points"] = json!(stats.points);
+            body["segments"] = json!(stats.segments);
+            body["wal_tail_rows"] = json!(stats.wal_tail_rows);
+            body["bytes"] = json!(stats.bytes);
+            body["stats"] = json!({
+                "points": stats.points,
+                "segments": stats.segments,
+                "wal_tail_rows": stats.wal_tail_rows,
+                "bytes": stats.bytes,
+            });
+            Ok(body)
+        },
+    )
     .await
 }
 
-async fn drop_collection(State(state): Shared, Path(name): Path<String>, headers: HeaderMap) -> Response {
+async fn drop_collection(
+    State(state): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let gateway = state.gateway.clone();
-    handle(&state, &headers, "drop_collection", Access::Admin, async move {
-        gateway.drop_collection(&name).await?;
-        Ok(json!({"name": name, "dropped": true}))
-    })
+    handle(
+        &state,
+        &headers,
+        "drop_collection",
+        Access::Admin,
+        async move {
+            gateway.drop_collection(&name).await?;
+            Ok(json!({"name": name, "dropped": true}))
+        },
+    )
     .await
 }
 
@@ -384,7 +432,12 @@ struct UpsertBody {
     points: Vec<PointBody>,
 }
 
-async fn upsert(State(state): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn upsert(
+    State(state): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "upsert", Access::Write, async move {
         let body: UpsertBody = parse(&body)?;
@@ -423,7 +476,12 @@ fn parse_ids(ids: &[Value]) -> GatewayResult<Vec<PointId>> {
         .collect()
 }
 
-async fn delete_points(State(state): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn delete_points(
+    State(state): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "delete", Access::Write, async move {
         let body: IdsBody = parse(&body)?;
@@ -444,7 +502,12 @@ fn point_json(point: &PointOut) -> Value {
     body
 }
 
-async fn get_points(State(state): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn get_points(
+    State(state): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "get", Access::Read, async move {
         let body: IdsBody = parse(&body)?;
@@ -453,7 +516,12 @@ async fn get_points(State(state): Shared, Path(name): Path<String>, headers: Hea
             None => Consistency::Strong,
         };
         let points = gateway
-            .get(&name, parse_ids(&body.ids)?, body.include_vector, consistency)
+            .get(
+                &name,
+                parse_ids(&body.ids)?,
+                body.include_vector,
+                consistency,
+            )
             .await?;
         Ok(json!({"points": points.iter().map(point_json).collect::<Vec<_>>()}))
     })
@@ -523,7 +591,12 @@ fn hits_json(hits: &[Hit], took_ms: f64) -> Value {
     json!({"hits": hits, "took_ms": took_ms})
 }
 
-async fn search(State(state): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn search(
+    State(state): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "search", Access::Read, async move {
         let body: SearchBody = parse(&body)?;
@@ -539,7 +612,12 @@ struct BatchBody {
     searches: Vec<SearchBody>,
 }
 
-async fn search_batch(State(state): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn search_batch(
+    State(state): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "search_batch", Access::Read, async move {
         let body: BatchBody = parse(&body)?;
@@ -557,7 +635,11 @@ async fn search_batch(State(state): Shared, Path(name): Path<String>, headers: H
             .collect::<GatewayResult<Vec<_>>>()?;
         let searches = inputs.into_iter().map(|input| gateway.search(&name, input));
         let mut results = Vec::new();
-        for (index, outcome) in futures_util::future::join_all(searches).await.into_iter().enumerate() {
+        for (index, outcome) in futures_util::future::join_all(searches)
+            .await
+            .into_iter()
+            .enumerate()
+        {
             let (hits, took_ms) = outcome.map_err(|mut error| {
                 error.message = format!("searches[{index}]: {}", error.message);
                 error
@@ -612,63 +694,87 @@ fn members_json(members: &[pb::MetaMember]) -> Vec<Value> {
 
 async fn cluster_status(State(state): Shared, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
-    handle(&state, &headers, "cluster_status", Access::Admin, async move {
-        let meta = gateway.router().meta();
-        let status = meta.cluster_status().await?;
-        let routing = meta.get_routing("", false).await?;
-        let shards: Vec<Value> = routing
-            .shards
-            .iter()
-            .map(|shard| {
-                let reference = shard.shard.unwrap_or_default();
-                json!({
-                    "collection_id": reference.collection_id,
-                    "shard": reference.shard,
-                    "indexer": shard.lease.as_ref().map(|lease| lease.holder.clone()),
-                    "epoch": shard.epoch,
-                    "searchers": shard.searchers.iter().map(|searcher| json!({
-                        "id": searcher.node_id, "ready": searcher.ready
-                    })).collect::<Vec<_>>(),
-                    "manifest_version": shard.manifest_version,
+    handle(
+        &state,
+        &headers,
+        "cluster_status",
+        Access::Admin,
+        async move {
+            let meta = gateway.router().meta();
+            let status = meta.cluster_status().await?;
+            let routing = meta.get_routing("", false).await?;
+            let shards: Vec<Value> = routing
+                .shards
+                .iter()
+                .map(|shard| {
+                    let reference = shard.shard.unwrap_or_default();
+                    json!({
+                        "collection_id": reference.collection_id,
+                        "shard": reference.shard,
+                        "indexer": shard.lease.as_ref().map(|lease| lease.holder.clone()),
+                        "epoch": shard.epoch,
+                        "searchers": shard.searchers.iter().map(|searcher| json!({
+                            "id": searcher.node_id, "ready": searcher.ready
+                        })).collect::<Vec<_>>(),
+                        "manifest_version": shard.manifest_version,
+                    })
                 })
-            })
-            .collect();
-        Ok(json!({
-            "meta": {
-                "leader": status.leader_id,
-                "leader_address": status.leader_address,
-                "term": status.term,
-                "commit_index": status.commit_index,
-                "applied_index": status.applied_index,
-                "members": members_json(&status.members),
-            },
-            "nodes": status.nodes.iter().map(node_json).collect::<Vec<_>>(),
-            "collections": status.collections,
-            "shards": shards,
-        }))
-    })
+                .collect();
+            Ok(json!({
+                "meta": {
+                    "leader": status.leader_id,
+                    "leader_address": status.leader_address,
+                    "term": status.term,
+                    "commit_index": status.commit_index,
+                    "applied_index": status.applied_index,
+                    "members": members_json(&status.members),
+                },
+                "nodes": status.nodes.iter().map(node_json).collect::<Vec<_>>(),
+                "collections": status.collections,
+                "shards": shards,
+            }))
+        },
+    )
     .await
 }
 
-async fn collection_shards(State(state): Shared, Path(name): Path<String>, headers: HeaderMap) -> Response {
+async fn collection_shards(
+    State(state): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let gateway = state.gateway.clone();
-    handle(&state, &headers, "collection_shards", Access::Admin, async move {
-        crate::core::validate_name(&name)?;
-        let meta = gateway.router().meta();
-        let routing = meta.get_routing(&name, true).await?;
-        let collection = routing
-            .collections
-            .iter()
-            .find(|collection| collection.spec.as_ref().is_some_and(|spec| spec.name == name))
-            .ok_or_else(|| GatewayError::not_found(format!("collection `{name}` does not exist")))?;
-        let mut shards = Vec::new();
-        for shard in &routing.shards {
-            let Some(reference) = shard.shard else { continue };
-            if reference.collection_id != collection.collection_id {
-                continue;
-            }
-            let manifest = meta.get_manifest(reference, false).await?;
-            shards.push(json!({
+    handle(
+        &state,
+        &headers,
+        "collection_shards",
+        Access::Admin,
+        async move {
+            crate::core::validate_name(&name)?;
+            let meta = gateway.router().meta();
+            let routing = meta.get_routing(&name, true).await?;
+            let collection = routing
+                .collections
+                .iter()
+                .find(|collection| {
+                    collection
+                        .spec
+                        .as_ref()
+                        .is_some_and(|spec| spec.name == name)
+                })
+                .ok_or_else(|| {
+                    GatewayError::not_found(format!("collection `{name}` does not exist"))
+                })?;
+            let mut shards = Vec::new();
+            for shard in &routing.shards {
+                let Some(reference) = shard.shard else {
+                    continue;
+                };
+                if reference.collection_id != collection.collection_id {
+                    continue;
+                }
+                let manifest = meta.get_manifest(reference, false).await?;
+                shards.push(json!({
                 "shard": reference.shard,
                 "indexer": shard.lease.as_ref().map(|lease| json!({
                     "id": lease.holder, "epoch": lease.epoch, "expires_at_ms": lease.expires_at_ms
@@ -687,10 +793,11 @@ async fn collection_shards(State(state): Shared, Path(name): Path<String>, heade
                 "wal_tail": manifest.wal_tail.len(),
                 "wal_tail_rows": manifest.wal_tail.iter().map(|entry| entry.rows).sum::<u64>(),
             }));
-        }
-        shards.sort_by_key(|shard| shard["shard"].as_u64());
-        Ok(json!({"collection": name, "shards": shards}))
-    })
+            }
+            shards.sort_by_key(|shard| shard["shard"].as_u64());
+            Ok(json!({"collection": name, "shards": shards}))
+        },
+    )
     .await
 }
 
@@ -723,25 +830,31 @@ struct MembersBody {
 
 async fn meta_members(State(state): Shared, headers: HeaderMap, body: Bytes) -> Response {
     let gateway = state.gateway.clone();
-    handle(&state, &headers, "meta_members", Access::Admin, async move {
-        let body: MembersBody = parse(&body)?;
-        let meta = gateway.router().meta();
-        let members = match body.action.as_str() {
-            "add" => {
-                let address = body.address.ok_or_else(|| {
-                    GatewayError::invalid("adding a metadata node needs its \"address\"")
-                })?;
-                meta.add_learner(body.id, &address).await?
-            }
-            "promote" => meta.promote_voter(body.id).await?,
-            "remove" => meta.remove_member(body.id).await?,
-            other => {
-                return Err(GatewayError::invalid(format!(
-                    "action must be \"add\", \"promote\" or \"remove\", got {other:?}"
-                )));
-            }
-        };
-        Ok(json!({"members": members_json(&members)}))
-    })
+    handle(
+        &state,
+        &headers,
+        "meta_members",
+        Access::Admin,
+        async move {
+            let body: MembersBody = parse(&body)?;
+            let meta = gateway.router().meta();
+            let members = match body.action.as_str() {
+                "add" => {
+                    let address = body.address.ok_or_else(|| {
+                        GatewayError::invalid("adding a metadata node needs its \"address\"")
+                    })?;
+                    meta.add_learner(body.id, &address).await?
+                }
+                "promote" => meta.promote_voter(body.id).await?,
+                "remove" => meta.remove_member(body.id).await?,
+                other => {
+                    return Err(GatewayError::invalid(format!(
+                        "action must be \"add\", \"promote\" or \"remove\", got {other:?}"
+                    )));
+                }
+            };
+            Ok(json!({"members": members_json(&members)}))
+        },
+    )
     .await
 }

@@ -66,7 +66,9 @@ fn build_routes(routing: &pb::GetRoutingResponse) -> HashMap<String, Arc<Collect
     };
     let mut routes = HashMap::new();
     for collection in &routing.collections {
-        let Some(spec) = &collection.spec else { continue };
+        let Some(spec) = &collection.spec else {
+            continue;
+        };
         let mut shards: Vec<ShardPlacement> = routing
             .shards
             .iter()
@@ -144,10 +146,9 @@ impl Router {
     pub async fn route_linearizable(&self, name: &str) -> GatewayResult<Arc<CollectionRoute>> {
         let routing = self.meta.get_routing(name, true).await?;
         let routes = build_routes(&routing);
-        let route = routes
-            .get(name)
-            .cloned()
-            .ok_or_else(|| GatewayError::not_found(format!("collection `{name}` does not exist")))?;
+        let route = routes.get(name).cloned().ok_or_else(|| {
+            GatewayError::not_found(format!("collection `{name}` does not exist"))
+        })?;
         self.table
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -178,7 +179,9 @@ impl Router {
             return Ok(channel.clone());
         }
         let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|error| GatewayError::unavailable(format!("bad node address `{address}`: {error}")))?
+            .map_err(|error| {
+                GatewayError::unavailable(format!("bad node address `{address}`: {error}"))
+            })?
             .connect_timeout(self.connect_timeout)
             .timeout(self.request_timeout)
             .tcp_nodelay(true);

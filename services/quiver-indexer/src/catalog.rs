@@ -151,15 +151,15 @@ mod memory {
                 let manifest = &mut shards.get_mut(shard).expect("checked").1;
                 if !manifest.wal_tail.contains(&entry) {
                     if manifest
-                        .wal_tail
-                        .last()
-                        .is_some_and(|last| last.position >= entry.position)
+                        .last_committed
+                        .is_some_and(|last| last >= entry.position)
                     {
                         return Err(CatalogError::Rejected(format!(
                             "WAL position {:?} is not after the tail",
                             entry.position
                         )));
                     }
+                    manifest.last_committed = Some(entry.position);
                     manifest.wal_tail.push(entry);
                     manifest.version += 1;
                 }

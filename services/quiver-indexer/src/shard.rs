@@ -352,11 +352,15 @@ async fn load_state(
         active.apply_batch(wal.position, batch);
     }
     let last_committed = manifest.wal_tail.last().map(|entry| entry.position);
+    // Never reuse a sequence number of this epoch, even one whose batch was
+    // trimmed from the tail already (a writer restarted under the same lease).
     let next_sequence = manifest
         .wal_tail
         .iter()
-        .filter(|entry| entry.position.epoch == epoch)
-        .map(|entry| entry.position.sequence + 1)
+        .map(|entry| entry.position)
+        .chain(manifest.last_committed)
+        .filter(|position| position.epoch == epoch)
+        .map(|position| position.sequence + 1)
         .max()
         .unwrap_or(1);
     Ok(ShardState {

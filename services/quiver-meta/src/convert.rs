@@ -244,12 +244,17 @@ pub(crate) fn wal_entry_to_proto(entry: &WalEntry) -> pb::WalEntry {
     }
 }
 
-pub(crate) fn manifest_to_proto(shard: ShardKey, manifest: &Manifest) -> pb::Manifest {
+pub(crate) fn manifest_to_proto(
+    shard: ShardKey,
+    manifest: &Manifest,
+    last_wal: Option<(u64, u64)>,
+) -> pb::Manifest {
     pb::Manifest {
         shard: Some(shard_ref(shard)),
         version: manifest.version,
         segments: manifest.segments.values().map(segment_to_proto).collect(),
         wal_tail: manifest.wal_tail.iter().map(wal_entry_to_proto).collect(),
+        last_committed: last_wal.map(|(epoch, seq)| pb::WalPosition { epoch, seq }),
     }
 }
 

@@ -303,7 +303,11 @@ pub(crate) fn watch_event(
         })
         .map(|(key, record)| pb::ShardUpdate {
             routing: Some(convert::routing_to_proto(*key, record)),
-            manifest: Some(convert::manifest_to_proto(*key, &record.manifest)),
+            manifest: Some(convert::manifest_to_proto(
+                *key,
+                &record.manifest,
+                record.last_wal,
+            )),
         })
         .collect();
     let collections = if catalog.collections_changed_at_version() > after_version {
@@ -633,7 +637,11 @@ impl MetaService for MetaGrpc {
                     message: format!("shard {shard} not found"),
                 })?;
                 Ok(pb::GetManifestResponse {
-                    manifest: Some(convert::manifest_to_proto(shard, &record.manifest)),
+                    manifest: Some(convert::manifest_to_proto(
+                        shard,
+                        &record.manifest,
+                        record.last_wal,
+                    )),
                 })
             })
             .await

@@ -64,3 +64,23 @@ async fn takeover_replays_the_tail_and_fences_the_old_writer() {
     assert_contents(&storage, &manifest, &expected).await;
     drop(old);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_restarted_under_the_same_epoch_never_reuses_a_sequence() {
+    let storage = memory_storage();
+    let catalog = Arc::new(MemoryCatalog::default());
+    let first = open_writer(&storage, &catalog, 1, manual_config()).await;
+    first.write(vec![upsert(1, 0)]).await.unwrap();
+    first.write(vec![upsert(2, 0)]).await.unwrap();
+    first.flush().await.unwrap();
+    first.close().await;
+    // Same node, same lease epoch (a process restart): the tail is empty, but
+    // the catalog remembers the last position.
+    let second = open_writer(&storage, &catalog, 1, manual_config()).await;
+    let position = second.write(vec![upsert(3, 0)]).await.unwrap();
+    assert_eq!((position.epoch, position.sequence), (1, 3));
+    second.flush().await.unwrap();
+    let expected: HashMap<u64, u32> = [(1, 0), (2, 0), (3, 0)].into_iter().collect();
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    assert_contents(&storage, &manifest, &expected).await;
+}

@@ -65,6 +65,7 @@ async fn write_stream(
                     size_bytes: 4096,
                     deletes_key: String::new(),
                     deletes_version: 0,
+                    ..Default::default()
                 }],
                 ..Default::default()
             };
