@@ -78,7 +78,10 @@ impl Storage {
                             .as_deref()
                             .is_some_and(|e| e.starts_with("http://")),
                     );
-                let mut builder = object_store::aws::AmazonS3Builder::new()
+                // From the environment first, so credentials the explicit settings do
+                // not give (web identity / IRSA, container or instance credentials)
+                // are found the usual way; explicit settings override.
+                let mut builder = object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(bucket)
                     .with_region(settings.region_or_default())
                     .with_virtual_hosted_style_request(settings.virtual_hosted_style)
