@@ -66,7 +66,14 @@ impl GatewayError {
 
 impl From<quiver_meta::MetaError> for GatewayError {
     fn from(error: quiver_meta::MetaError) -> Self {
-        GatewayError::new(error.kind(), error.to_string())
+        // A refusal carries the catalog's own message ("collection `x` not
+        // found"); show it without the transport's wording around it.
+        let message = match &error {
+            quiver_meta::MetaError::Rejected { message, .. }
+            | quiver_meta::MetaError::Remote { message, .. } => message.clone(),
+            other => other.to_string(),
+        };
+        GatewayError::new(error.kind(), message)
     }
 }
 

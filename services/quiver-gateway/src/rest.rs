@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -142,8 +143,24 @@ where
     response
 }
 
+type BodyResult = Result<Bytes, BytesRejection>;
+
 /// Parses a JSON body into `T`, naming the problem on failure.
-fn parse<T: DeserializeOwned>(body: &Bytes) -> GatewayResult<T> {
+fn parse<T: DeserializeOwned>(body: &BodyResult) -> GatewayResult<T> {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+            // Not RESOURCE_EXHAUSTED: clients retry that, and this would fail again.
+            return Err(GatewayError::invalid(format!(
+                "request body is larger than {MAX_BODY_BYTES} bytes; send smaller batches"
+            )));
+        }
+        Err(rejection) => {
+            return Err(GatewayError::invalid(format!(
+                "request body unreadable: {rejection}"
+            )));
+        }
+    };
     if body.is_empty() {
         return Err(GatewayError::invalid(
             "the request body is empty; a JSON object is expected",
@@ -286,7 +303,7 @@ async fn create_collection(
     State(state): Shared,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(
@@ -436,7 +453,7 @@ async fn upsert(
     State(state): Shared,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "upsert", Access::Write, async move {
@@ -480,7 +497,7 @@ async fn delete_points(
     State(state): Shared,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "delete", Access::Write, async move {
@@ -506,7 +523,7 @@ async fn get_points(
     State(state): Shared,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "get", Access::Read, async move {
@@ -595,7 +612,7 @@ async fn search(
     State(state): Shared,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "search", Access::Read, async move {
@@ -616,7 +633,7 @@ async fn search_batch(
     State(state): Shared,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "search_batch", Access::Read, async move {
@@ -828,7 +845,7 @@ struct MembersBody {
     address: Option<String>,
 }
 
-async fn meta_members(State(state): Shared, headers: HeaderMap, body: Bytes) -> Response {
+async fn meta_members(State(state): Shared, headers: HeaderMap, body: BodyResult) -> Response {
     let gateway = state.gateway.clone();
     handle(
         &state,

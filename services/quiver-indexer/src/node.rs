@@ -152,6 +152,12 @@ impl IndexerNode {
         self.state.registered.load(Ordering::Acquire)
     }
 
+    /// Returns a readiness check that outlives borrows of the node (`/readyz`).
+    pub fn ready_probe(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        let state = self.state.clone();
+        move || state.registered.load(Ordering::Acquire)
+    }
+
     /// Returns the shards this node writes now.
     pub fn shards(&self) -> Vec<(ShardRef, u64)> {
         let shards = self.state.shards.read().unwrap_or_else(|p| p.into_inner());

@@ -76,6 +76,8 @@ struct NodeState {
     context: Arc<ReadContext>,
     shards: RwLock<HashMap<ShardRef, Arc<ServedShard>>>,
     registered: AtomicBool,
+    /// Set once a pass over the routing table found every assigned shard loaded.
+    synced: AtomicBool,
 }
 
 /// A running searcher node.
@@ -104,6 +106,7 @@ impl SearcherNode {
             context,
             shards: RwLock::new(HashMap::new()),
             registered: AtomicBool::new(false),
+            synced: AtomicBool::new(false),
         });
         let (shutdown, shutdown_receiver) = watch::channel(false);
         let service = SearcherServer::new(SearcherGrpc {
@@ -145,11 +148,13 @@ impl SearcherNode {
 
     /// Tells whether every assigned shard is warmed and loaded.
     pub fn is_ready(&self) -> bool {
-        if !self.state.registered.load(Ordering::Acquire) {
-            return false;
-        }
-        let shards = self.state.shards.read().unwrap_or_else(|p| p.into_inner());
-        shards.values().all(|shard| shard.view().is_some())
+        state_ready(&self.state)
+    }
+
+    /// Returns a readiness check that outlives borrows of the node (`/readyz`).
+    pub fn ready_probe(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        let state = self.state.clone();
+        move || state_ready(&state)
     }
 
     /// Stops serving.
@@ -160,6 +165,14 @@ impl SearcherNode {
         }
         tracing::info!(node_id = %self.state.config.node_id, "searcher stopped");
     }
+}
+
+fn state_ready(state: &NodeState) -> bool {
+    if !state.registered.load(Ordering::Acquire) || !state.synced.load(Ordering::Acquire) {
+        return false;
+    }
+    let shards = state.shards.read().unwrap_or_else(|p| p.into_inner());
+    shards.values().all(|shard| shard.view().is_some())
 }
 
 fn ready_shards(state: &NodeState) -> Vec<pb::ShardRef> {
@@ -277,6 +290,15 @@ async fn assignment_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bo
                     Err(error) => tracing::error!(%shard, %error, "collection spec unusable"),
                 }
             }
+        }
+        let all_loaded = assigned.keys().all(|shard| {
+            let shards = state.shards.read().unwrap_or_else(|p| p.into_inner());
+            shards
+                .get(shard)
+                .is_some_and(|served| served.view().is_some())
+        });
+        if all_loaded {
+            state.synced.store(true, Ordering::Release);
         }
         for (shard, (manifest_version, _)) in assigned {
             let served = {
@@ -397,6 +419,48 @@ struct SearcherGrpc {
 }
 
 impl SearcherGrpc {
+    /// Serves a shard meta assigned to this node that the assignment loop has
+    /// not picked up yet (a request raced it, e.g. just after a restart).
+    async fn adopt(&self, reference: &ShardRef) -> Result<Arc<ServedShard>, Status> {
+        let routing = self
+            .state
+            .meta
+            .get_routing("", false)
+            .await
+            .map_err(|error| Status::unavailable(format!("routing unavailable: {error}")))?;
+        let assigned = routing.shards.iter().any(|shard| {
+            shard.shard.is_some_and(|candidate| {
+                candidate.collection_id.to_string() == reference.collection_id
+                    && candidate.shard == reference.shard
+            }) && shard
+                .searchers
+                .iter()
+                .any(|searcher| searcher.node_id == self.state.config.node_id)
+        });
+        let collection = routing
+            .collections
+            .iter()
+            .find(|collection| collection.collection_id.to_string() == reference.collection_id);
+        let (true, Some(collection)) = (assigned, collection) else {
+            return Err(Status::unavailable(format!(
+                "shard {reference} is not served by searcher `{}`",
+                self.state.config.node_id
+            )));
+        };
+        let spec = segment_spec(collection).map_err(Status::internal)?;
+        let mut shards = self.state.shards.write().unwrap_or_else(|p| p.into_inner());
+        Ok(shards
+            .entry(reference.clone())
+            .or_insert_with(|| {
+                Arc::new(ServedShard {
+                    spec,
+                    view: RwLock::new(None),
+                    reload: tokio::sync::Mutex::new(()),
+                })
+            })
+            .clone())
+    }
+
     /// Returns the shard's view, at least `min_version` new.
     async fn view(
         &self,
@@ -412,11 +476,9 @@ impl SearcherGrpc {
             let shards = self.state.shards.read().unwrap_or_else(|p| p.into_inner());
             shards.get(&reference).cloned()
         };
-        let Some(served) = served else {
-            return Err(Status::unavailable(format!(
-                "shard {reference} is not served by searcher `{}`",
-                self.state.config.node_id
-            )));
+        let served = match served {
+            Some(served) => served,
+            None => self.adopt(&reference).await?,
         };
         match served.view() {
             Some(view) if view.manifest().version >= min_version => Ok(view),

@@ -1,6 +1,8 @@
-//! `quiver`: runs one Quiver role per process (`quiver meta …`); more roles and
-//! `standalone` plug in through the [`lifecycle::Role`] trait.
+//! `quiver`: runs one Quiver role per process (`quiver meta|indexer|searcher|gateway`)
+//! or all of them in one (`quiver standalone --data-dir DIR`), through the
+//! [`lifecycle::Role`] trait.
 
+mod data_roles;
 mod lifecycle;
 mod meta_role;
 
@@ -13,6 +15,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
+use crate::data_roles::{
+    DataFileConfig, GatewayArgs, GatewayRole, IndexerArgs, IndexerRole, SearcherArgs, SearcherRole,
+    StandaloneArgs, StandaloneRole,
+};
 use crate::lifecycle::{Role, shutdown_signal};
 use crate::meta_role::{MetaArgs, MetaRole, meta_config};
 
@@ -32,6 +38,34 @@ enum RoleCommand {
         common: CommonArgs,
         #[command(flatten)]
         meta: MetaArgs,
+    },
+    /// Runs an indexer (writes: WAL, flushes, merges) for the shards meta leases to it.
+    Indexer {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        indexer: IndexerArgs,
+    },
+    /// Runs a searcher (reads through a local region cache) for the shards meta assigns to it.
+    Searcher {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        searcher: SearcherArgs,
+    },
+    /// Runs a gateway: the client API (REST on --http-listen, gRPC on --grpc-listen).
+    Gateway {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        gateway: GatewayArgs,
+    },
+    /// Runs every role in one process over a local directory (the embedded default).
+    Standalone {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(flatten)]
+        standalone: StandaloneArgs,
     },
 }
 
@@ -66,6 +100,17 @@ struct FileConfig {
     log_format: Option<LogFormat>,
     http_listen: Option<String>,
     meta: Option<quiver_meta::MetaConfig>,
+    storage: Option<quiver_storage::S3Settings>,
+    indexer: Option<quiver_indexer::IndexerConfig>,
+}
+
+impl FileConfig {
+    fn data(&self) -> DataFileConfig {
+        DataFileConfig {
+            storage: self.storage.clone(),
+            indexer: self.indexer.clone(),
+        }
+    }
 }
 
 fn read_config_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
@@ -120,21 +165,62 @@ async fn serve_http(
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let RoleCommand::Meta { common, meta } = cli.command;
+    let common = match &cli.command {
+        RoleCommand::Meta { common, .. }
+        | RoleCommand::Indexer { common, .. }
+        | RoleCommand::Searcher { common, .. }
+        | RoleCommand::Gateway { common, .. }
+        | RoleCommand::Standalone { common, .. } => common.clone(),
+    };
     let file = read_config_file(common.config.as_deref())?;
     let log_format = common
         .log_format
         .or(file.log_format)
         .unwrap_or(LogFormat::Text);
-    let config = meta_config(&meta, file.meta)?;
-    let http_listen = common.http_listen.or(file.http_listen);
+    let http_listen = common.http_listen.clone().or(file.http_listen.clone());
+    let data_file = file.data();
+    // Configuration errors surface before logging starts, as one line on stderr.
+    let meta_config = match &cli.command {
+        RoleCommand::Meta { meta, .. } => Some(meta_config(meta, file.meta.clone())?),
+        _ => None,
+    };
     init_logging(log_format);
 
-    let role: Box<dyn Role> = Box::new(MetaRole::start(config).await?);
+    // The gateway and standalone serve their own HTTP port (REST + /metrics).
+    let (role, serves_own_http): (Box<dyn Role>, bool) = match &cli.command {
+        RoleCommand::Meta { .. } => {
+            let config = meta_config.expect("built above");
+            (Box::new(MetaRole::start(config).await?), false)
+        }
+        RoleCommand::Indexer { indexer, .. } => (
+            Box::new(IndexerRole::start(indexer, &data_file).await?),
+            false,
+        ),
+        RoleCommand::Searcher { searcher, .. } => (
+            Box::new(SearcherRole::start(searcher, &data_file).await?),
+            false,
+        ),
+        RoleCommand::Gateway { gateway, .. } => {
+            let address = http_listen
+                .as_deref()
+                .context("--http-listen is required for the gateway (its REST port)")?;
+            (
+                Box::new(GatewayRole::start(gateway, address, Vec::new()).await?),
+                true,
+            )
+        }
+        RoleCommand::Standalone { standalone, .. } => {
+            let address = http_listen.as_deref().unwrap_or("127.0.0.1:7700");
+            (
+                Box::new(StandaloneRole::start(standalone, address, &data_file).await?),
+                true,
+            )
+        }
+    };
     let (stop_sender, stop_receiver) = tokio::sync::watch::channel(false);
-    let http_task = match &http_listen {
-        Some(address) => Some(serve_http(role.as_ref(), address, stop_receiver).await?),
-        None => None,
+    let http_task = match (&http_listen, serves_own_http) {
+        (Some(address), false) => Some(serve_http(role.as_ref(), address, stop_receiver).await?),
+        _ => None,
     };
     tracing::info!(role = role.name(), ready = role.is_ready(), "role started");
     shutdown_signal().await;

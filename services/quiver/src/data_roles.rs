@@ -1,0 +1,548 @@
+//! `quiver indexer`, `quiver searcher`, `quiver gateway`, and `quiver standalone`
+//! (every role in one process over a local directory).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use quiver_blobcache::{BlobCache, BlobCacheConfig};
+use quiver_gateway::{ApiKeys, GatewayConfig, GatewayServer};
+use quiver_indexer::{IndexerConfig, IndexerNode, IndexerNodeConfig};
+use quiver_meta::{MetaClient, MetaServer};
+use quiver_searcher::{ReadContext, SearcherNode, SearcherNodeConfig};
+use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+
+use crate::lifecycle::Role;
+
+/// Parses sizes like `16MiB`, `10GiB`, `1000000`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|size| size.as_u64())
+        .map_err(|error| format!("`{text}` is not a size like 512MiB or 10GiB: {error}"))
+}
+
+/// Object-store options shared by the roles that read or write objects.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreArgs {
+    /// Object store: s3://bucket/prefix, file:///abs/path or memory://.
+    #[arg(long, env = "QUIVER_OBJECT_STORE")]
+    pub object_store: Option<String>,
+}
+
+/// Options of the data roles' config file sections.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataFileConfig {
+    /// `[storage]`: S3 settings (the AWS_* variables override).
+    #[serde(default)]
+    pub storage: Option<S3Settings>,
+    /// `[indexer]`: write-path knobs.
+    #[serde(default)]
+    pub indexer: Option<IndexerConfig>,
+}
+
+fn meta_client(addresses: &str) -> anyhow::Result<MetaClient> {
+    let addresses: Vec<String> = addresses
+        .split(',')
+        .map(str::trim)
+        .filter(|address| !address.is_empty())
+        .map(str::to_string)
+        .collect();
+    if addresses.is_empty() {
+        bail!("--meta lists no address");
+    }
+    MetaClient::connect(addresses).context("metadata client")
+}
+
+async fn open_storage(url: &str, file: &DataFileConfig) -> anyhow::Result<Storage> {
+    let url: StoreUrl = url
+        .parse()
+        .with_context(|| format!("--object-store `{url}`"))?;
+    let settings = S3Settings::from_env().or(file.storage.clone().unwrap_or_default());
+    if let StoreUrl::S3 { bucket, .. } = &url {
+        quiver_storage::ensure_bucket(&settings, bucket)
+            .await
+            .with_context(|| format!("bucket `{bucket}`"))?;
+    }
+    Ok(Storage::open(&url, &settings, StorageOptions::default())?)
+}
+
+async fn bind(address: &str, flag: &str) -> anyhow::Result<TcpListener> {
+    let socket: SocketAddr = address
+        .parse()
+        .with_context(|| format!("{flag} `{address}` is not an ip:port address"))?;
+    TcpListener::bind(socket)
+        .await
+        .with_context(|| format!("cannot listen on {flag} {address}"))
+}
+
+/// The address other nodes use: the advertised one, or the bound one unless it
+/// is a wildcard.
+fn advertised(bound: SocketAddr, advertise: Option<&str>) -> anyhow::Result<String> {
+    if let Some(address) = advertise {
+        return Ok(address.to_string());
+    }
+    if bound.ip().is_unspecified() {
+        bail!(
+            "--listen {bound} is a wildcard address; give --advertise-address HOST:PORT so other nodes can reach this one"
+        );
+    }
+    Ok(bound.to_string())
+}
+
+fn default_node_id(role: &str, address: &str) -> String {
+    match std::env::var("HOSTNAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+    {
+        Some(host) => host,
+        None => format!("{role}-{address}"),
+    }
+}
+
+/// The process's Prometheus registry as text, plus any extra registries.
+pub fn metrics_router(extra: Vec<Arc<dyn Fn() -> String + Send + Sync>>) -> axum::Router {
+    axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let extra = extra.clone();
+            async move {
+                let mut text = prometheus::TextEncoder::new()
+                    .encode_to_string(&prometheus::gather())
+                    .unwrap_or_default();
+                for render in &extra {
+                    text.push_str(&render());
+                }
+                text
+            }
+        }),
+    )
+}
+
+fn health_router(ready: Arc<dyn Fn() -> bool + Send + Sync>) -> axum::Router {
+    metrics_router(Vec::new())
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let ready = ready.clone();
+                async move {
+                    if ready() {
+                        (axum::http::StatusCode::OK, "ready")
+                    } else {
+                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                    }
+                }
+            }),
+        )
+}
+
+/// Flags of `quiver indexer`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IndexerArgs {
+    /// Metadata nodes, comma-separated.
+    #[arg(long, env = "QUIVER_META")]
+    pub meta: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// gRPC address of the write API.
+    #[arg(long, env = "QUIVER_LISTEN")]
+    pub listen: String,
+    /// Address other nodes reach this one at (default: --listen).
+    #[arg(long, env = "QUIVER_ADVERTISE_ADDRESS")]
+    pub advertise_address: Option<String>,
+    /// Node id (default: $HOSTNAME).
+    #[arg(long, env = "QUIVER_NODE_ID")]
+    pub node_id: Option<String>,
+}
+
+/// A running indexer as a [`Role`].
+pub struct IndexerRole {
+    node: IndexerNode,
+}
+
+impl IndexerRole {
+    /// Starts the indexer.
+    pub async fn start(args: &IndexerArgs, file: &DataFileConfig) -> anyhow::Result<IndexerRole> {
+        let url = args
+            .store
+            .object_store
+            .as_deref()
+            .context("--object-store is required")?;
+        let storage = open_storage(url, file).await?;
+        let listener = bind(&args.listen, "--listen").await?;
+        let bound = listener.local_addr()?;
+        let advertise = advertised(bound, args.advertise_address.as_deref())?;
+        let node_id = args
+            .node_id
+            .clone()
+            .unwrap_or_else(|| default_node_id("indexer", &advertise));
+        let mut config = IndexerNodeConfig::new(node_id, advertise);
+        if let Some(indexer) = &file.indexer {
+            indexer
+                .validate()
+                .map_err(|reason| anyhow::anyhow!("[indexer] {reason}"))?;
+            config.indexer = indexer.clone();
+        }
+        let node = IndexerNode::start(config, listener, meta_client(&args.meta)?, storage).await?;
+        Ok(IndexerRole { node })
+    }
+}
+
+#[async_trait::async_trait]
+impl Role for IndexerRole {
+    fn name(&self) -> &'static str {
+        "indexer"
+    }
+
+    fn is_ready(&self) -> bool {
+        self.node.is_ready()
+    }
+
+    fn http_router(&self) -> axum::Router {
+        let ready = self.node.ready_probe();
+        health_router(Arc::new(move || ready()))
+    }
+
+    async fn stop(self: Box<Self>, grace: Duration) -> anyhow::Result<()> {
+        tokio::time::timeout(grace, self.node.shutdown())
+            .await
+            .context("indexer did not stop in time")?;
+        Ok(())
+    }
+}
+
+/// Flags of `quiver searcher`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SearcherArgs {
+    /// Metadata nodes, comma-separated.
+    #[arg(long, env = "QUIVER_META")]
+    pub meta: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Directory of the region cache file (local disk).
+    #[arg(long, env = "QUIVER_CACHE_DIR")]
+    pub cache_dir: PathBuf,
+    /// Size of the region cache file, e.g. 10GiB.
+    #[arg(long, env = "QUIVER_CACHE_SIZE", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// Region size of the cache.
+    #[arg(long, env = "QUIVER_REGION_SIZE", value_parser = parse_size, default_value = "16MiB")]
+    pub region_size: u64,
+    /// gRPC address of the search API.
+    #[arg(long, env = "QUIVER_LISTEN")]
+    pub listen: String,
+    /// Address other nodes reach this one at (default: --listen).
+    #[arg(long, env = "QUIVER_ADVERTISE_ADDRESS")]
+    pub advertise_address: Option<String>,
+    /// Node id (default: $HOSTNAME).
+    #[arg(long, env = "QUIVER_NODE_ID")]
+    pub node_id: Option<String>,
+}
+
+/// A running searcher as a [`Role`].
+pub struct SearcherRole {
+    node: SearcherNode,
+}
+
+impl SearcherRole {
+    /// Starts the searcher.
+    pub async fn start(args: &SearcherArgs, file: &DataFileConfig) -> anyhow::Result<SearcherRole> {
+        let url = args
+            .store
+            .object_store
+            .as_deref()
+            .context("--object-store is required")?;
+        let storage = open_storage(url, file).await?;
+        let listener = bind(&args.listen, "--listen").await?;
+        let bound = listener.local_addr()?;
+        let advertise = advertised(bound, args.advertise_address.as_deref())?;
+        let node_id = args
+            .node_id
+            .clone()
+            .unwrap_or_else(|| default_node_id("searcher", &advertise));
+        let cache_config = BlobCacheConfig {
+            directory: args.cache_dir.clone(),
+            capacity_bytes: args.cache_size,
+            region_bytes: args.region_size,
+        };
+        let runtime = tokio::runtime::Handle::current();
+        let cache = tokio::task::spawn_blocking({
+            let storage = storage.clone();
+            let runtime = runtime.clone();
+            move || BlobCache::new(&cache_config, storage, runtime)
+        })
+        .await?
+        .context("region cache")?;
+        let context = Arc::new(ReadContext::new(Arc::new(cache), storage, runtime));
+        let config = SearcherNodeConfig::new(node_id, advertise);
+        let node = SearcherNode::start(config, listener, meta_client(&args.meta)?, context).await?;
+        Ok(SearcherRole { node })
+    }
+}
+
+#[async_trait::async_trait]
+impl Role for SearcherRole {
+    fn name(&self) -> &'static str {
+        "searcher"
+    }
+
+    fn is_ready(&self) -> bool {
+        self.node.is_ready()
+    }
+
+    fn http_router(&self) -> axum::Router {
+        let ready = self.node.ready_probe();
+        health_router(Arc::new(move || ready()))
+    }
+
+    async fn stop(self: Box<Self>, grace: Duration) -> anyhow::Result<()> {
+        tokio::time::timeout(grace, self.node.shutdown())
+            .await
+            .context("searcher did not stop in time")?;
+        Ok(())
+    }
+}
+
+/// Flags of `quiver gateway` (its REST port is the common --http-listen).
+#[derive(Debug, Clone, clap::Args)]
+pub struct GatewayArgs {
+    /// Metadata nodes, comma-separated.
+    #[arg(long, env = "QUIVER_META")]
+    pub meta: String,
+    /// gRPC address of the client API.
+    #[arg(long, env = "QUIVER_GRPC_LISTEN")]
+    pub grpc_listen: String,
+    /// Node id (default: $HOSTNAME).
+    #[arg(long, env = "QUIVER_NODE_ID")]
+    pub node_id: Option<String>,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+}
+
+/// API keys of the gateway (auth is off when none is given).
+#[derive(Debug, Clone, clap::Args)]
+pub struct KeyArgs {
+    /// Keys with read access, comma-separated.
+    #[arg(
+        long,
+        env = "QUIVER_API_KEYS_READ",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys_read: Vec<String>,
+    /// Keys with write (and read) access, comma-separated.
+    #[arg(
+        long,
+        env = "QUIVER_API_KEYS_WRITE",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys_write: Vec<String>,
+    /// Keys with admin (and write and read) access, comma-separated.
+    #[arg(
+        long,
+        env = "QUIVER_API_KEYS_ADMIN",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys_admin: Vec<String>,
+}
+
+impl KeyArgs {
+    fn keys(&self) -> ApiKeys {
+        ApiKeys::new(
+            &self.api_keys_read,
+            &self.api_keys_write,
+            &self.api_keys_admin,
+        )
+    }
+}
+
+/// A running gateway as a [`Role`] (it serves its own HTTP port).
+pub struct GatewayRole {
+    server: GatewayServer,
+}
+
+impl GatewayRole {
+    /// Starts the gateway on `http_listen` (REST) and `--grpc-listen`.
+    pub async fn start(
+        args: &GatewayArgs,
+        http_listen: &str,
+        extra_metrics: Vec<Arc<dyn Fn() -> String + Send + Sync>>,
+    ) -> anyhow::Result<GatewayRole> {
+        let http = bind(http_listen, "--http-listen").await?;
+        let grpc = bind(&args.grpc_listen, "--grpc-listen").await?;
+        let node_id = args
+            .node_id
+            .clone()
+            .unwrap_or_else(|| default_node_id("gateway", http_listen));
+        let mut config = GatewayConfig::new(node_id);
+        config.keys = args.keys.keys();
+        let server = GatewayServer::start(
+            config,
+            http,
+            grpc,
+            meta_client(&args.meta)?,
+            metrics_router(extra_metrics),
+        )
+        .await?;
+        Ok(GatewayRole { server })
+    }
+}
+
+#[async_trait::async_trait]
+impl Role for GatewayRole {
+    fn name(&self) -> &'static str {
+        "gateway"
+    }
+
+    fn is_ready(&self) -> bool {
+        self.server.is_ready()
+    }
+
+    fn http_router(&self) -> axum::Router {
+        axum::Router::new()
+    }
+
+    async fn stop(self: Box<Self>, grace: Duration) -> anyhow::Result<()> {
+        tokio::time::timeout(grace, self.server.shutdown())
+            .await
+            .context("gateway did not stop in time")?;
+        Ok(())
+    }
+}
+
+/// Flags of `quiver standalone`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StandaloneArgs {
+    /// Directory holding everything: Raft log, objects, cache.
+    #[arg(long, env = "QUIVER_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// gRPC address of the client API.
+    #[arg(long, env = "QUIVER_GRPC_LISTEN", default_value = "127.0.0.1:7701")]
+    pub grpc_listen: String,
+    /// Size of the search cache file under the data directory.
+    #[arg(long, env = "QUIVER_CACHE_SIZE", value_parser = parse_size, default_value = "1GiB")]
+    pub cache_size: u64,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+}
+
+/// Every role in one process.
+pub struct StandaloneRole {
+    meta: Option<MetaServer>,
+    indexer: IndexerRole,
+    searcher: SearcherRole,
+    gateway: GatewayRole,
+}
+
+impl StandaloneRole {
+    /// Starts meta, indexer, searcher and gateway over `--data-dir`.
+    pub async fn start(
+        args: &StandaloneArgs,
+        http_listen: &str,
+        file: &DataFileConfig,
+    ) -> anyhow::Result<StandaloneRole> {
+        let data_dir = &args.data_dir;
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("cannot create --data-dir {}", data_dir.display()))?;
+        let data_dir = data_dir
+            .canonicalize()
+            .with_context(|| format!("--data-dir {}", data_dir.display()))?;
+        let meta = quiver_meta::run_single_node(&data_dir.join("meta"), "127.0.0.1:0")
+            .await
+            .context("metadata node did not start")?;
+        meta.wait_for_leader(Duration::from_secs(30))
+            .await
+            .context("metadata node elected no leader")?;
+        let meta_address = meta.local_address().to_string();
+        let objects = format!("file://{}", data_dir.join("objects").display());
+        let indexer = IndexerRole::start(
+            &IndexerArgs {
+                meta: meta_address.clone(),
+                store: StoreArgs {
+                    object_store: Some(objects.clone()),
+                },
+                listen: "127.0.0.1:0".into(),
+                advertise_address: None,
+                node_id: Some("standalone-indexer".into()),
+            },
+            file,
+        )
+        .await?;
+        let searcher = SearcherRole::start(
+            &SearcherArgs {
+                meta: meta_address.clone(),
+                store: StoreArgs {
+                    object_store: Some(objects),
+                },
+                cache_dir: data_dir.join("cache"),
+                cache_size: args.cache_size,
+                region_size: BlobCacheConfig::DEFAULT_REGION_BYTES,
+                listen: "127.0.0.1:0".into(),
+                advertise_address: None,
+                node_id: Some("standalone-searcher".into()),
+            },
+            file,
+        )
+        .await?;
+        let meta_metrics = meta.metrics().clone();
+        let gateway = GatewayRole::start(
+            &GatewayArgs {
+                meta: meta_address,
+                grpc_listen: args.grpc_listen.clone(),
+                node_id: Some("standalone-gateway".into()),
+                keys: args.keys.clone(),
+            },
+            http_listen,
+            vec![Arc::new(move || meta_metrics.render())],
+        )
+        .await?;
+        tracing::info!(
+            http = %gateway.server.http_address(),
+            grpc = %gateway.server.grpc_address(),
+            data_dir = %data_dir.display(),
+            "standalone quiver ready to serve"
+        );
+        Ok(StandaloneRole {
+            meta: Some(meta),
+            indexer,
+            searcher,
+            gateway,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Role for StandaloneRole {
+    fn name(&self) -> &'static str {
+        "standalone"
+    }
+
+    fn is_ready(&self) -> bool {
+        self.indexer.is_ready() && self.searcher.is_ready() && self.gateway.is_ready()
+    }
+
+    fn http_router(&self) -> axum::Router {
+        axum::Router::new()
+    }
+
+    async fn stop(mut self: Box<Self>, grace: Duration) -> anyhow::Result<()> {
+        // Front door first, meta last: requests drain, then the roles they use stop.
+        Box::new(self.gateway).stop(grace).await?;
+        Box::new(self.searcher).stop(grace).await?;
+        Box::new(self.indexer).stop(grace).await?;
+        if let Some(meta) = self.meta.take() {
+            tokio::time::timeout(grace, meta.shutdown())
+                .await
+                .context("metadata node did not stop in time")??;
+        }
+        Ok(())
+    }
+}
