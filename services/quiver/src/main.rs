@@ -93,20 +93,26 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn serve_http(
-    role: &dyn Role,
-    address: &str,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+/// Binds the HTTP port before any role starts, so a bad address fails fast.
+async fn bind_http(address: &str) -> anyhow::Result<tokio::net::TcpListener> {
     let socket_address: SocketAddr = address
         .parse()
         .with_context(|| format!("--http-listen `{address}` is not an ip:port address"))?;
-    let listener = tokio::net::TcpListener::bind(socket_address)
+    tokio::net::TcpListener::bind(socket_address)
         .await
-        .with_context(|| format!("cannot listen on http address {address}"))?;
+        .with_context(|| format!("cannot listen on http address {address}"))
+}
+
+fn serve_http(
+    role: &dyn Role,
+    listener: tokio::net::TcpListener,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
     let router = role.http_router();
-    tracing::info!(address = %socket_address, role = role.name(), "http endpoints serving");
-    Ok(tokio::spawn(async move {
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(%address, role = role.name(), "http endpoints serving");
+    }
+    tokio::spawn(async move {
         let shutdown = async move {
             let _ = stop.wait_for(|stopping| *stopping).await;
         };
@@ -116,7 +122,7 @@ async fn serve_http(
         {
             tracing::warn!(%error, "http server failed");
         }
-    }))
+    })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -130,12 +136,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let http_listen = common.http_listen.or(file.http_listen);
     init_logging(log_format);
 
-    let role: Box<dyn Role> = Box::new(MetaRole::start(config).await?);
-    let (stop_sender, stop_receiver) = tokio::sync::watch::channel(false);
-    let http_task = match &http_listen {
-        Some(address) => Some(serve_http(role.as_ref(), address, stop_receiver).await?),
+    let http_listener = match &http_listen {
+        Some(address) => Some(bind_http(address).await?),
         None => None,
     };
+    let role: Box<dyn Role> = Box::new(MetaRole::start(config).await?);
+    let (stop_sender, stop_receiver) = tokio::sync::watch::channel(false);
+    let http_task =
+        http_listener.map(|listener| serve_http(role.as_ref(), listener, stop_receiver));
     tracing::info!(role = role.name(), ready = role.is_ready(), "role started");
     shutdown_signal().await;
     tracing::info!(role = role.name(), "shutting down");
