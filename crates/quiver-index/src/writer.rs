@@ -180,9 +180,14 @@ pub fn validate_point(
                 )));
             }
         }
-        (_, expected) => {
+        (PointId::String(_), IdType::U64) => {
             return Err(IndexError::InvalidArgument(format!(
-                "id {id} of row {row} does not match the id type {expected:?}"
+                "id {id} of row {row} is a string, but the collection's ids are unsigned integers"
+            )));
+        }
+        (PointId::U64(_), IdType::String) => {
+            return Err(IndexError::InvalidArgument(format!(
+                "id {id} of row {row} is a number, but the collection's ids are strings"
             )));
         }
     }

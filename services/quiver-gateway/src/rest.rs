@@ -166,8 +166,15 @@ fn parse<T: DeserializeOwned>(body: &BodyResult) -> GatewayResult<T> {
             "the request body is empty; a JSON object is expected",
         ));
     }
-    serde_json::from_slice(body)
-        .map_err(|error| GatewayError::invalid(format!("request body: {error}")))
+    serde_json::from_slice(body).map_err(|error| {
+        let mentions = |word: &[u8]| body.windows(word.len()).any(|window| window == word);
+        let hint = if error.is_syntax() && (mentions(b"NaN") || mentions(b"Infinity")) {
+            " (vector values must be finite numbers: JSON has no NaN or Infinity)"
+        } else {
+            ""
+        };
+        GatewayError::invalid(format!("request body: {error}{hint}"))
+    })
 }
 
 fn id_from_json(value: &Value, what: &str) -> GatewayResult<PointId> {

@@ -38,6 +38,9 @@ pub struct MetaConfig {
     pub snapshot_logs: u64,
     /// Log entries kept behind a snapshot (for slow followers); the rest is purged.
     pub logs_to_keep: u64,
+    /// Also snapshot on this period when anything was applied since the last
+    /// snapshot (0 = only by `snapshot_logs`).
+    pub snapshot_interval_ms: u64,
     /// Control loop interval on the leader.
     pub control_interval_ms: u64,
     /// Heartbeat silence after which a data node is dead.
@@ -66,6 +69,7 @@ impl Default for MetaConfig {
             election_timeout_max_ms: 2_000,
             snapshot_logs: 10_000,
             logs_to_keep: 1_000,
+            snapshot_interval_ms: 3_600_000,
             control_interval_ms: 1_000,
             node_timeout_ms: 10_000,
             lease_ttl_ms: 10_000,

@@ -119,19 +119,27 @@ impl LogStore {
         Ok(Some(decoded))
     }
 
+    /// Writes one metadata key; `durable = false` skips the fsync (the value reaches
+    /// disk with the next durable transaction).
     fn write_meta_blocking<T: serde::Serialize>(
         &self,
         key: &str,
         value: &T,
         subject: ErrorSubject<u64>,
+        durable: bool,
     ) -> Result<(), StorageError> {
         let bytes = serde_json::to_vec(value)
             .map_err(|error| storage_error(subject.clone(), ErrorVerb::Write, error))?;
-        let transaction = self
+        let mut transaction = self
             .inner
             .database
             .begin_write()
             .map_err(|error| storage_error(subject.clone(), ErrorVerb::Write, error))?;
+        if !durable {
+            transaction
+                .set_durability(redb::Durability::None)
+                .map_err(|error| storage_error(subject.clone(), ErrorVerb::Write, error))?;
+        }
         {
             let mut table = transaction
                 .open_table(META_TABLE)
@@ -323,8 +331,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let vote = *vote;
-        self.blocking(move |store| store.write_meta_blocking(VOTE_KEY, &vote, ErrorSubject::Vote))
-            .await
+        self.blocking(move |store| {
+            store.write_meta_blocking(VOTE_KEY, &vote, ErrorSubject::Vote, true)
+        })
+        .await
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
@@ -339,7 +349,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 .fetch_max(log_id.index, Ordering::Relaxed);
         }
         self.blocking(move |store| {
-            store.write_meta_blocking(COMMITTED_KEY, &committed, ErrorSubject::Store)
+            // The committed id only shortens replay after a restart; it may lag, so
+            // it rides along with the next fsynced log write instead of its own fsync.
+            store.write_meta_blocking(COMMITTED_KEY, &committed, ErrorSubject::Store, false)
         })
         .await
     }

@@ -95,6 +95,7 @@ impl PeerConnection {
         &mut self,
         method: RaftMethod,
         request: &Request,
+        blob: Vec<u8>,
         option: &RPCOption,
     ) -> Result<Response, RpcError<E>>
     where
@@ -106,7 +107,7 @@ impl PeerConnection {
             .map_err(|error| RpcError::Network(NetworkError::new(&error)))?;
         let mut client = self.client().map_err(RpcError::Unreachable)?;
         let timeout = option.hard_ttl();
-        let mut grpc_request = tonic::Request::new(RaftPayload { data });
+        let mut grpc_request = tonic::Request::new(RaftPayload { data, blob });
         grpc_request.set_timeout(timeout);
         let call = async {
             match method {
@@ -158,7 +159,8 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: AppendEntriesRequest,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse, RpcError> {
-        self.call(RaftMethod::AppendEntries, &rpc, &option).await
+        self.call(RaftMethod::AppendEntries, &rpc, Vec::new(), &option)
+            .await
     }
 
     async fn install_snapshot(
@@ -166,7 +168,10 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: InstallSnapshotRequest,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse, RpcError<InstallSnapshotError>> {
-        self.call(RaftMethod::InstallSnapshot, &rpc, &option).await
+        let mut rpc = rpc;
+        let chunk = std::mem::take(&mut rpc.data);
+        self.call(RaftMethod::InstallSnapshot, &rpc, chunk, &option)
+            .await
     }
 
     async fn vote(
@@ -174,7 +179,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, RpcError> {
-        self.call(RaftMethod::Vote, &rpc, &option).await
+        self.call(RaftMethod::Vote, &rpc, Vec::new(), &option).await
     }
 
     fn backoff(&self) -> Backoff {
@@ -195,7 +200,12 @@ fn decode<T: DeserializeOwned>(payload: &RaftPayload) -> Result<T, tonic::Status
 
 fn encode<T: Serialize>(value: &T) -> Result<tonic::Response<RaftPayload>, tonic::Status> {
     serde_json::to_vec(value)
-        .map(|data| tonic::Response::new(RaftPayload { data }))
+        .map(|data| {
+            tonic::Response::new(RaftPayload {
+                data,
+                blob: Vec::new(),
+            })
+        })
         .map_err(|error| tonic::Status::internal(format!("unencodable raft payload: {error}")))
 }
 
@@ -223,7 +233,9 @@ impl RaftService for RaftGrpc {
         &self,
         request: tonic::Request<RaftPayload>,
     ) -> Result<tonic::Response<RaftPayload>, tonic::Status> {
-        let rpc: InstallSnapshotRequest = decode(request.get_ref())?;
+        let payload = request.into_inner();
+        let mut rpc: InstallSnapshotRequest = decode(&payload)?;
+        rpc.data = payload.blob;
         let result = self.raft.install_snapshot(rpc).await;
         encode(&result)
     }

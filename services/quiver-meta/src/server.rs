@@ -138,10 +138,20 @@ impl MetaServer {
             initialize_if_new(&raft, &config).await?;
         }
 
-        let background_tasks = vec![
+        let mut background_tasks = vec![
             tokio::spawn(run_control_loop(context.clone(), shutdown_receiver.clone())),
-            tokio::spawn(observe_raft_metrics(context.clone(), shutdown_receiver)),
+            tokio::spawn(observe_raft_metrics(
+                context.clone(),
+                shutdown_receiver.clone(),
+            )),
         ];
+        if config.snapshot_interval_ms > 0 {
+            background_tasks.push(tokio::spawn(snapshot_periodically(
+                context.clone(),
+                Duration::from_millis(config.snapshot_interval_ms),
+                shutdown_receiver,
+            )));
+        }
         tracing::info!(node_id = config.node_id, address = %local_address, data_dir = %config.data_dir.display(), "metadata node started");
         Ok(MetaServer {
             context,
@@ -354,6 +364,32 @@ async fn initialize_if_new(raft: &Raft, config: &MetaConfig) -> MetaResult<()> {
         Err(error) => Err(MetaError::Raft(format!(
             "cluster initialization failed: {error}"
         ))),
+    }
+}
+
+/// Triggers a snapshot every `interval` if entries were applied since the last one,
+/// so the log is compacted even when few entries arrive.
+async fn snapshot_periodically(
+    context: Arc<MetaContext>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => break,
+        }
+        let metrics = context.raft_metrics();
+        let applied = metrics.last_applied.map_or(0, |log_id| log_id.index);
+        let snapshot = metrics.snapshot.map_or(0, |log_id| log_id.index);
+        if applied > snapshot
+            && let Err(error) = context.raft.trigger().snapshot().await
+        {
+            tracing::warn!(%error, "periodic snapshot not triggered");
+        }
     }
 }
 

@@ -3,6 +3,10 @@
 use std::time::Duration;
 
 /// A started role (meta, and later indexer, searcher, gateway).
+///
+/// Starting is each role's async constructor (e.g. `MetaRole::start(config)`), which
+/// returns once the role serves; `quiver standalone` will start several roles in one
+/// process, merge their HTTP routes and stop them in reverse order.
 #[async_trait::async_trait]
 pub trait Role: Send + Sync {
     /// Returns the role's name for logs.

@@ -138,20 +138,26 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn serve_http(
-    role: &dyn Role,
-    address: &str,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+/// Binds the HTTP port before any role starts, so a bad address fails fast.
+async fn bind_http(address: &str) -> anyhow::Result<tokio::net::TcpListener> {
     let socket_address: SocketAddr = address
         .parse()
         .with_context(|| format!("--http-listen `{address}` is not an ip:port address"))?;
-    let listener = tokio::net::TcpListener::bind(socket_address)
+    tokio::net::TcpListener::bind(socket_address)
         .await
-        .with_context(|| format!("cannot listen on http address {address}"))?;
+        .with_context(|| format!("cannot listen on http address {address}"))
+}
+
+fn serve_http(
+    role: &dyn Role,
+    listener: tokio::net::TcpListener,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
     let router = role.http_router();
-    tracing::info!(address = %socket_address, role = role.name(), "http endpoints serving");
-    Ok(tokio::spawn(async move {
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(%address, role = role.name(), "http endpoints serving");
+    }
+    tokio::spawn(async move {
         let shutdown = async move {
             let _ = stop.wait_for(|stopping| *stopping).await;
         };
@@ -161,7 +167,7 @@ async fn serve_http(
         {
             tracing::warn!(%error, "http server failed");
         }
-    }))
+    })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -186,42 +192,42 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     init_logging(log_format);
 
-    // The gateway and standalone serve their own HTTP port (REST + /metrics).
-    let (role, serves_own_http): (Box<dyn Role>, bool) = match &cli.command {
+    // The gateway and standalone serve their own HTTP port (REST + /metrics);
+    // the other roles' port is bound before the role starts, so a taken port
+    // fails fast.
+    let serves_own_http = matches!(
+        cli.command,
+        RoleCommand::Gateway { .. } | RoleCommand::Standalone { .. }
+    );
+    let http_listener = match (&http_listen, serves_own_http) {
+        (Some(address), false) => Some(bind_http(address).await?),
+        _ => None,
+    };
+    let role: Box<dyn Role> = match &cli.command {
         RoleCommand::Meta { .. } => {
             let config = meta_config.expect("built above");
-            (Box::new(MetaRole::start(config).await?), false)
+            Box::new(MetaRole::start(config).await?)
         }
-        RoleCommand::Indexer { indexer, .. } => (
-            Box::new(IndexerRole::start(indexer, &data_file).await?),
-            false,
-        ),
-        RoleCommand::Searcher { searcher, .. } => (
-            Box::new(SearcherRole::start(searcher, &data_file).await?),
-            false,
-        ),
+        RoleCommand::Indexer { indexer, .. } => {
+            Box::new(IndexerRole::start(indexer, &data_file).await?)
+        }
+        RoleCommand::Searcher { searcher, .. } => {
+            Box::new(SearcherRole::start(searcher, &data_file).await?)
+        }
         RoleCommand::Gateway { gateway, .. } => {
             let address = http_listen
                 .as_deref()
                 .context("--http-listen is required for the gateway (its REST port)")?;
-            (
-                Box::new(GatewayRole::start(gateway, address, Vec::new()).await?),
-                true,
-            )
+            Box::new(GatewayRole::start(gateway, address, Vec::new()).await?)
         }
         RoleCommand::Standalone { standalone, .. } => {
             let address = http_listen.as_deref().unwrap_or("127.0.0.1:7700");
-            (
-                Box::new(StandaloneRole::start(standalone, address, &data_file).await?),
-                true,
-            )
+            Box::new(StandaloneRole::start(standalone, address, &data_file).await?)
         }
     };
     let (stop_sender, stop_receiver) = tokio::sync::watch::channel(false);
-    let http_task = match (&http_listen, serves_own_http) {
-        (Some(address), false) => Some(serve_http(role.as_ref(), address, stop_receiver).await?),
-        _ => None,
-    };
+    let http_task =
+        http_listener.map(|listener| serve_http(role.as_ref(), listener, stop_receiver));
     tracing::info!(role = role.name(), ready = role.is_ready(), "role started");
     shutdown_signal().await;
     tracing::info!(role = role.name(), "shutting down");

@@ -127,7 +127,7 @@ async fn bad_writes_are_refused_and_write_nothing() {
                 vector: vector(2, 0),
                 payload: Vec::new(),
             }],
-            "does not match the id type",
+            "is a string, but the collection",
         ),
         (
             vec![WalRecord::Upsert {

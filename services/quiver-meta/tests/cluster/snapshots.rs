@@ -126,3 +126,25 @@ async fn snapshots_compact_the_log_and_lagging_or_new_nodes_catch_up() -> anyhow
     );
     cluster.shutdown().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_snapshot_covers_a_quiet_log() -> anyhow::Result<()> {
+    let cluster = TestCluster::start(1, |config| {
+        config.snapshot_logs = 1_000_000;
+        config.snapshot_interval_ms = 200;
+    })
+    .await?;
+    cluster.wait_for_leader().await?;
+    let client = cluster.client();
+    for index in 0..3 {
+        client
+            .create_collection(collection_spec(&format!("quiet-{index}"), 1, 1))
+            .await?;
+    }
+    let applied = cluster.nodes[&1].status().applied_index;
+    eventually("a periodic snapshot", Duration::from_secs(10), || async {
+        (cluster.nodes[&1].status().snapshot_index >= applied).then_some(())
+    })
+    .await?;
+    cluster.shutdown().await
+}

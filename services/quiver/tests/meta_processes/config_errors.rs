@@ -100,6 +100,21 @@ fn bad_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::Result<(
             "--init",
         ),
     ];
+    let mut cases = cases;
+    cases.push((
+        vec![
+            "meta",
+            "--node-id",
+            "1",
+            "--data-dir",
+            data_dir,
+            "--listen",
+            &listen,
+            "--http-listen",
+            "nowhere",
+        ],
+        "--http-listen",
+    ));
     for (args, expected) in cases {
         let (success, stderr) = run_quiver(&args);
         assert!(!success, "{args:?} should fail");

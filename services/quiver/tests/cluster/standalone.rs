@@ -1,0 +1,526 @@
+//! `quiver standalone` through its REST API: every endpoint, bad input, API
+//! keys, and acknowledged writes surviving SIGTERM restarts and kill -9.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Standalone, vector};
+
+const DIM: usize = 16;
+
+async fn create(server: &Standalone, name: &str) {
+    let (status, body) = server
+        .call(
+            "PUT",
+            &format!("/v1/collections/{name}"),
+            Some(json!({
+                "dimension": DIM,
+                "metric": "cosine",
+                "shards": 2,
+                "payload_schema": [{"name": "lang", "type": "keyword"}, {"name": "year", "type": "integer"}]
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["name"], name);
+    assert_eq!(body["dimension"], DIM);
+}
+
+fn point(id: u64) -> Value {
+    let lang = if id % 4 == 0 { "de" } else { "en" };
+    json!({"id": id, "vector": vector(id, DIM), "payload": {"lang": lang, "year": 2000 + id % 25}})
+}
+
+async fn upsert(server: &Standalone, name: &str, ids: impl Iterator<Item = u64>) -> (u16, Value) {
+    let points: Vec<Value> = ids.map(point).collect();
+    server
+        .call(
+            "POST",
+            &format!("/v1/collections/{name}/points"),
+            Some(json!({"points": points})),
+        )
+        .await
+}
+
+async fn top_hit(server: &Standalone, name: &str, id: u64) -> Option<u64> {
+    let (status, body) = server
+        .call(
+            "POST",
+            &format!("/v1/collections/{name}/search"),
+            Some(json!({"vector": vector(id, DIM), "k": 1, "consistency": "strong"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body["hits"][0]["id"].as_u64()
+}
+
+fn error_code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no error code>")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rest_api_end_to_end() {
+    let directory = tempfile::tempdir().unwrap();
+    let server = Standalone::start(&directory.path().join("data"), &[])
+        .await
+        .unwrap();
+    create(&server, "docs").await;
+    // Creating the same collection again answers with it; listing shows it.
+    let (status, body) = server.call("GET", "/v1/collections", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["collections"][0]["name"], "docs");
+
+    for batch in 0..4u64 {
+        let (status, body) = upsert(&server, "docs", batch * 100..(batch + 1) * 100).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body["sequence"].as_u64().unwrap() > 0);
+    }
+    // Read-after-write: every acknowledged point is found by its own vector.
+    for id in (0..400).step_by(37) {
+        assert_eq!(top_hit(&server, "docs", id).await, Some(id), "point {id}");
+    }
+    let (status, body) = server.call("GET", "/v1/collections/docs", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["points"], 400, "{body}");
+
+    // Filters: only matching payloads come back.
+    let (status, body) = server
+        .call(
+            "POST",
+            "/v1/collections/docs/search",
+            Some(json!({"vector": vector(5, DIM), "k": 10, "filter": "lang = \"de\" and year >= 2010"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let hits = body["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 10);
+    for hit in hits {
+        assert_eq!(hit["payload"]["lang"], "de", "{hit}");
+        assert!(hit["payload"]["year"].as_u64().unwrap() >= 2010, "{hit}");
+    }
+    // The JSON filter form and a batch of searches.
+    let (status, body) = server
+        .call(
+            "POST",
+            "/v1/collections/docs/search/batch",
+            Some(json!({"searches": [
+                {"vector": vector(8, DIM), "k": 3, "filter": {"field": "lang", "value": "de"}},
+                {"vector": vector(9, DIM), "k": 2}
+            ]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"][0]["hits"][0]["id"], 8);
+    assert_eq!(body["results"][1]["hits"].as_array().unwrap().len(), 2);
+
+    // Get, delete, replace.
+    let (status, body) = server
+        .call(
+            "POST",
+            "/v1/collections/docs/points/get",
+            Some(json!({"ids": [3, 999_999], "include_vector": true})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["points"].as_array().unwrap().len(), 1);
+    assert_eq!(body["points"][0]["payload"]["lang"], "en");
+    assert_eq!(body["points"][0]["vector"].as_array().unwrap().len(), DIM);
+    let (status, body) = server
+        .call(
+            "POST",
+            "/v1/collections/docs/points/delete",
+            Some(json!({"ids": [3, 4]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_ne!(
+        top_hit(&server, "docs", 3).await,
+        Some(3),
+        "deleted point returned"
+    );
+    let (_, body) = server
+        .call(
+            "POST",
+            "/v1/collections/docs/points/get",
+            Some(json!({"ids": [3]})),
+        )
+        .await;
+    assert_eq!(body["points"].as_array().unwrap().len(), 0);
+    let (status, _) = server
+        .call(
+            "POST",
+            "/v1/collections/docs/points",
+            Some(json!({"points": [{"id": 5, "vector": vector(1234, DIM), "payload": {"lang": "fr"}}]})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        top_hit(&server, "docs", 1234).await,
+        Some(5),
+        "replacement is visible"
+    );
+    let (_, body) = server.call("GET", "/v1/collections/docs", None).await;
+    assert_eq!(body["points"], 398, "{body}");
+
+    // Bad input: a clear error naming the problem, and nothing written.
+    let cases: Vec<(&str, &str, Value, &str, &str)> = vec![
+        (
+            "POST",
+            "/v1/collections/docs/points",
+            json!({"points": [{"id": 1, "vector": [1.0, 2.0]}]}),
+            "INVALID_ARGUMENT",
+            "dimension 2",
+        ),
+        (
+            "POST",
+            "/v1/collections/docs/points",
+            json!({"points": [{"id": "x", "vector": vector(1, DIM)}]}),
+            "INVALID_ARGUMENT",
+            "unsigned integers",
+        ),
+        (
+            "POST",
+            "/v1/collections/docs/points",
+            json!({"points": [{"id": 1, "vector": vector(1, DIM), "payload": {"year": "old"}}]}),
+            "INVALID_ARGUMENT",
+            "year",
+        ),
+        (
+            "POST",
+            "/v1/collections/docs/points",
+            json!({"points": []}),
+            "INVALID_ARGUMENT",
+            "empty",
+        ),
+        (
+            "POST",
+            "/v1/collections/docs/points",
+            json!({"pints": []}),
+            "INVALID_ARGUMENT",
+            "unknown field",
+        ),
+        (
+            "POST",
+            "/v1/collections/missing/points",
+            json!({"points": [point(1)]}),
+            "NOT_FOUND",
+            "missing",
+        ),
+        (
+            "POST",
+            "/v1/collections/docs/search",
+            json!({"vector": [1.0]}),
+            "INVALID_ARGUMENT",
+            "dimension 1",
+        ),
+        (
+            "POST",
+            "/v1/collections/docs/search",
+            json!({"vector": vector(1, DIM), "k": 0}),
+            "INVALID_ARGUMENT",
+            "k must be",
+        ),
+        (
+            "POST",
+            "/v1/collections/docs/search",
+            json!({"vector": vector(1, DIM), "filter": "colour = 1"}),
+            "INVALID_ARGUMENT",
+            "colour",
+        ),
+        (
+            "POST",
+            "/v1/collections/docs/search",
+            json!({"vector": vector(1, DIM), "consistency": "maybe"}),
+            "INVALID_ARGUMENT",
+            "consistency",
+        ),
+        (
+            "PUT",
+            "/v1/collections/bad%20name",
+            json!({"dimension": 4, "metric": "cosine"}),
+            "INVALID_ARGUMENT",
+            "collection name",
+        ),
+        (
+            "PUT",
+            "/v1/collections/other",
+            json!({"dimension": 4, "metric": "hamming"}),
+            "INVALID_ARGUMENT",
+            "metric",
+        ),
+        (
+            "PUT",
+            "/v1/collections/docs",
+            json!({"dimension": 8, "metric": "cosine"}),
+            "ALREADY_EXISTS",
+            "docs",
+        ),
+    ];
+    for (method, path, body, code, fragment) in cases {
+        let (status, answer) = server.call(method, path, Some(body.clone())).await;
+        assert_eq!(
+            error_code(&answer),
+            code,
+            "{method} {path} {body} → {status} {answer}"
+        );
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(fragment),
+            "{message:?} should mention {fragment:?}"
+        );
+        assert!(status >= 400);
+    }
+    let (status, body) = server
+        .post_raw(
+            "/v1/collections/docs/points",
+            r#"{"points": [{"id": 1, "vector": [NaN]}]}"#,
+        )
+        .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (400, "INVALID_ARGUMENT"),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("NaN"),
+        "{body}"
+    );
+    let (_, body) = server.call("GET", "/v1/collections/docs", None).await;
+    assert_eq!(body["points"], 398, "bad requests wrote nothing: {body}");
+
+    // Admin API and operational endpoints.
+    let (status, body) = server.call("GET", "/admin/v1/cluster", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["meta"]["leader"].as_u64().is_some(), "{body}");
+    assert_eq!(body["meta"]["members"][0]["role"], "voter");
+    let roles: BTreeSet<&str> = body["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|node| node["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, BTreeSet::from(["gateway", "indexer", "searcher"]));
+    assert!(
+        body["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|node| node["state"] == "alive")
+    );
+    let (status, body) = server
+        .call("GET", "/admin/v1/collections/docs/shards", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["shards"].as_array().unwrap().len(), 2);
+    let (status, body) = server
+        .call("POST", "/admin/v1/collections/docs/compact", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for id in [0u64, 150, 399] {
+        assert_eq!(
+            top_hit(&server, "docs", id).await,
+            Some(id),
+            "after compaction"
+        );
+    }
+    let metrics = server
+        .client
+        .get(format!("http://{}/metrics", server.http))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "quiver_gateway_requests_total",
+        "quiver_indexer_rows_written_total",
+        "quiver_searcher_queries_total",
+        "quiver_meta_",
+    ] {
+        assert!(metrics.contains(name), "/metrics lacks {name}");
+    }
+    let (status, _) = server.call("DELETE", "/v1/collections/docs", None).await;
+    assert_eq!(status, 200);
+    let (_, body) = server
+        .call(
+            "POST",
+            "/v1/collections/docs/search",
+            Some(json!({"vector": vector(1, DIM)})),
+        )
+        .await;
+    assert_eq!(error_code(&body), "NOT_FOUND", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_sigterm_and_kill_9() {
+    let directory = tempfile::tempdir().unwrap();
+    let data_dir = directory.path().join("data");
+    let mut server = Standalone::start(&data_dir, &[]).await.unwrap();
+    create(&server, "durable").await;
+    let (status, _) = upsert(&server, "durable", 0..50).await;
+    assert_eq!(status, 200);
+    assert!(server.terminate().unwrap(), "SIGTERM exits cleanly");
+
+    let mut server = Standalone::start(&data_dir, &[]).await.unwrap();
+    assert_eq!(
+        top_hit(&server, "durable", 7).await,
+        Some(7),
+        "kept across a restart"
+    );
+    // A stream of writers; the server is killed while they run.
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let mut writers = Vec::new();
+    for writer in 0..4u64 {
+        let acknowledged = acknowledged.clone();
+        let client = server.client.clone();
+        let url = format!("http://{}/v1/collections/durable/points", server.http);
+        writers.push(tokio::spawn(async move {
+            for round in 0..1000u64 {
+                let id = 1000 + writer * 10_000 + round;
+                let body = json!({"points": [point(id)]});
+                match client.post(&url).json(&body).send().await {
+                    Ok(response) if response.status().is_success() => {
+                        acknowledged.lock().unwrap().push(id);
+                    }
+                    _ => return,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.kill();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(
+        acknowledged.len() > 10,
+        "writes were acknowledged before the kill"
+    );
+
+    let server = Standalone::start(&data_dir, &[]).await.unwrap();
+    let ids: Vec<Value> = acknowledged.iter().map(|id| json!(id)).collect();
+    for chunk in ids.chunks(500) {
+        let (status, body) = server
+            .call(
+                "POST",
+                "/v1/collections/durable/points/get",
+                Some(json!({"ids": chunk})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body["points"].as_array().unwrap().len(),
+            chunk.len(),
+            "every acknowledged point is back after kill -9; log:\n{}",
+            server.log_tail()
+        );
+    }
+    for id in acknowledged.iter().step_by(acknowledged.len() / 10 + 1) {
+        assert_eq!(
+            top_hit(&server, "durable", *id).await,
+            Some(*id),
+            "point {id}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_are_enforced_per_access_level() {
+    let directory = tempfile::tempdir().unwrap();
+    let server = Standalone::start(
+        &directory.path().join("data"),
+        &[
+            ("QUIVER_API_KEYS_READ", "reader-key"),
+            ("QUIVER_API_KEYS_WRITE", "writer-key"),
+            ("QUIVER_API_KEYS_ADMIN", "admin-key"),
+        ],
+    )
+    .await
+    .unwrap();
+    let create_body = json!({"dimension": DIM, "metric": "cosine"});
+    let (status, body) = server
+        .call("PUT", "/v1/collections/secure", Some(create_body.clone()))
+        .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (401, "UNAUTHENTICATED"),
+        "{body}"
+    );
+    let (status, body) = server
+        .call_with_key(
+            "PUT",
+            "/v1/collections/secure",
+            Some(create_body.clone()),
+            Some("writer-key"),
+        )
+        .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (403, "PERMISSION_DENIED"),
+        "{body}"
+    );
+    let (status, _) = server
+        .call_with_key(
+            "PUT",
+            "/v1/collections/secure",
+            Some(create_body),
+            Some("admin-key"),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let write = json!({"points": [point(1)]});
+    let (status, _) = server
+        .call_with_key(
+            "POST",
+            "/v1/collections/secure/points",
+            Some(write.clone()),
+            Some("reader-key"),
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, _) = server
+        .call_with_key(
+            "POST",
+            "/v1/collections/secure/points",
+            Some(write),
+            Some("writer-key"),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let search = json!({"vector": vector(1, DIM)});
+    let (status, body) = server
+        .call_with_key(
+            "POST",
+            "/v1/collections/secure/search",
+            Some(search.clone()),
+            Some("reader-key"),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = server
+        .call_with_key(
+            "POST",
+            "/v1/collections/secure/search",
+            Some(search),
+            Some("wrong-key"),
+        )
+        .await;
+    assert_eq!(status, 401);
+    let (status, _) = server
+        .call_with_key("GET", "/admin/v1/cluster", None, Some("writer-key"))
+        .await;
+    assert_eq!(status, 403, "the admin API refuses non-admin keys");
+    // Health and metrics stay open for probes.
+    let (status, _) = server.call("GET", "/healthz", None).await;
+    assert_eq!(status, 200);
+    let log = std::fs::read_to_string(&server.log_path).unwrap_or_default();
+    assert!(
+        !log.contains("admin-key") && !log.contains("writer-key"),
+        "keys never logged"
+    );
+}

@@ -1,0 +1,190 @@
+//! Starting `quiver standalone` processes and talking REST to them.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+/// Returns a free loopback address (bound then released; a small race is accepted).
+pub fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address").to_string()
+}
+
+/// One `quiver standalone` process.
+pub struct Standalone {
+    pub http: String,
+    pub log_path: PathBuf,
+    child: Option<Child>,
+    pub client: reqwest::Client,
+}
+
+impl Standalone {
+    /// Starts a server over `data_dir` and waits until `/readyz` answers 200.
+    pub async fn start(data_dir: &Path, envs: &[(&str, &str)]) -> anyhow::Result<Standalone> {
+        let http = free_address();
+        let grpc = free_address();
+        let log_path = data_dir.with_extension(format!("{}.log", rand::random::<u32>()));
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let mut command = Command::new(env!("CARGO_BIN_EXE_quiver"));
+        command
+            .args(["standalone", "--data-dir"])
+            .arg(data_dir)
+            .args([
+                "--http-listen",
+                &http,
+                "--grpc-listen",
+                &grpc,
+                "--cache-size",
+                "64MiB",
+            ])
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let child = command.spawn().context("spawn quiver standalone")?;
+        let server = Standalone {
+            http,
+            log_path,
+            child: Some(child),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()?,
+        };
+        server.wait_ready(Duration::from_secs(60)).await?;
+        Ok(server)
+    }
+
+    async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let answer = self
+                .client
+                .get(format!("http://{}/readyz", self.http))
+                .send()
+                .await;
+            if answer.is_ok_and(|response| response.status().is_success()) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "server not ready after {timeout:?}; log:\n{}",
+                    self.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Returns the end of the server's log (for failure messages).
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Sends `method path` with an optional JSON body; returns (status, JSON body).
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.call_with_key(method, path, body, None).await
+    }
+
+    /// Like [`Standalone::call`], with an API key.
+    pub async fn call_with_key(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        key: Option<&str>,
+    ) -> (u16, Value) {
+        let url = format!("http://{}{path}", self.http);
+        let mut request = match method {
+            "GET" => self.client.get(url),
+            "PUT" => self.client.put(url),
+            "DELETE" => self.client.delete(url),
+            _ => self.client.post(url),
+        };
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or_else(|_| json!({"raw": text}));
+        (status, body)
+    }
+
+    /// Sends a raw body (to test malformed JSON).
+    pub async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
+        let response = self
+            .client
+            .post(format!("http://{}{path}", self.http))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("request sent");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or_else(|_| json!({"raw": text})),
+        )
+    }
+
+    /// Kills the process at once (SIGKILL).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the process with SIGTERM and returns whether it exited cleanly.
+    pub fn terminate(&mut self) -> anyhow::Result<bool> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(false);
+        };
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status.success());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("server did not stop within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A deterministic unit-ish vector for `id` (clustered so search is meaningful).
+pub fn vector(id: u64, dim: usize) -> Vec<f32> {
+    let centre = id % 17;
+    (0..dim)
+        .map(|i| {
+            let base = ((centre * 31 + i as u64 * 7) % 23) as f32 / 23.0 - 0.5;
+            let noise = ((id * 2654435761 + i as u64 * 40503) % 1000) as f32 / 4000.0;
+            base + noise
+        })
+        .collect()
+}
