@@ -1,5 +1,6 @@
 //! `quiver-bench`: synthetic datasets and benchmarks of the Quiver engine.
 
+mod cluster;
 mod engine;
 mod generate;
 mod peers;
@@ -80,6 +81,49 @@ enum Command {
         /// Output directory (base.fvecs, queries.fvecs, groundtruth.ivecs).
         #[arg(long)]
         out: PathBuf,
+    },
+    /// Measures a running Quiver (gateway or standalone) over REST at several concurrencies.
+    Cluster {
+        /// REST endpoint, e.g. http://127.0.0.1:7700.
+        #[arg(long)]
+        endpoint: String,
+        /// API key (sent as a bearer token).
+        #[arg(long, env = "QUIVER_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        #[arg(long)]
+        collection: String,
+        /// Create the collection and upsert --base first (ids = row numbers).
+        #[arg(long, requires = "base")]
+        load: bool,
+        #[arg(long)]
+        base: Option<PathBuf>,
+        /// Metric of a collection created by --load.
+        #[arg(long, value_enum, default_value = "cosine")]
+        metric: MetricArg,
+        /// Shards of a collection created by --load.
+        #[arg(long, default_value_t = 1)]
+        shards: u32,
+        #[arg(long)]
+        queries: PathBuf,
+        #[arg(long)]
+        gt: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Client concurrencies to measure, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+        concurrency: Vec<usize>,
+        /// Lists probed per segment (default: the server's calibrated default).
+        #[arg(long)]
+        nprobe: Option<u32>,
+        /// `strong` or `eventual`.
+        #[arg(long, default_value = "strong")]
+        consistency: String,
+        /// Use only the first N queries.
+        #[arg(long)]
+        max_queries: Option<usize>,
+        /// JSON report path; the latency plot is written beside it as .png.
+        #[arg(long)]
+        json: PathBuf,
     },
     /// Builds segments with the real writer and benchmarks search through the real reader.
     Engine {
@@ -181,6 +225,53 @@ fn main() -> Result<()> {
             },
             &out,
         ),
+        Command::Cluster {
+            endpoint,
+            api_key,
+            collection,
+            load,
+            base,
+            metric,
+            shards,
+            queries,
+            gt,
+            k,
+            concurrency,
+            nprobe,
+            consistency,
+            max_queries,
+            json,
+        } => {
+            if k == 0 || concurrency.is_empty() || concurrency.contains(&0) {
+                bail!("--k and --concurrency must be positive");
+            }
+            let options = cluster::ClusterOptions {
+                endpoint,
+                api_key,
+                collection,
+                load,
+                base,
+                metric: match metric {
+                    MetricArg::Cosine => "cosine",
+                    MetricArg::Dot => "dot",
+                    MetricArg::L2 => "l2",
+                }
+                .to_string(),
+                shards,
+                queries,
+                ground_truth: gt,
+                k,
+                concurrency,
+                nprobe,
+                consistency,
+                max_queries,
+                json,
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(cluster::run(&options))
+        }
         Command::Engine {
             base,
             queries,

@@ -19,6 +19,11 @@ fn register_font() {
     });
 }
 
+/// Registers the embedded font (once) before any plot is drawn.
+pub fn ensure_font() {
+    register_font();
+}
+
 /// One line of a recall/QPS plot.
 pub struct Series {
     pub label: String,

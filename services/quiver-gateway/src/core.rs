@@ -225,9 +225,8 @@ impl Gateway {
                 shard: Some(reference(placement.shard)),
                 min_manifest_version: placement.manifest_version,
             };
-            self.on_searchers(placement, move |mut client| {
-                let request = request.clone();
-                async move { client.shard_stats(request).await }
+            self.on_searchers(placement, move |mut client| async move {
+                client.shard_stats(request).await
             })
         });
         let mut stats = CollectionStats::default();

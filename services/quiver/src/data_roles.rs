@@ -206,7 +206,7 @@ impl Role for IndexerRole {
 
     fn http_router(&self) -> axum::Router {
         let ready = self.node.ready_probe();
-        health_router(Arc::new(move || ready()))
+        health_router(Arc::new(ready))
     }
 
     async fn stop(self: Box<Self>, grace: Duration) -> anyhow::Result<()> {
@@ -298,7 +298,7 @@ impl Role for SearcherRole {
 
     fn http_router(&self) -> axum::Router {
         let ready = self.node.ready_probe();
-        health_router(Arc::new(move || ready()))
+        health_router(Arc::new(ready))
     }
 
     async fn stop(self: Box<Self>, grace: Duration) -> anyhow::Result<()> {

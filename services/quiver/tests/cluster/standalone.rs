@@ -30,7 +30,7 @@ async fn create(server: &Standalone, name: &str) {
 }
 
 fn point(id: u64) -> Value {
-    let lang = if id % 4 == 0 { "de" } else { "en" };
+    let lang = if id.is_multiple_of(4) { "de" } else { "en" };
     json!({"id": id, "vector": vector(id, DIM), "payload": {"lang": lang, "year": 2000 + id % 25}})
 }
 

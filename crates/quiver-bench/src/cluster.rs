@@ -1,0 +1,305 @@
+//! `quiver-bench cluster`: recall, throughput and latency of a running Quiver
+//! (a cluster's gateway or `quiver standalone`) over its REST API, at several
+//! client concurrencies; optionally loads the base vectors first.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use plotters::prelude::*;
+use quiver_client::{Client, CollectionConfig, Point, PointId, Search};
+use serde::Serialize;
+
+use crate::progress::bar;
+use crate::vecs::{read_fvecs, read_ivecs};
+
+/// Options of `quiver-bench cluster`.
+pub struct ClusterOptions {
+    pub endpoint: String,
+    pub api_key: Option<String>,
+    pub collection: String,
+    pub load: bool,
+    pub base: Option<PathBuf>,
+    pub metric: String,
+    pub shards: u32,
+    pub queries: PathBuf,
+    pub ground_truth: PathBuf,
+    pub k: usize,
+    pub concurrency: Vec<usize>,
+    pub nprobe: Option<u32>,
+    pub consistency: String,
+    pub max_queries: Option<usize>,
+    pub json: PathBuf,
+}
+
+#[derive(Serialize)]
+struct ClusterPoint {
+    concurrency: usize,
+    nprobe: u32,
+    rescore: u32,
+    recall: f64,
+    qps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: usize,
+}
+
+fn percentile(sorted: &[f64], fraction: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * fraction).round() as usize]
+}
+
+async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
+    let path = options
+        .base
+        .as_ref()
+        .context("--load needs --base B.fvecs")?;
+    let base = read_fvecs(path, None)?;
+    let config = CollectionConfig {
+        dimension: base.dim as u32,
+        metric: options.metric.clone(),
+        id_type: None,
+        shards: Some(options.shards),
+        replication: None,
+        payload_schema: Vec::new(),
+    };
+    match client.create_collection(&options.collection, &config).await {
+        Ok(_) => {}
+        Err(error) if error.code() == "ALREADY_EXISTS" => {
+            bail!(
+                "collection {} exists with another definition; drop it or pick another --collection",
+                options.collection
+            )
+        }
+        Err(error) => return Err(error.into()),
+    }
+    let rows = base.rows();
+    let progress = bar("load", rows as u64);
+    let started = Instant::now();
+    let base = Arc::new(base);
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(4));
+    let mut tasks = Vec::new();
+    for start in (0..rows).step_by(1000) {
+        let permit = semaphore.clone().acquire_owned().await?;
+        let (client, base, progress) = (client.clone(), base.clone(), progress.clone());
+        let name = options.collection.clone();
+        tasks.push(tokio::spawn(async move {
+            let _permit = permit;
+            let end = (start + 1000).min(base.rows());
+            let points: Vec<Point> = (start..end)
+                .map(|row| Point {
+                    id: PointId::U64(row as u64),
+                    vector: base.row(row).to_vec(),
+                    payload: None,
+                })
+                .collect();
+            client.upsert(&name, &points).await?;
+            progress.inc((end - start) as u64);
+            Ok::<(), quiver_client::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    progress.finish();
+    // Searchable once every point is counted (strong read).
+    loop {
+        let described = client.describe(&options.collection).await?;
+        if described["points"].as_u64() == Some(rows as u64) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// Runs the benchmark.
+pub async fn run(options: &ClusterOptions) -> Result<()> {
+    let client = Client::new(&options.endpoint, options.api_key.clone())?;
+    let load_seconds = if options.load {
+        let seconds = load(&client, options).await?;
+        println!("loaded in {seconds:.1} s");
+        Some(seconds)
+    } else {
+        None
+    };
+    let queries = Arc::new(read_fvecs(&options.queries, options.max_queries)?);
+    let truth = read_ivecs(&options.ground_truth, options.max_queries)?;
+    if truth.rows() < queries.rows() {
+        bail!("the ground truth has fewer rows than the queries");
+    }
+    let described = client.describe(&options.collection).await?;
+    println!(
+        "collection {}: {} points, {} segments, {} bytes; {} queries, k = {}",
+        options.collection,
+        described["points"],
+        described["segments"],
+        described["bytes"],
+        queries.rows(),
+        options.k
+    );
+    // Warm up: every query once.
+    for row in 0..queries.rows().min(50) {
+        let search = Search::new(queries.row(row).to_vec(), options.k);
+        client.search(&options.collection, &search).await?;
+    }
+    println!(
+        "{:>11} {:>8} {:>10} {:>8} {:>8} {:>7}",
+        "concurrency", "recall", "qps", "p50_ms", "p99_ms", "errors"
+    );
+    let mut points = Vec::new();
+    for &concurrency in &options.concurrency {
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let started = Instant::now();
+        let mut workers = Vec::new();
+        for _ in 0..concurrency.max(1) {
+            let (client, queries, next) = (client.clone(), queries.clone(), next.clone());
+            let name = options.collection.clone();
+            let (k, nprobe, consistency) = (options.k, options.nprobe, options.consistency.clone());
+            workers.push(tokio::spawn(async move {
+                let mut answers = Vec::new();
+                let mut errors = 0;
+                loop {
+                    let row = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if row >= queries.rows() {
+                        break;
+                    }
+                    let mut search = Search::new(queries.row(row).to_vec(), k);
+                    search.nprobe = nprobe;
+                    search.include_payload = false;
+                    search.consistency = Some(consistency.clone());
+                    let begun = Instant::now();
+                    match client.search(&name, &search).await {
+                        Ok(result) => {
+                            answers.push((row, result, begun.elapsed().as_secs_f64() * 1e3))
+                        }
+                        Err(_) => errors += 1,
+                    }
+                }
+                (answers, errors)
+            }));
+        }
+        let mut latencies = Vec::new();
+        let (mut found, mut wanted, mut errors) = (0usize, 0usize, 0usize);
+        for worker in workers {
+            let (answers, worker_errors) = worker.await?;
+            errors += worker_errors;
+            for (row, result, latency) in answers {
+                let expected = &truth.row(row)[..options.k.min(truth.dim)];
+                found += result
+                    .hits
+                    .iter()
+                    .filter(|hit| {
+                        hit.id
+                            .as_i64()
+                            .is_some_and(|id| expected.contains(&(id as i32)))
+                    })
+                    .count();
+                wanted += expected.len();
+                latencies.push(latency);
+            }
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        latencies.sort_by(f64::total_cmp);
+        let point = ClusterPoint {
+            concurrency,
+            nprobe: options.nprobe.unwrap_or(0),
+            rescore: 0,
+            recall: if wanted == 0 {
+                0.0
+            } else {
+                found as f64 / wanted as f64
+            },
+            qps: latencies.len() as f64 / elapsed,
+            p50_ms: percentile(&latencies, 0.5),
+            p99_ms: percentile(&latencies, 0.99),
+            errors,
+        };
+        println!(
+            "{:>11} {:>8.4} {:>10.0} {:>8.2} {:>8.2} {:>7}",
+            point.concurrency, point.recall, point.qps, point.p50_ms, point.p99_ms, point.errors
+        );
+        points.push(point);
+    }
+    let report = serde_json::json!({
+        "dataset": {
+            "collection": options.collection,
+            "queries": options.queries.display().to_string(),
+            "points": described["points"],
+            "k": options.k,
+            "endpoint": options.endpoint,
+        },
+        "build_s": load_seconds.unwrap_or(0.0),
+        "index_bytes": described["bytes"],
+        "points": points,
+    });
+    std::fs::write(&options.json, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", options.json.display()))?;
+    let png = options.json.with_extension("png");
+    plot_latency(&png, &options.collection, &points)?;
+    println!("wrote {} and {}", options.json.display(), png.display());
+    Ok(())
+}
+
+fn plot_latency(path: &std::path::Path, title: &str, points: &[ClusterPoint]) -> Result<()> {
+    crate::plot::ensure_font();
+    let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    let max_concurrency = points.iter().map(|p| p.concurrency).max().unwrap_or(1) as f64;
+    let max_latency = points.iter().map(|p| p.p99_ms).fold(1.0f64, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{title}: latency vs concurrency"),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..max_concurrency * 1.05, 0.0..max_latency)
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("client concurrency")
+        .y_desc("latency (ms)")
+        .draw()
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    for (label, color, pick) in [
+        (
+            "p50",
+            BLUE,
+            (|p: &ClusterPoint| p.p50_ms) as fn(&ClusterPoint) -> f64,
+        ),
+        ("p99", RED, |p: &ClusterPoint| p.p99_ms),
+    ] {
+        let series: Vec<(f64, f64)> = points
+            .iter()
+            .map(|p| (p.concurrency as f64, pick(p)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))
+            .map_err(|e| anyhow::anyhow!("plot: {e}"))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                series
+                    .into_iter()
+                    .map(|(x, y)| Circle::new((x, y), 3, color.filled())),
+            )
+            .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,442 @@
+//! Rust SDK of Quiver's REST API: collections, writes, reads, search and the
+//! admin API, with the server's error codes as [`Error::Api`] and retries (with
+//! backoff) of calls that are safe to repeat when the server is briefly
+//! unavailable. Upserts and deletes are idempotent by id, so they are retried too.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// Everything that can go wrong calling the server.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server answered with an error.
+    #[error("{code}: {message}")]
+    Api {
+        /// The error code (`INVALID_ARGUMENT`, `NOT_FOUND`, …).
+        code: String,
+        /// What was wrong.
+        message: String,
+        /// The HTTP status.
+        status: u16,
+    },
+    /// The server could not be reached or the connection failed.
+    #[error("cannot reach {endpoint}: {reason}")]
+    Transport { endpoint: String, reason: String },
+    /// The answer was not what the API promises.
+    #[error("unexpected answer from the server: {0}")]
+    Decode(String),
+}
+
+impl Error {
+    /// Returns the error code (`UNAVAILABLE` for transport failures).
+    pub fn code(&self) -> &str {
+        match self {
+            Error::Api { code, .. } => code,
+            Error::Transport { .. } => "UNAVAILABLE",
+            Error::Decode(_) => "INTERNAL",
+        }
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A point id: an unsigned integer or a string, as the collection declares.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(untagged)]
+pub enum PointId {
+    U64(u64),
+    String(String),
+}
+
+/// A point to upsert.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    pub id: PointId,
+    pub vector: Vec<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+}
+
+/// A collection to create.
+#[derive(Clone, Debug, Serialize)]
+pub struct CollectionConfig {
+    pub dimension: u32,
+    /// `cosine`, `dot` or `l2`.
+    pub metric: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication: Option<u32>,
+    /// `[{"name": …, "type": "keyword"|"integer"|"float"|"bool"}]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub payload_schema: Vec<Value>,
+}
+
+/// One search.
+#[derive(Clone, Debug, Serialize)]
+pub struct Search {
+    pub vector: Vec<f32>,
+    pub k: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nprobe: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rescore: Option<u32>,
+    /// `strong` (default) or `eventual`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consistency: Option<String>,
+    pub include_payload: bool,
+    pub include_vector: bool,
+}
+
+impl Search {
+    /// Returns a top-`k` search for `vector` with the server's defaults.
+    pub fn new(vector: Vec<f32>, k: usize) -> Self {
+        Search {
+            vector,
+            k,
+            filter: None,
+            nprobe: None,
+            rescore: None,
+            consistency: None,
+            include_payload: true,
+            include_vector: false,
+        }
+    }
+}
+
+/// One hit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hit {
+    pub id: Value,
+    pub score: f32,
+    pub payload: Option<Value>,
+}
+
+/// The answer to a search.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchResult {
+    pub hits: Vec<Hit>,
+    pub took_ms: f64,
+}
+
+/// A client of one Quiver endpoint (a gateway or `quiver standalone`).
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    endpoint: String,
+    api_key: Option<String>,
+    retries: u32,
+}
+
+impl Client {
+    /// Returns a client for `endpoint` (e.g. `http://127.0.0.1:7700`).
+    pub fn new(endpoint: &str, api_key: Option<String>) -> Result<Client> {
+        let endpoint = endpoint.trim_end_matches('/').to_string();
+        if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
+            return Err(Error::Transport {
+                endpoint,
+                reason: "the endpoint must start with http:// or https://".into(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|error| Error::Transport {
+                endpoint: endpoint.clone(),
+                reason: error.to_string(),
+            })?;
+        Ok(Client {
+            http,
+            endpoint,
+            api_key,
+            retries: 5,
+        })
+    }
+
+    /// Returns the endpoint.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    async fn call_once(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value> {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.endpoint))
+            .header("x-request-id", uuid::Uuid::new_v4().to_string());
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(|error| Error::Transport {
+            endpoint: self.endpoint.clone(),
+            reason: error.to_string(),
+        })?;
+        let status = response.status().as_u16();
+        let text = response.text().await.map_err(|error| Error::Transport {
+            endpoint: self.endpoint.clone(),
+            reason: error.to_string(),
+        })?;
+        let value: Value = serde_json::from_str(&text).map_err(|_| {
+            if status >= 400 {
+                Error::Api {
+                    code: if status >= 500 {
+                        "UNAVAILABLE"
+                    } else {
+                        "INVALID_ARGUMENT"
+                    }
+                    .into(),
+                    message: text.chars().take(200).collect(),
+                    status,
+                }
+            } else {
+                Error::Decode(format!(
+                    "not JSON: {}",
+                    text.chars().take(200).collect::<String>()
+                ))
+            }
+        })?;
+        if status >= 400 {
+            return Err(Error::Api {
+                code: value["error"]["code"]
+                    .as_str()
+                    .unwrap_or("INTERNAL")
+                    .to_string(),
+                message: value["error"]["message"]
+                    .as_str()
+                    .unwrap_or(&text)
+                    .to_string(),
+                status,
+            });
+        }
+        Ok(value)
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        retry: bool,
+    ) -> Result<Value> {
+        let mut delay = Duration::from_millis(100);
+        let mut attempt = 0;
+        loop {
+            match self.call_once(method.clone(), path, body.as_ref()).await {
+                Err(error)
+                    if retry
+                        && attempt < self.retries
+                        && matches!(error.code(), "UNAVAILABLE" | "RESOURCE_EXHAUSTED") =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(3));
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    fn collection_path(name: &str, rest: &str) -> String {
+        format!("/v1/collections/{name}{rest}")
+    }
+
+    /// Creates a collection; returns its description.
+    pub async fn create_collection(&self, name: &str, config: &CollectionConfig) -> Result<Value> {
+        let body =
+            serde_json::to_value(config).map_err(|error| Error::Decode(error.to_string()))?;
+        self.call(
+            reqwest::Method::PUT,
+            &Self::collection_path(name, ""),
+            Some(body),
+            false,
+        )
+        .await
+    }
+
+    /// Lists the collections.
+    pub async fn list_collections(&self) -> Result<Vec<Value>> {
+        let answer = self
+            .call(reqwest::Method::GET, "/v1/collections", None, true)
+            .await?;
+        answer["collections"]
+            .as_array()
+            .cloned()
+            .ok_or_else(|| Error::Decode("no `collections` list".into()))
+    }
+
+    /// Describes a collection, with `points` (live, deletions applied).
+    pub async fn describe(&self, name: &str) -> Result<Value> {
+        self.call(
+            reqwest::Method::GET,
+            &Self::collection_path(name, ""),
+            None,
+            true,
+        )
+        .await
+    }
+
+    /// Drops a collection.
+    pub async fn drop_collection(&self, name: &str) -> Result<()> {
+        self.call(
+            reqwest::Method::DELETE,
+            &Self::collection_path(name, ""),
+            None,
+            false,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Upserts points; returns the write's sequence.
+    pub async fn upsert(&self, name: &str, points: &[Point]) -> Result<u64> {
+        let answer = self
+            .call(
+                reqwest::Method::POST,
+                &Self::collection_path(name, "/points"),
+                Some(json!({ "points": points })),
+                true,
+            )
+            .await?;
+        answer["sequence"]
+            .as_u64()
+            .ok_or_else(|| Error::Decode("no `sequence`".into()))
+    }
+
+    /// Deletes points; returns the write's sequence.
+    pub async fn delete(&self, name: &str, ids: &[PointId]) -> Result<u64> {
+        let answer = self
+            .call(
+                reqwest::Method::POST,
+                &Self::collection_path(name, "/points/delete"),
+                Some(json!({ "ids": ids })),
+                true,
+            )
+            .await?;
+        answer["sequence"]
+            .as_u64()
+            .ok_or_else(|| Error::Decode("no `sequence`".into()))
+    }
+
+    /// Reads points by id (missing ids are left out).
+    pub async fn get(
+        &self,
+        name: &str,
+        ids: &[PointId],
+        include_vector: bool,
+    ) -> Result<Vec<Value>> {
+        let answer = self
+            .call(
+                reqwest::Method::POST,
+                &Self::collection_path(name, "/points/get"),
+                Some(json!({ "ids": ids, "include_vector": include_vector })),
+                true,
+            )
+            .await?;
+        answer["points"]
+            .as_array()
+            .cloned()
+            .ok_or_else(|| Error::Decode("no `points` list".into()))
+    }
+
+    /// Searches a collection.
+    pub async fn search(&self, name: &str, search: &Search) -> Result<SearchResult> {
+        let body =
+            serde_json::to_value(search).map_err(|error| Error::Decode(error.to_string()))?;
+        let answer = self
+            .call(
+                reqwest::Method::POST,
+                &Self::collection_path(name, "/search"),
+                Some(body),
+                true,
+            )
+            .await?;
+        let hits = answer["hits"]
+            .as_array()
+            .ok_or_else(|| Error::Decode("no `hits` list".into()))?
+            .iter()
+            .map(|hit| Hit {
+                id: hit["id"].clone(),
+                score: hit["score"].as_f64().unwrap_or(f64::NAN) as f32,
+                payload: hit.get("payload").cloned(),
+            })
+            .collect();
+        Ok(SearchResult {
+            hits,
+            took_ms: answer["took_ms"].as_f64().unwrap_or(0.0),
+        })
+    }
+
+    /// Returns the cluster status (admin).
+    pub async fn cluster_status(&self) -> Result<Value> {
+        self.call(reqwest::Method::GET, "/admin/v1/cluster", None, true)
+            .await
+    }
+
+    /// Returns a collection's shards (admin).
+    pub async fn shards(&self, name: &str) -> Result<Value> {
+        self.call(
+            reqwest::Method::GET,
+            &format!("/admin/v1/collections/{name}/shards"),
+            None,
+            true,
+        )
+        .await
+    }
+
+    /// Merges a collection's segments (admin).
+    pub async fn compact(&self, name: &str) -> Result<Value> {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/admin/v1/collections/{name}/compact"),
+            None,
+            true,
+        )
+        .await
+    }
+
+    /// Drains a node (admin).
+    pub async fn drain(&self, node: &str) -> Result<Value> {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/admin/v1/nodes/{node}/drain"),
+            None,
+            true,
+        )
+        .await
+    }
+
+    /// Adds (`add`, with an address), promotes or removes a metadata node (admin).
+    pub async fn meta_members(
+        &self,
+        action: &str,
+        id: u64,
+        address: Option<&str>,
+    ) -> Result<Value> {
+        let mut body = json!({"action": action, "id": id});
+        if let Some(address) = address {
+            body["address"] = json!(address);
+        }
+        self.call(
+            reqwest::Method::POST,
+            "/admin/v1/meta/members",
+            Some(body),
+            false,
+        )
+        .await
+    }
+}

@@ -1,0 +1,340 @@
+//! `quiverctl`: the operator's command line, over the REST and admin API.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use quiver_client::{Client, CollectionConfig, Point, PointId, Search};
+use serde_json::Value;
+
+/// Operate a Quiver cluster (or `quiver standalone`).
+#[derive(Parser)]
+#[command(name = "quiverctl", version, about)]
+struct Cli {
+    /// Gateway address.
+    #[arg(
+        long,
+        env = "QUIVER_ENDPOINT",
+        default_value = "http://127.0.0.1:7700",
+        global = true
+    )]
+    endpoint: String,
+    /// API key (sent as a bearer token).
+    #[arg(long, env = "QUIVER_API_KEY", hide_env_values = true, global = true)]
+    api_key: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Cluster status.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+    /// Collections.
+    Collections {
+        #[command(subcommand)]
+        command: CollectionsCommand,
+    },
+    /// Bulk upsert from an .fvecs file; ids are row numbers.
+    Load {
+        name: String,
+        #[arg(long)]
+        fvecs: PathBuf,
+        /// Points per request.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+    },
+    /// Searches with vectors from an .fvecs file (one row, or all of them).
+    Search {
+        name: String,
+        #[arg(long)]
+        fvecs: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Only this row of the file.
+        #[arg(long)]
+        row: Option<usize>,
+        /// Payload filter, e.g. 'lang = "en"'.
+        #[arg(long)]
+        filter: Option<String>,
+        #[arg(long)]
+        nprobe: Option<u32>,
+    },
+    /// Merges a collection's segments.
+    Compact { name: String },
+    /// Drains a data node (its shards move elsewhere).
+    Drain { node: String },
+    /// Metadata membership.
+    Meta {
+        #[command(subcommand)]
+        command: MetaCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ClusterCommand {
+    /// Meta leader and members, nodes, shards.
+    Status,
+}
+
+#[derive(Subcommand)]
+enum CollectionsCommand {
+    /// Lists collections.
+    List,
+    /// Creates a collection.
+    Create {
+        name: String,
+        #[arg(long)]
+        dim: u32,
+        #[arg(long, default_value = "cosine")]
+        metric: String,
+        #[arg(long)]
+        shards: Option<u32>,
+        #[arg(long)]
+        replication: Option<u32>,
+        /// `u64` or `string`.
+        #[arg(long)]
+        id_type: Option<String>,
+        /// Filterable payload field, NAME:TYPE (keyword, integer, float, bool); repeatable.
+        #[arg(long = "field")]
+        fields: Vec<String>,
+    },
+    /// Describes a collection (with live point count).
+    Describe { name: String },
+    /// Drops a collection.
+    Drop { name: String },
+}
+
+#[derive(Subcommand)]
+enum MetaCommand {
+    /// Adds a metadata node as a learner.
+    Add { id: u64, address: String },
+    /// Promotes a learner to voter.
+    Promote { id: u64 },
+    /// Removes a metadata node.
+    Remove { id: u64 },
+}
+
+fn print(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+/// Reads an .fvecs file: per row a little-endian i32 dimension, then the values.
+fn read_fvecs(path: &Path) -> anyhow::Result<(usize, Vec<f32>)> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if bytes.len() < 4 {
+        bail!("{} is not an .fvecs file (too short)", path.display());
+    }
+    let dim = i32::from_le_bytes(bytes[..4].try_into()?) as usize;
+    let row_bytes = 4 + dim * 4;
+    if dim == 0 || bytes.len() % row_bytes != 0 {
+        bail!(
+            "{} is not an .fvecs file of dimension {dim} ({} bytes)",
+            path.display(),
+            bytes.len()
+        );
+    }
+    let mut values = Vec::with_capacity(bytes.len() / row_bytes * dim);
+    for row in bytes.chunks_exact(row_bytes) {
+        if i32::from_le_bytes(row[..4].try_into()?) as usize != dim {
+            bail!("{} mixes dimensions", path.display());
+        }
+        values.extend(
+            row[4..]
+                .chunks_exact(4)
+                .map(|value| f32::from_le_bytes(value.try_into().expect("4 bytes"))),
+        );
+    }
+    Ok((dim, values))
+}
+
+async fn load(
+    client: &Client,
+    name: &str,
+    path: &Path,
+    batch: usize,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let (dim, values) = read_fvecs(path)?;
+    let rows = values.len() / dim;
+    let bar = indicatif::ProgressBar::new(rows as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "load {bar:40} {pos}/{len} points [{elapsed_precise}, {per_sec}, eta {eta}]",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let started = Instant::now();
+    let batches: Vec<std::ops::Range<usize>> = (0..rows)
+        .step_by(batch.max(1))
+        .map(|start| start..(start + batch.max(1)).min(rows))
+        .collect();
+    let values = std::sync::Arc::new(values);
+    let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let mut tasks = Vec::new();
+    for range in batches {
+        let permit = semaphore.clone().acquire_owned().await?;
+        let client = client.clone();
+        let values = values.clone();
+        let name = name.to_string();
+        let bar = bar.clone();
+        tasks.push(tokio::spawn(async move {
+            let _permit = permit;
+            let points: Vec<Point> = range
+                .clone()
+                .map(|row| Point {
+                    id: PointId::U64(row as u64),
+                    vector: values[row * dim..(row + 1) * dim].to_vec(),
+                    payload: None,
+                })
+                .collect();
+            client.upsert(&name, &points).await?;
+            bar.inc(range.len() as u64);
+            Ok::<(), quiver_client::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    bar.finish();
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "loaded {rows} points of dimension {dim} into {name} in {seconds:.1} s ({:.0} points/s)",
+        rows as f64 / seconds
+    );
+    Ok(())
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let client = Client::new(&cli.endpoint, cli.api_key.clone())?;
+    match cli.command {
+        Command::Cluster {
+            command: ClusterCommand::Status,
+        } => print(&client.cluster_status().await?),
+        Command::Collections { command } => match command {
+            CollectionsCommand::List => {
+                for collection in client.list_collections().await? {
+                    println!(
+                        "{}\tdim={}\tmetric={}\tshards={}",
+                        collection["name"].as_str().unwrap_or_default(),
+                        collection["dimension"],
+                        collection["metric"].as_str().unwrap_or_default(),
+                        collection["shards"]
+                    );
+                }
+            }
+            CollectionsCommand::Create {
+                name,
+                dim,
+                metric,
+                shards,
+                replication,
+                id_type,
+                fields,
+            } => {
+                let payload_schema = fields
+                    .iter()
+                    .map(|field| {
+                        let (field, kind) = field
+                            .split_once(':')
+                            .with_context(|| format!("--field {field} is not NAME:TYPE"))?;
+                        Ok(serde_json::json!({"name": field, "type": kind}))
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let config = CollectionConfig {
+                    dimension: dim,
+                    metric,
+                    id_type,
+                    shards,
+                    replication,
+                    payload_schema,
+                };
+                print(&client.create_collection(&name, &config).await?);
+            }
+            CollectionsCommand::Describe { name } => print(&client.describe(&name).await?),
+            CollectionsCommand::Drop { name } => {
+                client.drop_collection(&name).await?;
+                println!("dropped {name}");
+            }
+        },
+        Command::Load {
+            name,
+            fvecs,
+            batch,
+            concurrency,
+        } => load(&client, &name, &fvecs, batch, concurrency).await?,
+        Command::Search {
+            name,
+            fvecs,
+            k,
+            row,
+            filter,
+            nprobe,
+        } => {
+            let (dim, values) = read_fvecs(&fvecs)?;
+            let rows = values.len() / dim;
+            let selected: Vec<usize> = match row {
+                Some(row) if row >= rows => bail!("--row {row}: the file has {rows} rows"),
+                Some(row) => vec![row],
+                None => (0..rows).collect(),
+            };
+            for row in selected {
+                let mut search = Search::new(values[row * dim..(row + 1) * dim].to_vec(), k);
+                search.filter = filter.clone().map(Value::String);
+                search.nprobe = nprobe;
+                let result = client.search(&name, &search).await?;
+                let hits: Vec<String> = result
+                    .hits
+                    .iter()
+                    .map(|hit| format!("{}:{:.4}", hit.id, hit.score))
+                    .collect();
+                println!("row {row}\t{:.2} ms\t{}", result.took_ms, hits.join(" "));
+            }
+        }
+        Command::Compact { name } => print(&client.compact(&name).await?),
+        Command::Drain { node } => print(&client.drain(&node).await?),
+        Command::Meta { command } => {
+            let answer = match command {
+                MetaCommand::Add { id, address } => {
+                    client.meta_members("add", id, Some(&address)).await?
+                }
+                MetaCommand::Promote { id } => client.meta_members("promote", id, None).await?,
+                MetaCommand::Remove { id } => client.meta_members("remove", id, None).await?,
+            };
+            print(&answer);
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", format!("{error:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
