@@ -142,7 +142,10 @@ fn bad_rows_are_rejected_and_leave_nothing_behind() {
     let wrong_id = writer
         .add(PointId::String("x".into()), &[1.0; 4], None)
         .unwrap_err();
-    assert!(wrong_id.to_string().contains("id type"), "{wrong_id}");
+    assert!(
+        wrong_id.to_string().contains("unsigned integers"),
+        "{wrong_id}"
+    );
     let bad_field = writer
         .add(
             PointId::U64(1),

@@ -211,15 +211,38 @@ async fn check(fixture: Fixture) {
     assert_eq!(view.live_points(), live.len() as u64);
     tokio::task::spawn_blocking(move || {
         let mut scratch = SearchScratch::new();
-        // Every sampled live point is its own best hit, tail points included.
-        for id in (0..6000u64).step_by(37).filter(|id| live.contains_key(id)) {
+        // Sampled live points are their own best hit, tail points included. With
+        // default (calibrated, approximate) parameters a rare miss is allowed; with
+        // every list probed, none is: a miss there would be a masking bug.
+        let mut default_misses = Vec::new();
+        let sampled: Vec<u64> = (0..6000u64)
+            .step_by(37)
+            .filter(|id| live.contains_key(id))
+            .collect();
+        for &id in &sampled {
             let hits = view
                 .search(&context, &request(&live[&id], 1, None), &mut scratch)
                 .unwrap();
-            assert_eq!(hits[0].id, PointId::U64(id), "exact vector of {id}");
+            if hits[0].id != PointId::U64(id) {
+                default_misses.push((id, hits[0].id.clone(), hits[0].score));
+                let mut exhaustive = request(&live[&id], 1, None);
+                exhaustive.nprobe = Some(100_000);
+                exhaustive.rescore = Some(100);
+                let hits = view.search(&context, &exhaustive, &mut scratch).unwrap();
+                assert_eq!(
+                    hits[0].id,
+                    PointId::U64(id),
+                    "exact vector of {id}, every list probed"
+                );
+                continue;
+            }
             assert!((hits[0].score - 1.0).abs() < 1e-3, "{}", hits[0].score);
             assert_eq!(hits[0].payload.as_ref().unwrap()["group"], id % 100);
         }
+        assert!(
+            default_misses.len() * 50 <= sampled.len(),
+            "more than 2% of exact vectors missed with default parameters: {default_misses:?}"
+        );
         // Replaced and deleted points' old vectors do not bring them back.
         for (id, old) in replaced.iter().chain(&deleted) {
             let hits = view
