@@ -132,7 +132,7 @@ pub struct Client {
     http: reqwest::Client,
     endpoint: String,
     api_key: Option<String>,
-    retries: u32,
+    retry_deadline: Duration,
 }
 
 impl Client {
@@ -157,7 +157,7 @@ impl Client {
             http,
             endpoint,
             api_key,
-            retries: 5,
+            retry_deadline: Duration::from_secs(60),
         })
     }
 
@@ -233,18 +233,19 @@ impl Client {
         body: Option<Value>,
         retry: bool,
     ) -> Result<Value> {
+        let deadline = std::time::Instant::now() + self.retry_deadline;
         let mut delay = Duration::from_millis(100);
-        let mut attempt = 0;
         loop {
             match self.call_once(method.clone(), path, body.as_ref()).await {
+                // Unavailable (a leader or lease moving) and resource exhausted
+                // (writes waiting for a flush) pass: keep trying for a while.
                 Err(error)
                     if retry
-                        && attempt < self.retries
+                        && std::time::Instant::now() + delay < deadline
                         && matches!(error.code(), "UNAVAILABLE" | "RESOURCE_EXHAUSTED") =>
                 {
-                    attempt += 1;
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(3));
+                    delay = (delay * 2).min(Duration::from_secs(2));
                 }
                 outcome => return outcome,
             }
