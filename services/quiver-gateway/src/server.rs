@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use quiver_meta::MetaClient;
+use quiver_meta::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::client::quiver_server::QuiverServer;
 use quiver_proto::meta as pb;
 use tokio::net::TcpListener;
@@ -113,12 +113,22 @@ impl GatewayServer {
                 tracing::error!(%error, "gateway grpc server failed");
             }
         });
-        let background = tokio::spawn(membership_loop(
-            config.clone(),
+        let membership = tokio::spawn(keep_registered(
             meta,
+            NodeIdentity {
+                node_id: config.node_id.clone(),
+                role: pb::NodeRole::Gateway,
+                address: http_address.to_string(),
+            },
+            config.routing_interval,
+            Arc::new(AtomicBool::new(false)),
+            Vec::new,
+            shutdown_receiver.clone(),
+        ));
+        let background = tokio::spawn(routing_loop(
+            config.routing_interval,
             routing,
             ready.clone(),
-            http_address,
             shutdown_receiver,
         ));
         tracing::info!(%http_address, %grpc_address, "gateway started");
@@ -127,7 +137,7 @@ impl GatewayServer {
             grpc_address,
             ready,
             shutdown,
-            tasks: vec![http_task, grpc_task, background],
+            tasks: vec![http_task, grpc_task, membership, background],
         })
     }
 
@@ -156,46 +166,18 @@ impl GatewayServer {
     }
 }
 
-/// Registers, heartbeats and refreshes the routing table.
-async fn membership_loop(
-    config: GatewayConfig,
-    meta: MetaClient,
+/// Keeps the routing table fresh; the gateway is ready once it read it.
+async fn routing_loop(
+    interval: Duration,
     routing: Arc<Router>,
     ready: Arc<AtomicBool>,
-    http_address: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut registered = false;
-    let mut ticker = tokio::time::interval(config.routing_interval);
+    let mut ticker = tokio::time::interval(interval);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             _ = shutdown.changed() => return,
-        }
-        if !registered {
-            let request = pb::RegisterNodeRequest {
-                node_id: config.node_id.clone(),
-                role: pb::NodeRole::Gateway as i32,
-                address: http_address.to_string(),
-            };
-            match meta.register_node(request).await {
-                Ok(_) => registered = true,
-                Err(error) => {
-                    tracing::warn!(%error, "gateway registration failed; retrying");
-                    continue;
-                }
-            }
-        } else if let Err(error) = meta
-            .heartbeat(pb::HeartbeatRequest {
-                node_id: config.node_id.clone(),
-                ready_shards: Vec::new(),
-            })
-            .await
-        {
-            tracing::debug!(%error, "gateway heartbeat failed");
-            if error.kind() == quiver_proto::ErrorCode::NotFound {
-                registered = false;
-            }
         }
         match routing.refresh().await {
             Ok(()) => ready.store(true, Ordering::Release),

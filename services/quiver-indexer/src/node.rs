@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use quiver_meta::MetaClient;
+use quiver_meta::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::convert::{point_id, segment_spec};
 use quiver_proto::data::indexer_server::{Indexer, IndexerServer};
 use quiver_proto::data::{self, write_record};
@@ -75,7 +75,7 @@ struct NodeState {
     meta: MetaClient,
     storage: Storage,
     shards: RwLock<HashMap<ShardRef, OpenShard>>,
-    registered: AtomicBool,
+    registered: Arc<AtomicBool>,
 }
 
 /// A running indexer node.
@@ -106,7 +106,7 @@ impl IndexerNode {
             meta,
             storage,
             shards: RwLock::new(HashMap::new()),
-            registered: AtomicBool::new(false),
+            registered: Arc::new(AtomicBool::new(false)),
         });
         let (shutdown, shutdown_receiver) = watch::channel(false);
         let service = IndexerServer::new(IndexerGrpc {
@@ -129,7 +129,18 @@ impl IndexerNode {
         });
         let tasks = vec![
             server,
-            tokio::spawn(heartbeat_loop(state.clone(), shutdown_receiver.clone())),
+            tokio::spawn(keep_registered(
+                state.meta.clone(),
+                NodeIdentity {
+                    node_id: state.config.node_id.clone(),
+                    role: pb::NodeRole::Indexer,
+                    address: state.config.advertise_address.clone(),
+                },
+                state.config.heartbeat_interval,
+                state.registered.clone(),
+                Vec::new,
+                shutdown_receiver.clone(),
+            )),
             tokio::spawn(lease_loop(state.clone(), shutdown_receiver.clone())),
             tokio::spawn(gc_loop(state.clone(), shutdown_receiver)),
         ];
@@ -184,49 +195,6 @@ impl IndexerNode {
             }
         }
         tracing::info!(node_id = %self.state.config.node_id, "indexer stopped");
-    }
-}
-
-async fn register(state: &NodeState) -> bool {
-    let request = pb::RegisterNodeRequest {
-        node_id: state.config.node_id.clone(),
-        role: pb::NodeRole::Indexer as i32,
-        address: state.config.advertise_address.clone(),
-    };
-    match state.meta.register_node(request).await {
-        Ok(_) => {
-            state.registered.store(true, Ordering::Release);
-            true
-        }
-        Err(error) => {
-            tracing::warn!(%error, "indexer registration failed; retrying");
-            false
-        }
-    }
-}
-
-async fn heartbeat_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
-    let mut ticker = tokio::time::interval(state.config.heartbeat_interval);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        if !state.registered.load(Ordering::Acquire) {
-            register(&state).await;
-            continue;
-        }
-        let request = pb::HeartbeatRequest {
-            node_id: state.config.node_id.clone(),
-            ready_shards: Vec::new(),
-        };
-        if let Err(error) = state.meta.heartbeat(request).await {
-            tracing::warn!(%error, "heartbeat failed");
-            if error.kind() == ErrorCode::NotFound {
-                // Meta forgot us (e.g. a restored catalog): register again.
-                state.registered.store(false, Ordering::Release);
-            }
-        }
     }
 }
 

@@ -21,6 +21,7 @@ mod control;
 mod convert;
 mod error;
 mod log_store;
+mod membership;
 mod metrics;
 mod model;
 mod network;
@@ -34,6 +35,7 @@ pub use client::{MetaClient, MetaClientConfig};
 pub use config::MetaConfig;
 pub use error::{MetaError, MetaResult};
 pub use log_store::LogStore;
+pub use membership::{NodeIdentity, keep_registered};
 pub use metrics::MetaMetrics;
 pub use model::{
     Collection, CollectionSpec, Command, DeletesRef, FieldKind, IdType, IndexParams, Lease,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use quiver_blobcache::CachedObject;
 use quiver_index::{Filter, SearchScratch, SectionKind, Segment, SegmentSpec};
-use quiver_meta::MetaClient;
+use quiver_meta::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::convert::{manifest_from_proto, point_id, segment_spec, wire_point_id};
 use quiver_proto::data::searcher_server::{Searcher, SearcherServer};
 use quiver_proto::data::{self};
@@ -75,7 +75,7 @@ struct NodeState {
     meta: MetaClient,
     context: Arc<ReadContext>,
     shards: RwLock<HashMap<ShardRef, Arc<ServedShard>>>,
-    registered: AtomicBool,
+    registered: Arc<AtomicBool>,
     /// Set once a pass over the routing table found every assigned shard loaded.
     synced: AtomicBool,
 }
@@ -105,7 +105,7 @@ impl SearcherNode {
             meta,
             context,
             shards: RwLock::new(HashMap::new()),
-            registered: AtomicBool::new(false),
+            registered: Arc::new(AtomicBool::new(false)),
             synced: AtomicBool::new(false),
         });
         let (shutdown, shutdown_receiver) = watch::channel(false);
@@ -129,7 +129,25 @@ impl SearcherNode {
         });
         let tasks = vec![
             server,
-            tokio::spawn(heartbeat_loop(state.clone(), shutdown_receiver.clone())),
+            tokio::spawn(keep_registered(
+                state.meta.clone(),
+                NodeIdentity {
+                    node_id: state.config.node_id.clone(),
+                    role: pb::NodeRole::Searcher,
+                    address: state.config.advertise_address.clone(),
+                },
+                state.config.heartbeat_interval,
+                state.registered.clone(),
+                {
+                    let state = state.clone();
+                    move || {
+                        let ready = ready_shards(&state);
+                        METRICS.shards_ready.set(ready.len() as i64);
+                        ready
+                    }
+                },
+                shutdown_receiver.clone(),
+            )),
             tokio::spawn(assignment_loop(state.clone(), shutdown_receiver)),
         ];
         tracing::info!(node_id = %state.config.node_id, address = %local_address, "searcher started");
@@ -187,40 +205,6 @@ fn ready_shards(state: &NodeState) -> Vec<pb::ShardRef> {
             })
         })
         .collect()
-}
-
-async fn heartbeat_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
-    let mut ticker = tokio::time::interval(state.config.heartbeat_interval);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        if !state.registered.load(Ordering::Acquire) {
-            let request = pb::RegisterNodeRequest {
-                node_id: state.config.node_id.clone(),
-                role: pb::NodeRole::Searcher as i32,
-                address: state.config.advertise_address.clone(),
-            };
-            match state.meta.register_node(request).await {
-                Ok(_) => state.registered.store(true, Ordering::Release),
-                Err(error) => tracing::warn!(%error, "searcher registration failed; retrying"),
-            }
-            continue;
-        }
-        let ready = ready_shards(&state);
-        METRICS.shards_ready.set(ready.len() as i64);
-        let request = pb::HeartbeatRequest {
-            node_id: state.config.node_id.clone(),
-            ready_shards: ready,
-        };
-        if let Err(error) = state.meta.heartbeat(request).await {
-            tracing::warn!(%error, "heartbeat failed");
-            if error.kind() == ErrorCode::NotFound {
-                state.registered.store(false, Ordering::Release);
-            }
-        }
-    }
 }
 
 /// Follows the routing table: serves newly assigned shards, drops unassigned
