@@ -108,6 +108,17 @@ pub struct PointOut {
     pub vector: Option<Vec<f32>>,
 }
 
+/// What a search cost, summed over shards (time: the slowest shard).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SearchCost {
+    pub shards: u64,
+    pub segments: u64,
+    pub rows_scanned: u64,
+    pub rows_rescored: u64,
+    pub tail_rows_scored: u64,
+    pub search_ms: f64,
+}
+
 /// Live statistics of a collection.
 #[derive(Clone, Debug, Default)]
 pub struct CollectionStats {
@@ -529,6 +540,17 @@ impl Gateway {
 
     /// Searches every shard (one replica each, in parallel) and merges the best `k`.
     pub async fn search(&self, name: &str, input: SearchInput) -> GatewayResult<(Vec<Hit>, f64)> {
+        self.search_with_cost(name, input)
+            .await
+            .map(|(hits, took_ms, _)| (hits, took_ms))
+    }
+
+    /// Like [`Gateway::search`], with what the search cost.
+    pub async fn search_with_cost(
+        &self,
+        name: &str,
+        input: SearchInput,
+    ) -> GatewayResult<(Vec<Hit>, f64, SearchCost)> {
         let started = Instant::now();
         validate_name(name)?;
         if input.k == 0 || input.k > self.limits.max_k {
@@ -587,8 +609,18 @@ impl Gateway {
             })
         });
         let mut hits = Vec::new();
+        let mut cost = SearchCost::default();
         for answer in join_all(calls).await {
-            for hit in answer?.hits {
+            let answer = answer?;
+            if let Some(shard_cost) = &answer.cost {
+                cost.shards += 1;
+                cost.segments += shard_cost.segments;
+                cost.rows_scanned += shard_cost.rows_scanned;
+                cost.rows_rescored += shard_cost.rows_rescored;
+                cost.tail_rows_scored += shard_cost.tail_rows_scored;
+                cost.search_ms = cost.search_ms.max(shard_cost.search_ms);
+            }
+            for hit in answer.hits {
                 let Some(id) = hit.id.as_ref().and_then(point_id) else {
                     continue;
                 };
@@ -612,7 +644,7 @@ impl Gateway {
         hits.truncate(input.k);
         let took_ms = started.elapsed().as_secs_f64() * 1e3;
         METRICS.search_hits.observe(hits.len() as f64);
-        Ok((hits, took_ms))
+        Ok((hits, took_ms, cost))
     }
 
     /// Asks every shard's indexer to merge everything it can.

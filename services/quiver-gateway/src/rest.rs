@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::auth::{Access, ApiKeys, Denied};
-use crate::core::{Consistency, Gateway, Hit, PointOut, SearchInput, UpsertPoint};
+use crate::core::{Consistency, Gateway, Hit, PointOut, SearchCost, SearchInput, UpsertPoint};
 use crate::error::{GatewayError, GatewayResult};
 use crate::metrics::METRICS;
 
@@ -598,6 +598,17 @@ impl SearchBody {
     }
 }
 
+fn cost_json(cost: &SearchCost) -> Value {
+    json!({
+        "shards": cost.shards,
+        "segments": cost.segments,
+        "rows_scanned": cost.rows_scanned,
+        "rows_rescored": cost.rows_rescored,
+        "tail_rows_scored": cost.tail_rows_scored,
+        "search_ms": cost.search_ms,
+    })
+}
+
 fn hits_json(hits: &[Hit], took_ms: f64) -> Value {
     let hits: Vec<Value> = hits
         .iter()
@@ -624,8 +635,10 @@ async fn search(
     let gateway = state.gateway.clone();
     handle(&state, &headers, "search", Access::Read, async move {
         let body: SearchBody = parse(&body)?;
-        let (hits, took_ms) = gateway.search(&name, body.into_input()?).await?;
-        Ok(hits_json(&hits, took_ms))
+        let (hits, took_ms, cost) = gateway.search_with_cost(&name, body.into_input()?).await?;
+        let mut answer = hits_json(&hits, took_ms);
+        answer["cost"] = cost_json(&cost);
+        Ok(answer)
     })
     .await
 }

@@ -11,4 +11,4 @@ mod shard;
 
 pub use error::{SearcherError, SearcherErrorKind, SearcherResult};
 pub use node::{SearcherNode, SearcherNodeConfig, status_of};
-pub use shard::{PointRecord, ReadContext, SearchRequest, ShardHit, ShardView};
+pub use shard::{PointRecord, QueryCost, ReadContext, SearchRequest, ShardHit, ShardView};

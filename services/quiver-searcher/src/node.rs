@@ -504,9 +504,10 @@ impl Searcher for SearcherGrpc {
         };
         let context = self.state.context.clone();
         let searched_view = view.clone();
-        let hits = tokio::task::spawn_blocking(move || {
-            SCRATCH
-                .with(|scratch| searched_view.search(&context, &search, &mut scratch.borrow_mut()))
+        let (hits, cost) = tokio::task::spawn_blocking(move || {
+            SCRATCH.with(|scratch| {
+                searched_view.search_with_cost(&context, &search, &mut scratch.borrow_mut())
+            })
         })
         .await
         .map_err(|error| Status::internal(format!("search task: {error}")))?
@@ -529,6 +530,13 @@ impl Searcher for SearcherGrpc {
                 })
                 .collect(),
             manifest_version: view.manifest().version,
+            cost: Some(data::SearchCost {
+                segments: cost.segments,
+                rows_scanned: cost.rows_scanned,
+                rows_rescored: cost.rows_rescored,
+                tail_rows_scored: cost.tail_rows_scored,
+                search_ms: cost.search_ms,
+            }),
         }))
     }
 

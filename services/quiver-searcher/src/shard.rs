@@ -55,6 +55,21 @@ pub struct ShardHit {
     pub vector: Option<Vec<f32>>,
 }
 
+/// What one shard search cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QueryCost {
+    /// Segments searched.
+    pub segments: u64,
+    /// Rows whose quantized codes were scored.
+    pub rows_scanned: u64,
+    /// Rows scored with their full vectors (rescoring, or exact filtered search).
+    pub rows_rescored: u64,
+    /// WAL-tail rows scored exactly.
+    pub tail_rows_scored: u64,
+    /// Time spent, milliseconds.
+    pub search_ms: f64,
+}
+
 /// A point read by id.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PointRecord {
@@ -286,6 +301,19 @@ impl ShardView {
         request: &SearchRequest,
         scratch: &mut SearchScratch,
     ) -> SearcherResult<Vec<ShardHit>> {
+        self.search_with_cost(context, request, scratch)
+            .map(|(hits, _)| hits)
+    }
+
+    /// Answers `request` and says what it cost.
+    pub fn search_with_cost(
+        &self,
+        context: &ReadContext,
+        request: &SearchRequest,
+        scratch: &mut SearchScratch,
+    ) -> SearcherResult<(Vec<ShardHit>, QueryCost)> {
+        let started = std::time::Instant::now();
+        let mut cost = QueryCost::default();
         if request.k == 0 {
             return Err(SearcherError::InvalidArgument(
                 "k must be at least 1".into(),
@@ -306,6 +334,9 @@ impl ShardView {
         let mut candidates: Vec<(f32, PointId, HitSource)> = Vec::new();
         for (index, view) in self.segments.iter().enumerate() {
             let hits = self.search_segment(context, view, request, scratch)?;
+            cost.segments += 1;
+            cost.rows_scanned += scratch.stats.rows_scanned as u64;
+            cost.rows_rescored += scratch.stats.rows_rescored as u64;
             for hit in hits {
                 let id = view.segment.id(hit.row)?;
                 candidates.push((
@@ -336,6 +367,7 @@ impl ShardView {
                 Metric::L2 => quiver_simd::l2sq_f32(&query, vector),
                 Metric::Dot | Metric::Cosine => quiver_simd::dot_f32(&query, vector),
             };
+            cost.tail_rows_scored += 1;
             candidates.push((score, id.clone(), HitSource::Tail));
         }
         if self.metric.higher_is_better() {
@@ -344,7 +376,7 @@ impl ShardView {
             candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
         candidates.truncate(request.k);
-        candidates
+        let hits = candidates
             .into_iter()
             .map(|(score, id, source)| {
                 let (payload, vector) = self.point_parts(&id, &source, request)?;
@@ -355,7 +387,9 @@ impl ShardView {
                     vector,
                 })
             })
-            .collect()
+            .collect::<SearcherResult<Vec<_>>>()?;
+        cost.search_ms = started.elapsed().as_secs_f64() * 1e3;
+        Ok((hits, cost))
     }
 
     fn search_segment(

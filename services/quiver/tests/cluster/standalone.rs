@@ -95,6 +95,12 @@ async fn the_rest_api_end_to_end() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
+    // Every answer says what it cost: both shards searched, rows scored.
+    let cost = &body["cost"];
+    assert_eq!(cost["shards"], 2, "{body}");
+    let scored =
+        cost["rows_rescored"].as_u64().unwrap() + cost["tail_rows_scored"].as_u64().unwrap();
+    assert!(scored >= 10, "{body}");
     let hits = body["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 10);
     for hit in hits {
