@@ -142,15 +142,15 @@ fn health_router(ready: Arc<dyn Fn() -> bool + Send + Sync>) -> axum::Router {
         )
 }
 
-/// Flags of `quiver indexer`.
+/// Flags every data node (indexer, searcher) takes.
 #[derive(Debug, Clone, clap::Args)]
-pub struct IndexerArgs {
+pub struct NodeArgs {
     /// Metadata nodes, comma-separated.
     #[arg(long, env = "QUIVER_META")]
     pub meta: String,
     #[command(flatten)]
     pub store: StoreArgs,
-    /// gRPC address of the write API.
+    /// gRPC address of the node's API.
     #[arg(long, env = "QUIVER_LISTEN")]
     pub listen: String,
     /// Address other nodes reach this one at (default: --listen).
@@ -161,6 +161,47 @@ pub struct IndexerArgs {
     pub node_id: Option<String>,
 }
 
+/// What a data node starts with: its store, bound listener, advertised address
+/// and node id.
+struct NodeStart {
+    storage: Storage,
+    listener: TcpListener,
+    advertise: String,
+    node_id: String,
+    meta: MetaClient,
+}
+
+impl NodeArgs {
+    async fn start(&self, role: &str, file: &DataFileConfig) -> anyhow::Result<NodeStart> {
+        let url = self
+            .store
+            .object_store
+            .as_deref()
+            .context("--object-store is required")?;
+        let storage = open_storage(url, file).await?;
+        let listener = bind(&self.listen, "--listen").await?;
+        let advertise = advertised(listener.local_addr()?, self.advertise_address.as_deref())?;
+        let node_id = self
+            .node_id
+            .clone()
+            .unwrap_or_else(|| default_node_id(role, &advertise));
+        Ok(NodeStart {
+            storage,
+            listener,
+            advertise,
+            node_id,
+            meta: meta_client(&self.meta)?,
+        })
+    }
+}
+
+/// Flags of `quiver indexer`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IndexerArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
 /// A running indexer as a [`Role`].
 pub struct IndexerRole {
     node: IndexerNode,
@@ -169,27 +210,15 @@ pub struct IndexerRole {
 impl IndexerRole {
     /// Starts the indexer.
     pub async fn start(args: &IndexerArgs, file: &DataFileConfig) -> anyhow::Result<IndexerRole> {
-        let url = args
-            .store
-            .object_store
-            .as_deref()
-            .context("--object-store is required")?;
-        let storage = open_storage(url, file).await?;
-        let listener = bind(&args.listen, "--listen").await?;
-        let bound = listener.local_addr()?;
-        let advertise = advertised(bound, args.advertise_address.as_deref())?;
-        let node_id = args
-            .node_id
-            .clone()
-            .unwrap_or_else(|| default_node_id("indexer", &advertise));
-        let mut config = IndexerNodeConfig::new(node_id, advertise);
+        let start = args.node.start("indexer", file).await?;
+        let mut config = IndexerNodeConfig::new(start.node_id, start.advertise);
         if let Some(indexer) = &file.indexer {
             indexer
                 .validate()
                 .map_err(|reason| anyhow::anyhow!("[indexer] {reason}"))?;
             config.indexer = indexer.clone();
         }
-        let node = IndexerNode::start(config, listener, meta_client(&args.meta)?, storage).await?;
+        let node = IndexerNode::start(config, start.listener, start.meta, start.storage).await?;
         Ok(IndexerRole { node })
     }
 }
@@ -220,11 +249,8 @@ impl Role for IndexerRole {
 /// Flags of `quiver searcher`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SearcherArgs {
-    /// Metadata nodes, comma-separated.
-    #[arg(long, env = "QUIVER_META")]
-    pub meta: String,
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub node: NodeArgs,
     /// Directory of the region cache file (local disk).
     #[arg(long, env = "QUIVER_CACHE_DIR")]
     pub cache_dir: PathBuf,
@@ -234,15 +260,6 @@ pub struct SearcherArgs {
     /// Region size of the cache.
     #[arg(long, env = "QUIVER_REGION_SIZE", value_parser = parse_size, default_value = "16MiB")]
     pub region_size: u64,
-    /// gRPC address of the search API.
-    #[arg(long, env = "QUIVER_LISTEN")]
-    pub listen: String,
-    /// Address other nodes reach this one at (default: --listen).
-    #[arg(long, env = "QUIVER_ADVERTISE_ADDRESS")]
-    pub advertise_address: Option<String>,
-    /// Node id (default: $HOSTNAME).
-    #[arg(long, env = "QUIVER_NODE_ID")]
-    pub node_id: Option<String>,
 }
 
 /// A running searcher as a [`Role`].
@@ -253,19 +270,13 @@ pub struct SearcherRole {
 impl SearcherRole {
     /// Starts the searcher.
     pub async fn start(args: &SearcherArgs, file: &DataFileConfig) -> anyhow::Result<SearcherRole> {
-        let url = args
-            .store
-            .object_store
-            .as_deref()
-            .context("--object-store is required")?;
-        let storage = open_storage(url, file).await?;
-        let listener = bind(&args.listen, "--listen").await?;
-        let bound = listener.local_addr()?;
-        let advertise = advertised(bound, args.advertise_address.as_deref())?;
-        let node_id = args
-            .node_id
-            .clone()
-            .unwrap_or_else(|| default_node_id("searcher", &advertise));
+        let NodeStart {
+            storage,
+            listener,
+            advertise,
+            node_id,
+            meta,
+        } = args.node.start("searcher", file).await?;
         let cache_config = BlobCacheConfig {
             directory: args.cache_dir.clone(),
             capacity_bytes: args.cache_size,
@@ -281,7 +292,7 @@ impl SearcherRole {
         .context("region cache")?;
         let context = Arc::new(ReadContext::new(Arc::new(cache), storage, runtime));
         let config = SearcherNodeConfig::new(node_id, advertise);
-        let node = SearcherNode::start(config, listener, meta_client(&args.meta)?, context).await?;
+        let node = SearcherNode::start(config, listener, meta, context).await?;
         Ok(SearcherRole { node })
     }
 }
@@ -465,29 +476,33 @@ impl StandaloneRole {
         let objects = format!("file://{}", data_dir.join("objects").display());
         let indexer = IndexerRole::start(
             &IndexerArgs {
-                meta: meta_address.clone(),
-                store: StoreArgs {
-                    object_store: Some(objects.clone()),
+                node: NodeArgs {
+                    meta: meta_address.clone(),
+                    store: StoreArgs {
+                        object_store: Some(objects.clone()),
+                    },
+                    listen: "127.0.0.1:0".into(),
+                    advertise_address: None,
+                    node_id: Some("standalone-indexer".into()),
                 },
-                listen: "127.0.0.1:0".into(),
-                advertise_address: None,
-                node_id: Some("standalone-indexer".into()),
             },
             file,
         )
         .await?;
         let searcher = SearcherRole::start(
             &SearcherArgs {
-                meta: meta_address.clone(),
-                store: StoreArgs {
-                    object_store: Some(objects),
+                node: NodeArgs {
+                    meta: meta_address.clone(),
+                    store: StoreArgs {
+                        object_store: Some(objects),
+                    },
+                    listen: "127.0.0.1:0".into(),
+                    advertise_address: None,
+                    node_id: Some("standalone-searcher".into()),
                 },
                 cache_dir: data_dir.join("cache"),
                 cache_size: args.cache_size,
                 region_size: BlobCacheConfig::DEFAULT_REGION_BYTES,
-                listen: "127.0.0.1:0".into(),
-                advertise_address: None,
-                node_id: Some("standalone-searcher".into()),
             },
             file,
         )
