@@ -3,6 +3,7 @@
 mod cluster;
 mod engine;
 mod generate;
+mod ingest;
 mod peers;
 mod plot;
 mod progress;
@@ -122,6 +123,38 @@ enum Command {
         #[arg(long)]
         max_queries: Option<usize>,
         /// JSON report path; the latency plot is written beside it as .png.
+        #[arg(long)]
+        json: PathBuf,
+    },
+    /// Measures sustained ingest of a running Quiver over REST: rows/s, write-ack latency
+    /// and the time from acknowledgement until rows are in segments, per shard count.
+    Ingest {
+        /// REST endpoint, e.g. http://127.0.0.1:7700.
+        #[arg(long)]
+        endpoint: String,
+        /// API key (sent as a bearer token).
+        #[arg(long, env = "QUIVER_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// Collections `PREFIX-<shards>s` are created (they must not exist).
+        #[arg(long, default_value = "ingest")]
+        collection_prefix: String,
+        #[arg(long)]
+        base: PathBuf,
+        #[arg(long, value_enum, default_value = "cosine")]
+        metric: MetricArg,
+        /// Shard counts to measure, comma-separated (one fresh collection each).
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        shards: Vec<u32>,
+        /// Points per upsert request.
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        /// Concurrent writers.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Use only the first N base vectors.
+        #[arg(long)]
+        max_rows: Option<usize>,
+        /// JSON report path; the timeline plot is written beside it as .png.
         #[arg(long)]
         json: PathBuf,
     },
@@ -271,6 +304,40 @@ fn main() -> Result<()> {
                 .enable_all()
                 .build()?
                 .block_on(cluster::run(&options))
+        }
+        Command::Ingest {
+            endpoint,
+            api_key,
+            collection_prefix,
+            base,
+            metric,
+            shards,
+            batch,
+            concurrency,
+            max_rows,
+            json,
+        } => {
+            let options = ingest::IngestOptions {
+                endpoint,
+                api_key,
+                collection_prefix,
+                base,
+                metric: match metric {
+                    MetricArg::Cosine => "cosine",
+                    MetricArg::Dot => "dot",
+                    MetricArg::L2 => "l2",
+                }
+                .to_string(),
+                shards,
+                batch,
+                concurrency,
+                max_rows,
+                json,
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(ingest::run(&options))
         }
         Command::Engine {
             base,
