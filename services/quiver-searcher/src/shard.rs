@@ -15,13 +15,16 @@ use tokio::runtime::Handle;
 
 use crate::error::{SearcherError, SearcherResult};
 
-/// A filter keeping at most this share of a segment's rows is answered by
+/// A filter keeping at most this many of a segment's rows is always answered by
 /// scoring exactly the rows it keeps (recall does not depend on the lists).
-const EXACT_FILTER_FRACTION: f64 = 0.1;
-/// ... and so is any filter keeping at most this many rows.
 const EXACT_FILTER_ROWS: u64 = 2048;
-/// But never more rows than this exactly, however selective in relative terms.
-const EXACT_FILTER_MAX_ROWS: u64 = 100_000;
+/// Above that, exact scoring is chosen when it is cheaper than the widened IVF probe:
+/// scoring one row exactly (a gather of its full vector) costs about this many times
+/// scanning one row's 1-bit code and checking the filter bitmap (measured on real
+/// 384-d embeddings: ~13×). So a filter keeping 10% of a 100k segment probes every
+/// list through the codes instead of gathering 10k full vectors, and a 1% filter on a
+/// 1M segment gathers its 10k rows instead of scanning most lists.
+const EXACT_ROW_COST_IN_CODE_ROWS: u64 = 16;
 
 /// One search against a shard.
 #[derive(Clone, Debug)]
@@ -421,18 +424,18 @@ impl ShardView {
         if kept == 0 {
             return Ok(Vec::new());
         }
-        let exact_limit = ((rows as f64 * EXACT_FILTER_FRACTION) as u64)
-            .clamp(EXACT_FILTER_ROWS, EXACT_FILTER_MAX_ROWS);
-        if kept <= exact_limit {
-            return Ok(segment.search_rows(&request.vector, allowed.iter(), request.k, scratch)?);
-        }
-        // A looser filter: probe more lists, as many more as the filter is selective.
+        // A looser filter would probe more lists, as many more as the filter is selective.
         let nlist = segment.header().nlist;
         let base = params
             .nprobe
             .unwrap_or_else(|| quiver_index::default_nprobe(nlist));
-        let widened = (base as f64 * rows as f64 / kept as f64).ceil() as usize;
-        params.nprobe = Some(widened.clamp(1, nlist));
+        let widened = ((base as f64 * rows as f64 / kept as f64).ceil() as usize).clamp(1, nlist);
+        let scanned = (rows as u64 * widened as u64).div_ceil(nlist.max(1) as u64);
+        if kept <= EXACT_FILTER_ROWS || kept.saturating_mul(EXACT_ROW_COST_IN_CODE_ROWS) <= scanned
+        {
+            return Ok(segment.search_rows(&request.vector, allowed.iter(), request.k, scratch)?);
+        }
+        params.nprobe = Some(widened);
         let allows = |row: u32| allowed.contains(row);
         Ok(segment.search(&request.vector, &params, Some(&allows), scratch)?)
     }
