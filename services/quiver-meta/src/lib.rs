@@ -19,6 +19,7 @@ mod client;
 mod config;
 mod control;
 mod convert;
+mod election;
 mod error;
 mod log_store;
 mod membership;
