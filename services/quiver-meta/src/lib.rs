@@ -16,6 +16,7 @@
 
 mod catalog;
 mod client;
+mod clock;
 mod config;
 mod control;
 mod convert;

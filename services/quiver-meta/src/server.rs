@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
 
 use crate::catalog::Catalog;
+use crate::clock::LeaderClock;
 use crate::config::MetaConfig;
 use crate::control::run_control_loop;
 use crate::election::{Elections, run_elections};
@@ -123,6 +124,7 @@ impl MetaServer {
             config: config.clone(),
             metrics: metrics.clone(),
             log_store,
+            clock: LeaderClock::system(),
         });
 
         let (shutdown_sender, shutdown_receiver) = watch::channel(false);
