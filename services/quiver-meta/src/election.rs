@@ -41,7 +41,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use openraft::ServerState;
 use openraft::storage::RaftLogStorage;
 use quiver_proto::raft::RaftPayload;
@@ -322,7 +323,13 @@ impl Elections {
             });
         }
         let mut granted = BTreeSet::from([self.node_id]);
-        for (voter, answer) in join_all(calls).await {
+        if quorum_granted(&own.joint_config, &granted) {
+            return true;
+        }
+        // Stop at the first quorum: a peer whose host is down would otherwise hold the
+        // round (and the failover) up for the whole timeout.
+        let mut answers: FuturesUnordered<_> = calls.into_iter().collect();
+        while let Some((voter, answer)) = answers.next().await {
             match answer {
                 Ok(response) if response.granted => {
                     granted.insert(voter);
@@ -332,8 +339,11 @@ impl Elections {
                 }
                 Err(error) => tracing::debug!(voter, %error, "pre-vote not answered"),
             }
+            if quorum_granted(&own.joint_config, &granted) {
+                return true;
+            }
         }
-        quorum_granted(&own.joint_config, &granted)
+        false
     }
 }
 
