@@ -16,9 +16,11 @@
 
 mod catalog;
 mod client;
+mod clock;
 mod config;
 mod control;
 mod convert;
+mod election;
 mod error;
 mod log_store;
 mod membership;

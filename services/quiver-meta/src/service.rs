@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use futures_util::Stream;
 use openraft::ChangeMembers;
@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
 use crate::catalog::Catalog;
+use crate::clock::LeaderClock;
 use crate::config::MetaConfig;
 use crate::convert;
 use crate::error::{MetaError, MetaResult};
@@ -30,15 +31,6 @@ use crate::raft_types::typ::{Raft, RaftMetrics};
 use crate::raft_types::{MetaNode, MetaNodeId};
 use crate::state_machine::CatalogHandle;
 
-/// Returns the wall-clock time in ms since the Unix epoch.
-pub(crate) fn wall_clock_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
-}
-
 /// Everything a metadata node's handlers and background tasks share.
 pub(crate) struct MetaContext {
     pub(crate) node_id: MetaNodeId,
@@ -47,6 +39,8 @@ pub(crate) struct MetaContext {
     pub(crate) config: MetaConfig,
     pub(crate) metrics: MetaMetrics,
     pub(crate) log_store: LogStore,
+    /// The catalog time this node stamps commands with as leader.
+    pub(crate) clock: LeaderClock,
 }
 
 fn forward_error(leader_id: Option<MetaNodeId>, leader_node: Option<MetaNode>) -> MetaError {
@@ -57,6 +51,20 @@ fn forward_error(leader_id: Option<MetaNodeId>, leader_node: Option<MetaNode>) -
 }
 
 impl MetaContext {
+    /// Returns the catalog time for a command proposed or a decision taken now by
+    /// this node as leader: monotonic, steered by the wall clock (see `clock.rs`).
+    pub(crate) fn leader_now_ms(&self) -> u64 {
+        let term = self.raft.metrics().borrow().current_term;
+        let (applied_clock_ms, clock_advanced_at) = self
+            .catalog
+            .read(|state| (state.catalog.clock_ms(), state.clock_advanced_at));
+        self.clock.now_ms(
+            term,
+            applied_clock_ms,
+            clock_advanced_at.map(|advanced_at| advanced_at.elapsed()),
+        )
+    }
+
     /// Proposes `command` with this node's clock (only a leader can) and waits for
     /// its applied outcome.
     pub(crate) async fn propose(&self, command: Command) -> MetaResult<Outcome> {
@@ -67,7 +75,7 @@ impl MetaContext {
             .inc();
         let started = Instant::now();
         let request = MetaRequest {
-            now_ms: wall_clock_ms(),
+            now_ms: self.leader_now_ms(),
             command,
         };
         let timeout = self.config.proposal_timeout();
@@ -727,9 +735,11 @@ impl MetaService for MetaGrpc {
                 0 => 1_000,
                 limit => limit as usize,
             };
+            // The leader's clock decides what is due, as it would in a command (read
+            // before the read-index round: a little early is the safe side).
+            let leader_now_ms = self.context.leader_now_ms();
             self.read_catalog(true, |catalog| {
-                // The leader's clock decides what is due, as it would in a command.
-                let now_ms = wall_clock_ms().max(catalog.clock_ms());
+                let now_ms = leader_now_ms.max(catalog.clock_ms());
                 Ok(pb::TakeGcResponse {
                     entries: catalog
                         .gc_due(now_ms, limit)
