@@ -265,10 +265,19 @@ fn body_too_large(limits: &Limits) -> GatewayError {
 /// Decodes a JSON body into `T`, naming the problem and where it is
 /// (`points[2].vector[0]: invalid type …`).
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> GatewayResult<T> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(GatewayError::invalid(
-            "the request body is empty; a JSON object is expected",
-        ));
+    match body.iter().find(|byte| !byte.is_ascii_whitespace()) {
+        None => {
+            return Err(GatewayError::invalid(
+                "the request body is empty; a JSON object is expected",
+            ));
+        }
+        // serde would take a JSON array as the fields in order; refuse it.
+        Some(first) if *first != b'{' => {
+            return Err(GatewayError::invalid(
+                "the request body must be a JSON object ({\"field\": value, …})",
+            ));
+        }
+        Some(_) => {}
     }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let decoded = serde_path_to_error::deserialize(&mut deserializer)

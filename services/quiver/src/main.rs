@@ -122,7 +122,17 @@ fn read_config_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
         .with_context(|| format!("cannot read config file {}", path.display()))?;
     toml::from_str(&text).map_err(|error| {
         let reason = error.message().replace('\n', " ");
-        anyhow::anyhow!("config file {}: {reason}", path.display())
+        // Type errors do not name the key: quote the line they are on.
+        let place = error
+            .span()
+            .map(|span| {
+                let start = span.start.min(text.len());
+                let line_number = text[..start].matches('\n').count() + 1;
+                let line = text.lines().nth(line_number - 1).unwrap_or_default().trim();
+                format!(" line {line_number} (`{line}`)")
+            })
+            .unwrap_or_default();
+        anyhow::anyhow!("config file {}{place}: {reason}", path.display())
     })
 }
 
