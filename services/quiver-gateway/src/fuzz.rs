@@ -1,7 +1,8 @@
 //! Bounded fuzzing of everything a client's bytes go through before a request is
 //! routed: REST JSON decoding and validation, protobuf decoding of the client API
-//! and its conversion and validation. Random bytes, mutated valid requests and
-//! random JSON trees; the property is always the same: no panic, and either a
+//! and its conversion and validation. Random bytes, byte-mutated valid requests,
+//! valid JSON requests with values replaced by random JSON trees or keys removed,
+//! and random JSON trees; the property is always the same: no panic, and either a
 //! value or an INVALID_ARGUMENT naming the problem.
 
 use proptest::prelude::*;
@@ -336,6 +337,73 @@ fn json_tree() -> impl Strategy<Value = Value> {
     })
 }
 
+/// Every JSON pointer into `value` (the root included).
+fn pointers(value: &Value, prefix: String, into: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                pointers(child, format!("{prefix}/{key}"), into);
+            }
+        }
+        Value::Array(items) => {
+            for (index, child) in items.iter().enumerate() {
+                pointers(child, format!("{prefix}/{index}"), into);
+            }
+        }
+        _ => {}
+    }
+    into.push(prefix);
+}
+
+/// One edit of a valid JSON request: a value replaced, or a key removed.
+#[derive(Clone, Debug)]
+enum JsonEdit {
+    Replace { at: usize, with: Value },
+    Remove { at: usize },
+}
+
+fn json_edit() -> impl Strategy<Value = JsonEdit> {
+    prop_oneof![
+        3 => (any::<usize>(), json_tree()).prop_map(|(at, with)| JsonEdit::Replace { at, with }),
+        1 => any::<usize>().prop_map(|at| JsonEdit::Remove { at }),
+    ]
+}
+
+fn edit_json(mut value: Value, edits: &[JsonEdit]) -> Value {
+    for edit in edits {
+        let mut all = Vec::new();
+        pointers(&value, String::new(), &mut all);
+        match edit {
+            JsonEdit::Replace { at, with } => {
+                let pointer = &all[at % all.len()];
+                if let Some(target) = value.pointer_mut(pointer) {
+                    *target = with.clone();
+                }
+            }
+            JsonEdit::Remove { at } => {
+                let pointer = all[at % all.len()].clone();
+                let Some((parent, key)) = pointer.rsplit_once('/') else {
+                    continue;
+                };
+                match value.pointer_mut(parent) {
+                    Some(Value::Object(map)) => {
+                        map.remove(key);
+                    }
+                    Some(Value::Array(items)) => {
+                        if let Ok(index) = key.parse::<usize>()
+                            && index < items.len()
+                        {
+                            items.remove(index);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    value
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 1000,
@@ -360,6 +428,15 @@ proptest! {
     #[test]
     fn random_json_trees_never_panic(tree in json_tree()) {
         check_rest_body(&serde_json::to_vec(&tree).expect("json"));
+    }
+
+    #[test]
+    fn edited_rest_requests_never_panic(
+        which in 0usize..6,
+        edits in prop::collection::vec(json_edit(), 1..4),
+    ) {
+        let valid: Value = serde_json::from_slice(&valid_rest_bodies()[which]).expect("json");
+        check_rest_body(&serde_json::to_vec(&edit_json(valid, &edits)).expect("json"));
     }
 
     #[test]

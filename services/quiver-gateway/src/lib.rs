@@ -20,4 +20,4 @@ pub use auth::{Access, ApiKeys};
 pub use core::{Consistency, Gateway, Limits};
 pub use error::{GatewayError, GatewayResult};
 pub use server::{GatewayConfig, GatewayServer};
-pub use tls::{HANDSHAKE_TIMEOUT, ServerTls, install_crypto_provider};
+pub use tls::{ServerTls, install_crypto_provider};
