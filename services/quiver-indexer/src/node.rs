@@ -118,6 +118,7 @@ impl IndexerNode {
         let mut server_shutdown = shutdown_receiver.clone();
         let server = tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
+                .trace_fn(quiver_proto::request_span)
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = server_shutdown.wait_for(|stopping| *stopping).await;
