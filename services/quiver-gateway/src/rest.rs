@@ -605,6 +605,9 @@ fn cost_json(cost: &SearchCost) -> Value {
         "rows_scanned": cost.rows_scanned,
         "rows_rescored": cost.rows_rescored,
         "tail_rows_scored": cost.tail_rows_scored,
+        "cache_regions_hit": cost.cache_regions_hit,
+        "cache_regions_missed": cost.cache_regions_missed,
+        "bytes_fetched": cost.bytes_fetched,
         "search_ms": cost.search_ms,
     })
 }
