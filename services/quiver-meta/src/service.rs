@@ -200,6 +200,8 @@ impl MetaContext {
 /// The gRPC handler of `MetaService`.
 pub(crate) struct MetaGrpc {
     pub(crate) context: Arc<MetaContext>,
+    /// Set when the node stops: open watch streams end, so their connections close.
+    pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
@@ -694,6 +696,7 @@ impl MetaService for MetaGrpc {
         let request = request.into_inner();
         let catalog = self.context.catalog.clone();
         let mut version_receiver = catalog.subscribe();
+        let mut shutdown = self.shutdown.clone();
         let (sender, receiver) = mpsc::channel(16);
         tokio::spawn(async move {
             let mut sent_version = request.from_version;
@@ -713,6 +716,7 @@ impl MetaService for MetaGrpc {
                         }
                     }
                     () = sender.closed() => break,
+                    _ = shutdown.wait_for(|stopping| *stopping) => break,
                 }
             }
         });

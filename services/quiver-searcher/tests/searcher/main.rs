@@ -15,6 +15,7 @@ use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl, WalRecord};
 use rand::{Rng, SeedableRng};
 
 mod reload;
+mod watch;
 
 const DIM: usize = 32;
 
