@@ -13,6 +13,7 @@ mod merge;
 mod meta_catalog;
 mod metrics;
 mod node;
+mod orphans;
 mod segments;
 mod shard;
 
