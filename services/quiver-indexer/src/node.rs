@@ -357,32 +357,9 @@ async fn gc_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
         if !state.registered.load(Ordering::Acquire) {
             continue;
         }
-        let entries = match state.meta.take_gc(256).await {
-            Ok(entries) => entries,
-            Err(error) => {
-                tracing::debug!(%error, "gc list unavailable");
-                continue;
-            }
-        };
-        let mut deleted = Vec::new();
-        for entry in entries {
-            match state.storage.delete(&entry.object_key).await {
-                Ok(()) => deleted.push(entry.object_key),
-                Err(error) if error.kind() == quiver_storage::StorageErrorKind::NotFound => {
-                    deleted.push(entry.object_key)
-                }
-                Err(error) => tracing::warn!(key = %entry.object_key, %error, "gc delete failed"),
-            }
-        }
-        if !deleted.is_empty() {
-            let count = deleted.len();
-            match state.meta.ack_gc(deleted).await {
-                Ok(_) => {
-                    crate::metrics::METRICS.gc_deleted.inc_by(count as u64);
-                    tracing::info!(objects = count, "garbage collected");
-                }
-                Err(error) => tracing::warn!(%error, "gc acknowledgement failed"),
-            }
+        let list = MetaCatalog::new(state.meta.clone());
+        if let Err(error) = crate::gc::collect_garbage(&list, &state.storage, 256).await {
+            tracing::debug!(%error, "gc list unavailable");
         }
     }
 }
