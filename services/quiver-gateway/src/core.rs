@@ -124,6 +124,12 @@ pub struct SearchCost {
     pub rows_rescored: u64,
     pub tail_rows_scored: u64,
     pub search_ms: f64,
+    /// Cache regions found in the searchers' caches.
+    pub cache_regions_hit: u64,
+    /// Cache regions fetched from object storage.
+    pub cache_regions_missed: u64,
+    /// Bytes fetched from object storage.
+    pub bytes_fetched: u64,
 }
 
 /// Live statistics of a collection.
@@ -565,6 +571,9 @@ impl Gateway {
                 cost.rows_scanned += shard_cost.rows_scanned;
                 cost.rows_rescored += shard_cost.rows_rescored;
                 cost.tail_rows_scored += shard_cost.tail_rows_scored;
+                cost.cache_regions_hit += shard_cost.cache_regions_hit;
+                cost.cache_regions_missed += shard_cost.cache_regions_missed;
+                cost.bytes_fetched += shard_cost.bytes_fetched;
                 cost.search_ms = cost.search_ms.max(shard_cost.search_ms);
             }
             for hit in answer.hits {

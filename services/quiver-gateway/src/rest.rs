@@ -64,6 +64,7 @@ pub fn router(state: Arc<RestState>) -> axum::Router {
         .route("/admin/v1/collections/{name}/compact", post(compact))
         .route("/admin/v1/nodes/{id}/drain", post(drain_node))
         .route("/admin/v1/meta/members", post(meta_members))
+        .route("/admin/v1/orphans", get(list_orphans))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .fallback(|| async {
@@ -757,6 +758,9 @@ fn cost_json(cost: &SearchCost) -> Value {
         "rows_scanned": cost.rows_scanned,
         "rows_rescored": cost.rows_rescored,
         "tail_rows_scored": cost.tail_rows_scored,
+        "cache_regions_hit": cost.cache_regions_hit,
+        "cache_regions_missed": cost.cache_regions_missed,
+        "bytes_fetched": cost.bytes_fetched,
         "search_ms": cost.search_ms,
     })
 }
@@ -1025,6 +1029,34 @@ async fn drain_node(State(state): Shared, Segment(id): Segment, headers: HeaderM
         let node = gateway.router().meta().drain_node(&id).await?;
         Ok(node_json(&node))
     })
+    .await
+}
+
+/// Objects in the bucket that nothing references, as the indexers' sweep
+/// reported them (deleted once `delete_after_ms` has passed).
+async fn list_orphans(State(state): Shared, headers: HeaderMap) -> Response {
+    let gateway = state.gateway.clone();
+    handle(
+        &state,
+        &headers,
+        "list_orphans",
+        Access::Admin,
+        async move {
+            let orphans = gateway.router().meta().list_orphans(true).await?;
+            let total_bytes: u64 = orphans.iter().map(|orphan| orphan.size_bytes).sum();
+            Ok(json!({
+                "orphans": orphans.iter().map(|orphan| json!({
+                    "key": orphan.object_key,
+                    "size_bytes": orphan.size_bytes,
+                    "last_modified_ms": orphan.last_modified_ms,
+                    "first_seen_ms": orphan.first_seen_ms,
+                    "delete_after_ms": orphan.delete_after_ms,
+                })).collect::<Vec<_>>(),
+                "count": orphans.len(),
+                "total_bytes": total_bytes,
+            }))
+        },
+    )
     .await
 }
 

@@ -145,6 +145,7 @@ impl MetaServer {
             )
             .add_service(MetaServiceServer::new(MetaGrpc {
                 context: context.clone(),
+                shutdown: shutdown_receiver.clone(),
             }));
         let mut server_shutdown = shutdown_receiver.clone();
         let server_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async move {

@@ -208,6 +208,8 @@ impl MetaContext {
 /// The gRPC handler of `MetaService`.
 pub(crate) struct MetaGrpc {
     pub(crate) context: Arc<MetaContext>,
+    /// Set when the node stops: open watch streams end, so their connections close.
+    pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
@@ -702,6 +704,7 @@ impl MetaService for MetaGrpc {
         let request = request.into_inner();
         let catalog = self.context.catalog.clone();
         let mut version_receiver = catalog.subscribe();
+        let mut shutdown = self.shutdown.clone();
         let (sender, receiver) = mpsc::channel(16);
         tokio::spawn(async move {
             let mut sent_version = request.from_version;
@@ -721,6 +724,7 @@ impl MetaService for MetaGrpc {
                         }
                     }
                     () = sender.closed() => break,
+                    _ = shutdown.wait_for(|stopping| *stopping) => break,
                 }
             }
         });
@@ -752,6 +756,95 @@ impl MetaService for MetaGrpc {
                 })
             })
             .await
+        })
+        .await
+    }
+
+    async fn find_unreferenced(
+        &self,
+        request: Request<pb::FindUnreferencedRequest>,
+    ) -> GrpcResult<pb::FindUnreferencedResponse> {
+        self.observed("find_unreferenced", async {
+            let keys = request.into_inner().object_keys;
+            self.read_catalog(true, |catalog| {
+                Ok(pb::FindUnreferencedResponse {
+                    object_keys: catalog
+                        .unreferenced(keys.iter().map(String::as_str))
+                        .into_iter()
+                        .map(str::to_owned)
+                        .collect(),
+                })
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn report_orphans(
+        &self,
+        request: Request<pb::ReportOrphansRequest>,
+    ) -> GrpcResult<pb::ReportOrphansResponse> {
+        self.observed("report_orphans", async {
+            let request = request.into_inner();
+            let command = Command::ReportOrphans {
+                orphans: request
+                    .orphans
+                    .into_iter()
+                    .map(|orphan| crate::model::OrphanCandidate {
+                        object_key: orphan.object_key,
+                        size_bytes: orphan.size_bytes,
+                        last_modified_ms: orphan.last_modified_ms,
+                    })
+                    .collect(),
+                grace_ms: request.grace_ms,
+            };
+            match self.context.propose(command).await? {
+                Outcome::OrphansReported { new_orphans, due } => {
+                    Ok(pb::ReportOrphansResponse { new_orphans, due })
+                }
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn list_orphans(
+        &self,
+        request: Request<pb::ListOrphansRequest>,
+    ) -> GrpcResult<pb::ListOrphansResponse> {
+        self.observed("list_orphans", async {
+            let linearizable = request.into_inner().linearizable;
+            self.read_catalog(linearizable, |catalog| {
+                Ok(pb::ListOrphansResponse {
+                    orphans: catalog
+                        .orphans()
+                        .map(|(key, record)| pb::OrphanObject {
+                            object_key: key.clone(),
+                            size_bytes: record.size_bytes,
+                            last_modified_ms: record.last_modified_ms,
+                            first_seen_ms: record.first_seen_ms,
+                            delete_after_ms: record.delete_after_ms,
+                        })
+                        .collect(),
+                })
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn ack_orphans(
+        &self,
+        request: Request<pb::AckOrphansRequest>,
+    ) -> GrpcResult<pb::AckOrphansResponse> {
+        self.observed("ack_orphans", async {
+            let command = Command::AckOrphans {
+                object_keys: request.into_inner().object_keys,
+            };
+            match self.context.propose(command).await? {
+                Outcome::OrphansAcked { removed } => Ok(pb::AckOrphansResponse { removed }),
+                other => Err(unexpected(&other)),
+            }
         })
         .await
     }
