@@ -174,7 +174,10 @@ pub async fn run(options: &FilterOptions) -> Result<()> {
     }
     for &s in &options.selectivity {
         if !(s > 0.0 && s <= 1.0) || (s * TAGS as f64).round() < 1.0 {
-            bail!("--selectivity {s}: must be in (0, 1] and at least {}", 1.0 / TAGS as f64);
+            bail!(
+                "--selectivity {s}: must be in (0, 1] and at least {}",
+                1.0 / TAGS as f64
+            );
         }
     }
     let client = Client::new(&options.endpoint, options.api_key.clone())?;
@@ -228,7 +231,9 @@ pub async fn run(options: &FilterOptions) -> Result<()> {
                 )
             })
             .collect();
-        let matching = (0..base.rows()).filter(|row| row % TAGS < threshold).count();
+        let matching = (0..base.rows())
+            .filter(|row| row % TAGS < threshold)
+            .count();
         let queries_shared = Arc::new(queries.data.clone());
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let started = Instant::now();
@@ -279,11 +284,7 @@ pub async fn run(options: &FilterOptions) -> Result<()> {
                 found += result
                     .hits
                     .iter()
-                    .filter(|hit| {
-                        hit.id
-                            .as_u64()
-                            .is_some_and(|id| expected.contains(&id))
-                    })
+                    .filter(|hit| hit.id.as_u64().is_some_and(|id| expected.contains(&id)))
                     .count();
                 wanted += expected.len();
                 latencies.push(latency);
@@ -342,13 +343,10 @@ pub async fn run(options: &FilterOptions) -> Result<()> {
 fn plot(path: &std::path::Path, title: &str, points: &[FilterPoint]) -> Result<()> {
     crate::plot::ensure_font();
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    root.fill(&WHITE)
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     let (left, right) = root.split_horizontally(450);
-    let min_s = points
-        .iter()
-        .map(|p| p.selectivity)
-        .fold(1.0f64, f64::min)
-        * 0.7;
+    let min_s = points.iter().map(|p| p.selectivity).fold(1.0f64, f64::min) * 0.7;
     for (area, label, pick, top) in [
         (
             &left,
@@ -364,7 +362,12 @@ fn plot(path: &std::path::Path, title: &str, points: &[FilterPoint]) -> Result<(
         ),
     ] {
         let bottom = if label == "recall@k" {
-            points.iter().map(|p| p.recall).fold(1.0f64, f64::min).min(0.9) - 0.02
+            points
+                .iter()
+                .map(|p| p.recall)
+                .fold(1.0f64, f64::min)
+                .min(0.9)
+                - 0.02
         } else {
             0.0
         };

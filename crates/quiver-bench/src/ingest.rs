@@ -296,7 +296,8 @@ pub async fn run(options: &IngestOptions) -> Result<()> {
 fn plot_timeline(path: &std::path::Path, points: &[IngestPoint]) -> Result<()> {
     crate::plot::ensure_font();
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    root.fill(&WHITE)
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     let max_time = points
         .iter()
         .flat_map(|p| p.timeline.iter().map(|t| t.0))

@@ -341,11 +341,28 @@ def test_pods_run_as_non_root_with_a_read_only_root(value_set):
         assert pod["terminationGracePeriodSeconds"] * 1000 > grace_ms
 
 
+def file_section_keys(struct: str) -> set[str]:
+    """The keys the binary accepts in a config-file section (fields of `struct`)."""
+    source = (REPO_ROOT / "services" / "quiver" / "src" / "data_roles.rs").read_text()
+    body = source.split(f"pub struct {struct} {{", 1)[1].split("\n}", 1)[0]
+    return set(re.findall(r"pub (\w+): Option<", body))
+
+
 def gateway_file_keys() -> set[str]:
     """The keys the binary accepts in `[gateway]` (fields of GatewayFileConfig)."""
-    source = (REPO_ROOT / "services" / "quiver" / "src" / "data_roles.rs").read_text()
-    body = source.split("pub struct GatewayFileConfig {", 1)[1].split("\n}", 1)[0]
-    return set(re.findall(r"pub (\w+): Option<", body))
+    return file_section_keys("GatewayFileConfig")
+
+
+def test_searcher_config_reaches_the_searcher_as_its_section():
+    settings = {"heartbeat_interval_ms": 500, "safety_poll_interval_ms": 30000}
+    objects = objects_of({"searcher": {"config": settings}})
+    config_map = find(objects, "ConfigMap", "-searcher-config")
+    parsed = tomllib.loads(config_map["data"]["config.toml"])
+    assert parsed == {"searcher": settings}
+    assert set(settings) <= file_section_keys("SearcherFileConfig"), "unknown keys fail its start"
+    searcher = find(objects, "Deployment", "-searcher")
+    flags = check_role_command("searcher", container(searcher)["args"])
+    assert flags["--config"] == "/etc/quiver/config.toml"
 
 
 def test_gateway_config_reaches_the_gateway_as_its_section():

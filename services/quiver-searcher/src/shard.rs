@@ -519,7 +519,7 @@ impl ShardView {
             .nprobe
             .unwrap_or_else(|| quiver_index::default_nprobe(nlist));
         let widened = ((base as f64 * rows as f64 / kept as f64).ceil() as usize).clamp(1, nlist);
-        let scanned = (rows as u64 * widened as u64).div_ceil(nlist.max(1) as u64);
+        let scanned = (rows * widened as u64).div_ceil(nlist.max(1) as u64);
         if kept <= EXACT_FILTER_ROWS || kept.saturating_mul(EXACT_ROW_COST_IN_CODE_ROWS) <= scanned
         {
             return Ok(segment.search_rows(&request.vector, allowed.iter(), request.k, scratch)?);

@@ -44,6 +44,67 @@ pub struct DataFileConfig {
     /// `[indexer]`: write-path knobs.
     #[serde(default)]
     pub indexer: Option<IndexerConfig>,
+    /// `[searcher]`: read-path knobs.
+    #[serde(default)]
+    pub searcher: Option<SearcherFileConfig>,
+}
+
+/// The `[searcher]` section of the config file (flags win over the cache keys).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearcherFileConfig {
+    /// How often the searcher heartbeats to meta (ms; default 1000).
+    pub heartbeat_interval_ms: Option<u64>,
+    /// How often it also reads the whole routing table besides the watch stream (ms; default 15000).
+    pub safety_poll_interval_ms: Option<u64>,
+    /// First pause before reopening a broken watch stream (ms; default 100).
+    pub watch_initial_backoff_ms: Option<u64>,
+    /// Longest pause before reopening a broken watch stream (ms; default 5000).
+    pub watch_max_backoff_ms: Option<u64>,
+}
+
+impl SearcherFileConfig {
+    /// Checks the section without a node (at start, before anything is created).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.apply(&mut SearcherNodeConfig::new("check", "check"))
+    }
+
+    /// Applies the section to `config`; refuses zero periods.
+    fn apply(&self, config: &mut SearcherNodeConfig) -> anyhow::Result<()> {
+        for (key, value, field) in [
+            (
+                "heartbeat_interval_ms",
+                self.heartbeat_interval_ms,
+                &mut config.heartbeat_interval,
+            ),
+            (
+                "safety_poll_interval_ms",
+                self.safety_poll_interval_ms,
+                &mut config.safety_poll_interval,
+            ),
+            (
+                "watch_initial_backoff_ms",
+                self.watch_initial_backoff_ms,
+                &mut config.watch_initial_backoff,
+            ),
+            (
+                "watch_max_backoff_ms",
+                self.watch_max_backoff_ms,
+                &mut config.watch_max_backoff,
+            ),
+        ] {
+            if let Some(ms) = value {
+                if ms == 0 {
+                    bail!("[searcher] {key} must be positive");
+                }
+                *field = Duration::from_millis(ms);
+            }
+        }
+        if config.watch_initial_backoff > config.watch_max_backoff {
+            bail!("[searcher] watch_initial_backoff_ms exceeds watch_max_backoff_ms");
+        }
+        Ok(())
+    }
 }
 
 fn meta_client(addresses: &str) -> anyhow::Result<MetaClient> {
@@ -291,7 +352,10 @@ impl SearcherRole {
         .await?
         .context("region cache")?;
         let context = Arc::new(ReadContext::new(Arc::new(cache), storage, runtime));
-        let config = SearcherNodeConfig::new(node_id, advertise);
+        let mut config = SearcherNodeConfig::new(node_id, advertise);
+        if let Some(section) = &file.searcher {
+            section.apply(&mut config)?;
+        }
         let node = SearcherNode::start(config, listener, meta, context).await?;
         Ok(SearcherRole { node })
     }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use crate::data_roles::{
     DataFileConfig, GatewayArgs, GatewayFileConfig, GatewayRole, GatewaySettings, IndexerArgs,
-    IndexerRole, SearcherArgs, SearcherRole, StandaloneArgs, StandaloneRole,
+    IndexerRole, SearcherArgs, SearcherFileConfig, SearcherRole, StandaloneArgs, StandaloneRole,
 };
 use crate::lifecycle::{Role, shutdown_signal};
 use crate::meta_role::{MetaArgs, MetaRole, meta_config};
@@ -102,6 +102,7 @@ struct FileConfig {
     meta: Option<quiver_meta::MetaConfig>,
     storage: Option<quiver_storage::S3Settings>,
     indexer: Option<quiver_indexer::IndexerConfig>,
+    searcher: Option<SearcherFileConfig>,
     gateway: Option<GatewayFileConfig>,
 }
 
@@ -110,6 +111,7 @@ impl FileConfig {
         DataFileConfig {
             storage: self.storage.clone(),
             indexer: self.indexer.clone(),
+            searcher: self.searcher.clone(),
         }
     }
 }
@@ -197,6 +199,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let http_listen = common.http_listen.clone().or(file.http_listen.clone());
     let data_file = file.data();
     // Configuration errors surface before logging starts, as one line on stderr.
+    if let Some(section) = &file.searcher {
+        section.validate()?;
+    }
     let meta_config = match &cli.command {
         RoleCommand::Meta { meta, .. } => Some(meta_config(meta, file.meta.clone())?),
         _ => None,

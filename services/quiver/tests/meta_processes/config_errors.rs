@@ -147,6 +147,15 @@ fn bad_gateway_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::
     let zero_limit = write("zero.toml", "[gateway]\nmax_batch_points = 0\n")?;
     let bad_size = write("size.toml", "[gateway]\nmax_request_bytes = \"huge\"\n")?;
     let unknown_section = write("section.toml", "[gatewey]\nmax_k = 10\n")?;
+    let searcher_unknown = write("searcher_unknown.toml", "[searcher]\ncache = 1\n")?;
+    let searcher_zero = write(
+        "searcher_zero.toml",
+        "[searcher]\nheartbeat_interval_ms = 0\n",
+    )?;
+    let searcher_backoff = write(
+        "searcher_backoff.toml",
+        "[searcher]\nwatch_initial_backoff_ms = 9000\nwatch_max_backoff_ms = 100\n",
+    )?;
     let key_only = write(
         "key_only.toml",
         "[gateway]\ntls_key = \"/nowhere/key.pem\"\n",
@@ -199,6 +208,18 @@ fn bad_gateway_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::
         ),
         (standalone(&["--config", &bad_size]), "huge"),
         (standalone(&["--config", &unknown_section]), "gatewey"),
+        (
+            standalone(&["--config", &searcher_unknown]),
+            "unknown field `cache`",
+        ),
+        (
+            standalone(&["--config", &searcher_zero]),
+            "[searcher] heartbeat_interval_ms must be positive",
+        ),
+        (
+            standalone(&["--config", &searcher_backoff]),
+            "watch_initial_backoff_ms exceeds watch_max_backoff_ms",
+        ),
         (
             standalone(&["--config", &key_only]),
             "--tls-key needs --tls-cert",
