@@ -90,6 +90,13 @@ impl LogStore {
         self.inner.committed_index.load(Ordering::Relaxed)
     }
 
+    /// Returns how many other handles share this database (openraft's log readers,
+    /// storage calls still running on the blocking pool); the file stays locked until
+    /// the last one is dropped.
+    pub(crate) fn other_handles(&self) -> usize {
+        Arc::strong_count(&self.inner).saturating_sub(1)
+    }
+
     /// Returns the path of the database file.
     pub fn path(&self) -> &Path {
         &self.inner.path

@@ -321,6 +321,20 @@ impl MetaServer {
             task.abort();
             let _ = task.await;
         }
+        // openraft does not join its replication tasks on shutdown: one may still be
+        // finishing an RPC or a read holding a log reader (a handle on the database).
+        // Wait for them, so the database file is unlocked when this returns.
+        let release_deadline = Instant::now() + Duration::from_secs(5);
+        while self.context.log_store.other_handles() > 0 {
+            if Instant::now() > release_deadline {
+                tracing::warn!(
+                    handles = self.context.log_store.other_handles(),
+                    "raft log still in use 5 s after shutdown"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         if let Err(error) = raft_result {
             return Err(MetaError::Raft(format!("raft shutdown failed: {error}")));
         }

@@ -3,10 +3,11 @@ use std::time::Duration;
 use quiver_meta::{MetaConfig, MetaServer};
 use tokio::net::TcpListener;
 
-use crate::support::{TestCluster, collection_spec, eventually};
+use crate::support::{TestCluster, collection_spec, eventually, init_test_logs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_compact_the_log_and_lagging_or_new_nodes_catch_up() -> anyhow::Result<()> {
+    init_test_logs();
     let mut cluster = TestCluster::start(3, |config| {
         config.snapshot_logs = 20;
         config.logs_to_keep = 5;
