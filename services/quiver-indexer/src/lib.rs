@@ -7,6 +7,7 @@
 
 mod catalog;
 mod config;
+mod crash;
 mod error;
 mod memtable;
 mod merge;
@@ -23,6 +24,7 @@ pub use catalog::{
     WalEntry, WalPosition, apply_change,
 };
 pub use config::IndexerConfig;
+pub use crash::CRASH_VARIABLE;
 pub use error::{IndexerError, IndexerErrorKind, IndexerResult};
 pub use meta_catalog::MetaCatalog;
 pub use node::{IndexerNode, IndexerNodeConfig, status_of};
