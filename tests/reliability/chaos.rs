@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
-use crate::cluster::{ClusterShape, Cluster, s3_endpoint};
+use crate::cluster::{Cluster, ClusterShape, s3_endpoint};
 use crate::drive::Run;
 use crate::workload::WorkloadConfig;
 use crate::{SERIAL, long_profile, seed};
@@ -26,13 +26,15 @@ enum Target {
 }
 
 impl Target {
-    fn kind(self) -> &'static str {
-        match self {
-            Target::Gateway => "gateway kill -9 + restart",
-            Target::MetaFollower => "meta follower kill -9 + restart",
-            Target::MetaLeader => "meta leader kill -9 + restart",
-            Target::Indexer => "indexer kill -9 + restart",
-        }
+    fn kind(self, graceful: bool) -> String {
+        let role = match self {
+            Target::Gateway => "gateway",
+            Target::MetaFollower => "meta follower",
+            Target::MetaLeader => "meta leader",
+            Target::Indexer => "indexer",
+        };
+        let stop = if graceful { "SIGTERM" } else { "kill -9" };
+        format!("{role} {stop} + restart")
     }
 }
 
@@ -54,7 +56,9 @@ async fn kill_and_restart_every_role_under_load() -> anyhow::Result<()> {
         },
     )
     .await?;
-    cluster.create_collection(COLLECTION, DIMENSION, 2, 2).await?;
+    cluster
+        .create_collection(COLLECTION, DIMENSION, 2, 2)
+        .await?;
     let config = WorkloadConfig::new(COLLECTION, DIMENSION, 2_000, seed);
     let mut run = Run::start(cluster, config, "chaos");
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -73,14 +77,26 @@ async fn kill_and_restart_every_role_under_load() -> anyhow::Result<()> {
     faults.shuffle(&mut rng);
     for (iteration, target) in faults.into_iter().enumerate() {
         tokio::time::sleep(Duration::from_millis(rng.random_range(300..3_000))).await;
-        let when = format!("after fault {} ({})", iteration + 1, target.kind());
+        // Mostly kill -9; one stop in five is a graceful SIGTERM, which must
+        // drain and exit cleanly.
+        let graceful = rng.random_bool(0.2);
+        let kind = target.kind(graceful);
+        let when = format!("after fault {} ({kind})", iteration + 1);
         eprintln!("chaos: {when}");
         let (role, index) = pick(&run.cluster, target, &mut rng).await?;
-        let fault_at = {
-            let process = process_mut(&mut run.cluster, role, index);
+        let fault_at = run.fault(&kind);
+        let process = process_mut(&mut run.cluster, role, index);
+        if graceful {
+            let status = process.terminate(Duration::from_secs(30))?;
+            anyhow::ensure!(
+                status.success(),
+                "{} exited with {status} after SIGTERM; log:\n{}",
+                process.name,
+                process.log_tail(30)
+            );
+        } else {
             process.kill9();
-            run.fault(target.kind())
-        };
+        }
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..2_000))).await;
         let http = run.cluster.http.clone();
         let process = process_mut(&mut run.cluster, role, index);
@@ -124,7 +140,10 @@ async fn pick(
     rng: &mut StdRng,
 ) -> anyhow::Result<(RoleList, usize)> {
     Ok(match target {
-        Target::Gateway => (RoleList::Gateways, rng.random_range(0..cluster.gateways.len())),
+        Target::Gateway => (
+            RoleList::Gateways,
+            rng.random_range(0..cluster.gateways.len()),
+        ),
         Target::MetaLeader | Target::MetaFollower => {
             let leader = cluster.meta_leader().await? as usize;
             let index = if matches!(target, Target::MetaLeader) {

@@ -150,9 +150,10 @@ pub fn check_history(snapshot: &Snapshot, dimension: usize) -> (CheckReport, Has
             .iter()
             .rposition(|write| write.invoked < search.finished);
         let settled = newest_issued == Some(acknowledged)
-            && writes[acknowledged].kind == (WriteKind::Upsert {
-                version: search.version,
-            });
+            && writes[acknowledged].kind
+                == (WriteKind::Upsert {
+                    version: search.version,
+                });
         if settled && !search.hit_ids.contains(&search.id) {
             report.violations.push(format!(
                 "id {}: a strong exact-vector search for its acknowledged version {} did not return it (hits {:?})",
@@ -186,7 +187,9 @@ where
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(error) => {
-                return Err(anyhow::anyhow!("{what} still failing after {timeout:?}: {error}"));
+                return Err(anyhow::anyhow!(
+                    "{what} still failing after {timeout:?}: {error}"
+                ));
             }
         }
     }
@@ -345,19 +348,19 @@ pub async fn quiet_check(
         for (id, expected) in &current {
             match stored.get(id) {
                 Some(vector) if same_vector(vector, expected) => {}
-                Some(_) => report
-                    .violations
-                    .push(format!("id {id}: the flat scan has another vector than the strong get")),
-                None => report
-                    .violations
-                    .push(format!("id {id}: live with strong get, missing from the flat scan")),
+                Some(_) => report.violations.push(format!(
+                    "id {id}: the flat scan has another vector than the strong get"
+                )),
+                None => report.violations.push(format!(
+                    "id {id}: live with strong get, missing from the flat scan"
+                )),
             }
         }
         for id in stored.keys() {
             if !current.contains_key(id) {
-                report
-                    .violations
-                    .push(format!("id {id}: in the flat scan, but strong get finds nothing"));
+                report.violations.push(format!(
+                    "id {id}: in the flat scan, but strong get finds nothing"
+                ));
             }
         }
     }
@@ -377,7 +380,9 @@ pub fn unavailability(snapshot: &Snapshot) -> BTreeMap<String, (Duration, Durati
             snapshot
                 .attempts
                 .iter()
-                .filter(|attempt| attempt.is_write == is_write && attempt.ok && attempt.started >= fault.at)
+                .filter(|attempt| {
+                    attempt.is_write == is_write && attempt.ok && attempt.started >= fault.at
+                })
                 .map(|attempt| attempt.finished - fault.at)
                 .min()
                 .unwrap_or_default()

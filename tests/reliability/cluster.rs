@@ -50,7 +50,9 @@ pub fn s3_endpoint() -> Option<String> {
     match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
         Ok(endpoint) => Some(endpoint),
         Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("QUIVER_TEST_S3_ENDPOINT is not set under CI (scripts/test.sh starts the S3 server)")
+            panic!(
+                "QUIVER_TEST_S3_ENDPOINT is not set under CI (scripts/test.sh starts the S3 server)"
+            )
         }
         Err(_) => {
             eprintln!("QUIVER_TEST_S3_ENDPOINT not set: skipping the reliability suite");
@@ -203,7 +205,11 @@ impl Process {
     }
 
     /// Waits until `/readyz` answers 200.
-    pub async fn wait_ready(&self, http: &reqwest::Client, timeout: Duration) -> anyhow::Result<()> {
+    pub async fn wait_ready(
+        &self,
+        http: &reqwest::Client,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         let url = format!("http://{}/readyz", self.http_address);
         let ready = eventually(&format!("{} ready", self.name), timeout, || async {
             let answer = http
@@ -400,7 +406,10 @@ impl Cluster {
         ]);
         let mut env = BTreeMap::new();
         for (key, value) in [
-            ("AWS_ENDPOINT_URL", self.s3.endpoint.clone().unwrap_or_default()),
+            (
+                "AWS_ENDPOINT_URL",
+                self.s3.endpoint.clone().unwrap_or_default(),
+            ),
             ("AWS_REGION", "us-east-1".to_string()),
             ("AWS_ACCESS_KEY_ID", "testing".to_string()),
             ("AWS_SECRET_ACCESS_KEY", "testing".to_string()),
@@ -553,17 +562,16 @@ impl Cluster {
             .iter()
             .find(|gateway| gateway.is_running())
             .expect("a running gateway");
-        Api::new(self.http.clone(), format!("http://{}", gateway.http_address))
+        Api::new(
+            self.http.clone(),
+            format!("http://{}", gateway.http_address),
+        )
     }
 
     /// A metadata client that knows every meta node.
     pub fn meta_client(&self) -> MetaClient {
-        let mut config = MetaClientConfig::new(
-            self.metas
-                .iter()
-                .map(|meta| meta.address.clone())
-                .collect(),
-        );
+        let mut config =
+            MetaClientConfig::new(self.metas.iter().map(|meta| meta.address.clone()).collect());
         config.attempt_timeout = Duration::from_secs(3);
         config.connect_timeout = Duration::from_millis(300);
         config.retry_deadline = Duration::from_secs(30);
@@ -629,9 +637,8 @@ impl Cluster {
             ok.then_some(())
         })
         .await;
-        served.map_err(|error| {
-            anyhow::anyhow!("{error}; processes:\n{}", self.describe_processes())
-        })
+        served
+            .map_err(|error| anyhow::anyhow!("{error}; processes:\n{}", self.describe_processes()))
     }
 
     /// Returns the per-shard `(indexer holding the lease, epoch)` of `name`.

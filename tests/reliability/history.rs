@@ -189,10 +189,15 @@ impl History {
     /// Returns the newest upsert version issued for `id`, if any.
     pub fn latest_version(&self, id: u64) -> Option<u32> {
         let inner = self.lock();
-        inner.writes.get(&id)?.iter().rev().find_map(|write| match write.kind {
-            WriteKind::Upsert { version } => Some(version),
-            WriteKind::Delete => None,
-        })
+        inner
+            .writes
+            .get(&id)?
+            .iter()
+            .rev()
+            .find_map(|write| match write.kind {
+                WriteKind::Upsert { version } => Some(version),
+                WriteKind::Delete => None,
+            })
     }
 
     /// Tells whether a write started at or after `since` was acknowledged and a
@@ -200,10 +205,9 @@ impl History {
     pub fn recovered_since(&self, since: Instant) -> bool {
         let inner = self.lock();
         let ok = |is_write: bool| {
-            inner
-                .attempts
-                .iter()
-                .any(|attempt| attempt.is_write == is_write && attempt.ok && attempt.started >= since)
+            inner.attempts.iter().any(|attempt| {
+                attempt.is_write == is_write && attempt.ok && attempt.started >= since
+            })
         };
         ok(true) && ok(false)
     }

@@ -146,12 +146,12 @@ async fn wait_for_crash(run: &mut Run, holder: usize, point: &str) -> anyhow::Re
 }
 
 /// Returns the indexer holding every shard of the collection.
-fn sole_holder(
-    cluster: &Cluster,
-    leases: &BTreeMap<u64, (String, u64)>,
-) -> anyhow::Result<usize> {
+fn sole_holder(cluster: &Cluster, leases: &BTreeMap<u64, (String, u64)>) -> anyhow::Result<usize> {
     let holders: BTreeSet<&String> = leases.values().map(|(holder, _)| holder).collect();
-    anyhow::ensure!(holders.len() == 1, "shards held by several indexers: {leases:?}");
+    anyhow::ensure!(
+        holders.len() == 1,
+        "shards held by several indexers: {leases:?}"
+    );
     let holder = holders.into_iter().next().expect("one holder");
     cluster
         .indexers
@@ -194,11 +194,17 @@ async fn indexer_kill_points_with_takeover_lose_nothing() -> anyhow::Result<()> 
         meta.start()?;
     }
     start_with_fate(&mut cluster, 0, &mut plan, &mut fates).await?;
-    for process in cluster.searchers.iter_mut().chain(cluster.gateways.iter_mut()) {
+    for process in cluster
+        .searchers
+        .iter_mut()
+        .chain(cluster.gateways.iter_mut())
+    {
         process.start()?;
     }
     cluster.start_all_ready().await?;
-    cluster.create_collection(COLLECTION, DIMENSION, 2, 1).await?;
+    cluster
+        .create_collection(COLLECTION, DIMENSION, 2, 1)
+        .await?;
     start_with_fate(&mut cluster, 1, &mut plan, &mut fates).await?;
 
     let ids = if long_profile() { 4_000 } else { 2_000 };

@@ -36,9 +36,7 @@ pub fn long_profile() -> bool {
     match std::env::var("QUIVER_RELIABILITY_PROFILE").as_deref() {
         Ok("long") => true,
         Ok("quick") | Err(_) => false,
-        Ok(other) => panic!(
-            "QUIVER_RELIABILITY_PROFILE must be `quick` or `long`, got `{other}`"
-        ),
+        Ok(other) => panic!("QUIVER_RELIABILITY_PROFILE must be `quick` or `long`, got `{other}`"),
     }
 }
 
@@ -101,7 +99,8 @@ impl Summary {
             "extra": self.extra,
         });
         eprintln!("SUMMARY {line}");
-        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("reliability-summary.jsonl");
+        let path =
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("reliability-summary.jsonl");
         if let Ok(mut file) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -16,19 +16,13 @@ const COLLECTION: &str = "replace";
 const DIMENSION: usize = 48;
 
 /// Writes `writes` in requests of 100 (each must be acknowledged) and records them.
-async fn write(
-    api: &Api,
-    history: &History,
-    writes: &[(u64, WriteKind)],
-) -> anyhow::Result<()> {
+async fn write(api: &Api, history: &History, writes: &[(u64, WriteKind)]) -> anyhow::Result<()> {
     for chunk in writes.chunks(100) {
         for kind in [WriteKind::Delete, WriteKind::Upsert { version: 0 }] {
             let part: Vec<(u64, WriteKind)> = chunk
                 .iter()
                 .copied()
-                .filter(|(_, write)| {
-                    std::mem::discriminant(write) == std::mem::discriminant(&kind)
-                })
+                .filter(|(_, write)| std::mem::discriminant(write) == std::mem::discriminant(&kind))
                 .collect();
             if part.is_empty() {
                 continue;
@@ -106,7 +100,9 @@ async fn upserts_keep_one_version_and_deletes_stay_deleted_through_merges() -> a
         },
     )
     .await?;
-    cluster.create_collection(COLLECTION, DIMENSION, 2, 1).await?;
+    cluster
+        .create_collection(COLLECTION, DIMENSION, 2, 1)
+        .await?;
     let api = cluster.api();
     let history = Arc::new(History::default());
     let ids: u64 = if long_profile() { 3_000 } else { 1_200 };
@@ -136,7 +132,11 @@ async fn upserts_keep_one_version_and_deletes_stay_deleted_through_merges() -> a
         version += 1;
         write(&api, &history, &upserts(0..ids / 2, version)).await?;
         write(&api, &history, &deletes(ids * 3 / 4..ids)).await?;
-        check(&format!("round {round}: replaced in the WAL tail"), &mut summary).await?;
+        check(
+            &format!("round {round}: replaced in the WAL tail"),
+            &mut summary,
+        )
+        .await?;
 
         // The same id several times in the tail; deleted then written again.
         version += 1;
@@ -144,12 +144,25 @@ async fn upserts_keep_one_version_and_deletes_stay_deleted_through_merges() -> a
         version += 1;
         write(&api, &history, &upserts(0..ids / 20, version)).await?;
         write(&api, &history, &deletes(ids * 3 / 4..ids * 3 / 4 + 50)).await?;
-        write(&api, &history, &upserts(ids * 3 / 4..ids * 3 / 4 + 25, version)).await?;
-        check(&format!("round {round}: replaced twice in the tail"), &mut summary).await?;
+        write(
+            &api,
+            &history,
+            &upserts(ids * 3 / 4..ids * 3 / 4 + 25, version),
+        )
+        .await?;
+        check(
+            &format!("round {round}: replaced twice in the tail"),
+            &mut summary,
+        )
+        .await?;
 
         // Flushed: the older copies are masked by deletion bitmaps.
         wait_flushed(&api).await?;
-        check(&format!("round {round}: flushed with deletion bitmaps"), &mut summary).await?;
+        check(
+            &format!("round {round}: flushed with deletion bitmaps"),
+            &mut summary,
+        )
+        .await?;
 
         // Merged: deleted and replaced rows are dropped.
         let before = segments(&api).await?;
@@ -159,9 +172,10 @@ async fn upserts_keep_one_version_and_deletes_stay_deleted_through_merges() -> a
             merges > 0 && after < before,
             "compaction merged nothing ({merges} merges, {before} → {after} segments)"
         );
-        summary
-            .extra
-            .insert(format!("round_{round}_segments"), format!("{before} -> {after}").into());
+        summary.extra.insert(
+            format!("round_{round}_segments"),
+            format!("{before} -> {after}").into(),
+        );
         check(&format!("round {round}: after compaction"), &mut summary).await?;
 
         // Deletes and replacements after the merge, merged again.
@@ -170,8 +184,11 @@ async fn upserts_keep_one_version_and_deletes_stay_deleted_through_merges() -> a
         write(&api, &history, &upserts(ids / 10..ids / 5, version)).await?;
         wait_flushed(&api).await?;
         api.compact(COLLECTION).await?;
-        check(&format!("round {round}: replaced and deleted after a merge"), &mut summary)
-            .await?;
+        check(
+            &format!("round {round}: replaced and deleted after a merge"),
+            &mut summary,
+        )
+        .await?;
         summary.iterations += 1;
     }
     summary.publish(started);

@@ -22,7 +22,11 @@ async fn wait_searcher_ready(cluster: &Cluster, searcher: &str) -> anyhow::Resul
         Duration::from_secs(60),
         || async {
             let body = api
-                .call("GET", &format!("/admin/v1/collections/{COLLECTION}/shards"), None)
+                .call(
+                    "GET",
+                    &format!("/admin/v1/collections/{COLLECTION}/shards"),
+                    None,
+                )
                 .await
                 .ok()?;
             body["shards"]
@@ -71,7 +75,9 @@ async fn searcher_kills_and_scale_out_cost_no_query() -> anyhow::Result<()> {
         },
     )
     .await?;
-    cluster.create_collection(COLLECTION, DIMENSION, 2, 2).await?;
+    cluster
+        .create_collection(COLLECTION, DIMENSION, 2, 2)
+        .await?;
     let mut config = WorkloadConfig::new(COLLECTION, DIMENSION, 1_500, seed);
     config.writers = 2;
     config.readers = 4;
@@ -88,8 +94,12 @@ async fn searcher_kills_and_scale_out_cost_no_query() -> anyhow::Result<()> {
         run.cluster.searchers[victim].kill9();
         run.fault("searcher kill -9");
         // Past the node timeout: meta declares it dead and reassigns.
-        run_without_read_errors(&run, Duration::from_secs(5), &format!("after kill -9 of {victim_name}"))
-            .await?;
+        run_without_read_errors(
+            &run,
+            Duration::from_secs(5),
+            &format!("after kill -9 of {victim_name}"),
+        )
+        .await?;
 
         // A new searcher process joins, warms and takes shards.
         let added = run.cluster.define_searcher()?;
@@ -100,8 +110,12 @@ async fn searcher_kills_and_scale_out_cost_no_query() -> anyhow::Result<()> {
             .wait_ready(&http, Duration::from_secs(60))
             .await?;
         wait_searcher_ready(&run.cluster, &added_name).await?;
-        run_without_read_errors(&run, Duration::from_secs(1), &format!("while {added_name} joined"))
-            .await?;
+        run_without_read_errors(
+            &run,
+            Duration::from_secs(1),
+            &format!("while {added_name} joined"),
+        )
+        .await?;
 
         // It really serves: kill every other running searcher.
         let others: Vec<usize> = (0..run.cluster.searchers.len())
@@ -132,7 +146,8 @@ async fn searcher_kills_and_scale_out_cost_no_query() -> anyhow::Result<()> {
             .wait_served(COLLECTION, 2, Duration::from_secs(60))
             .await?;
         run_without_read_errors(&run, Duration::from_secs(1), "after the restarts").await?;
-        run.checkpoint(false, &format!("after round {round}")).await?;
+        run.checkpoint(false, &format!("after round {round}"))
+            .await?;
         run.summary.iterations += 1;
     }
     let summary = run.finish().await?;

@@ -17,9 +17,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{Api, ApiError};
-use crate::history::{
-    Attempt, History, Observation, SearchRecord, Seen, WriteKind, vector,
-};
+use crate::history::{Attempt, History, Observation, SearchRecord, Seen, WriteKind, vector};
 
 /// An id that is not touched again this long after a write of it failed, so a
 /// failed request still in flight somewhere cannot land after a newer write.
@@ -120,11 +118,7 @@ pub struct Workload {
 
 impl Workload {
     /// Starts the clients against `gateways` (REST base URLs).
-    pub fn start(
-        config: WorkloadConfig,
-        gateways: Vec<Api>,
-        history: Arc<History>,
-    ) -> Workload {
+    pub fn start(config: WorkloadConfig, gateways: Vec<Api>, history: Arc<History>) -> Workload {
         let (paused, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             config,
@@ -192,7 +186,7 @@ impl Workload {
 
 async fn write_loop(shared: Arc<Shared>, writer: usize) {
     let config = shared.config.clone();
-    let mut rng = StdRng::seed_from_u64(config.seed ^ (writer as u64 + 1) * 0x1000_0001);
+    let mut rng = StdRng::seed_from_u64(config.seed ^ ((writer as u64 + 1) * 0x1000_0001));
     let owned: Vec<u64> = (0..config.ids)
         .filter(|id| id % config.writers as u64 == writer as u64)
         .collect();
@@ -234,9 +228,7 @@ async fn write_loop(shared: Arc<Shared>, writer: usize) {
             let points: Vec<(u64, Vec<f32>)> = writes
                 .iter()
                 .map(|(id, kind)| match kind {
-                    WriteKind::Upsert { version } => {
-                        (*id, vector(*id, *version, config.dimension))
-                    }
+                    WriteKind::Upsert { version } => (*id, vector(*id, *version, config.dimension)),
                     WriteKind::Delete => unreachable!("an upsert batch"),
                 })
                 .collect();
@@ -267,7 +259,7 @@ async fn write_loop(shared: Arc<Shared>, writer: usize) {
 
 async fn read_loop(shared: Arc<Shared>, reader: usize) {
     let config = shared.config.clone();
-    let mut rng = StdRng::seed_from_u64(config.seed ^ (reader as u64 + 1) * 0x7000_0003);
+    let mut rng = StdRng::seed_from_u64(config.seed ^ ((reader as u64 + 1) * 0x7000_0003));
     // A few ids past the written range are read too: they must never appear.
     let universe = config.ids + 50;
     while shared.wait_if_paused().await {

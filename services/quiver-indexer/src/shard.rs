@@ -947,7 +947,11 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
     };
     let empty_result = ids.is_empty();
     if !empty_result {
-        crash::during(CrashPoint::MergeUpload, shared.storage.put(&key, bytes.into())).await?;
+        crash::during(
+            CrashPoint::MergeUpload,
+            shared.storage.put(&key, bytes.into()),
+        )
+        .await?;
     }
     if !late_deleted.is_empty() {
         let deletes_key = keys::deletes_key(
