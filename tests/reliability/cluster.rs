@@ -89,6 +89,10 @@ pub struct Process {
 impl Process {
     /// Starts the process (again); its log gets a marker line first.
     pub fn start(&mut self) -> anyhow::Result<()> {
+        if !self.is_running() {
+            // Reap a process that ended on its own.
+            self.kill9();
+        }
         anyhow::ensure!(self.child.is_none(), "{} is already running", self.name);
         self.starts += 1;
         let mut log = OpenOptions::new()
@@ -187,9 +191,24 @@ impl Process {
         Some(status)
     }
 
-    /// Tells whether the process was started and not killed or reaped since.
+    /// Tells whether the process was started and has not ended (killed, or
+    /// exited on its own) since.
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        let Some(child) = &self.child else {
+            return false;
+        };
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter; WNOWAIT leaves an
+        // ended child to be reaped by `exited`/`kill9`.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let answer = libc::waitid(
+                libc::P_PID,
+                child.id(),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            answer != 0 || info.si_pid() == 0
+        }
     }
 
     /// Returns the whole log.

@@ -219,6 +219,8 @@ async fn indexer_kill_points_with_takeover_lose_nothing() -> anyhow::Result<()> 
         let holder = sole_holder(&run.cluster, &epochs)?;
         let standby = 1 - holder;
         if !run.cluster.indexers[standby].is_running() {
+            // It took the shards over and died at its own crash point already.
+            run.cluster.indexers[standby].kill9();
             start_with_fate(&mut run.cluster, standby, &mut plan, &mut fates).await?;
         }
         // (A process restarted after the plan ran out is killed at a random moment.)
@@ -293,6 +295,7 @@ async fn indexer_kill_points_with_takeover_lose_nothing() -> anyhow::Result<()> 
             }
         }
         if !run.cluster.indexers[holder].is_running() {
+            run.cluster.indexers[holder].kill9();
             start_with_fate(&mut run.cluster, holder, &mut plan, &mut fates).await?;
         }
         run.wait_recovered(fault_at, &when).await?;
