@@ -7,6 +7,7 @@
 
 mod catalog;
 mod config;
+mod crash;
 mod error;
 mod gc;
 mod memtable;
@@ -25,6 +26,7 @@ pub use catalog::{
 #[cfg(any(test, feature = "testsuite"))]
 pub use catalog::{MemoryCatalog, manifest_keys};
 pub use config::IndexerConfig;
+pub use crash::CRASH_VARIABLE;
 pub use error::{IndexerError, IndexerErrorKind, IndexerResult};
 pub use gc::collect_garbage;
 pub use meta_catalog::MetaCatalog;

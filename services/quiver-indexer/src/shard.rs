@@ -24,6 +24,7 @@ use crate::catalog::{
     WalEntry, WalPosition,
 };
 use crate::config::IndexerConfig;
+use crate::crash::{self, CrashPoint};
 use crate::error::{IndexerError, IndexerResult};
 use crate::memtable::{Memtable, PendingOp};
 use crate::merge::{MergePlan, plan_merges};
@@ -484,7 +485,7 @@ async fn commit_batch(
     let encoded = batch.encode();
     let wal_bytes = encoded.len();
     let started = Instant::now();
-    shared.storage.put(&key, encoded).await?;
+    crash::during(CrashPoint::WalPut, shared.storage.put(&key, encoded)).await?;
     METRICS
         .wal_put_seconds
         .observe(started.elapsed().as_secs_f64());
@@ -493,6 +494,7 @@ async fn commit_batch(
         key,
         rows: batch.records.len() as u32,
     };
+    crash::reached(CrashPoint::WalCommit);
     let started = Instant::now();
     let committed = shared
         .catalog
@@ -520,6 +522,7 @@ async fn commit_batch(
             return Err(error.into());
         }
     }
+    crash::reached(CrashPoint::WalAck);
     let rows = batch.records.len();
     let mut state = shared.lock_state();
     state.active.apply_batch(position, batch);
@@ -725,7 +728,11 @@ async fn flush_frozen(
             deletes: None,
             default_nprobe: Some(built.default_nprobe),
         };
-        shared.storage.put(&key, built.bytes.into()).await?;
+        crash::during(
+            CrashPoint::FlushUpload,
+            shared.storage.put(&key, built.bytes.into()),
+        )
+        .await?;
         change.add_segments.push(entry.clone());
         new_segment = Some((entry, built.ids));
     }
@@ -780,6 +787,7 @@ async fn flush_frozen(
             .push((segment_id.to_string(), deletes.clone()));
         staged_deletes.push((segment_id, deletes, deleted));
     }
+    crash::reached(CrashPoint::FlushCommit);
     let committed = shared
         .catalog
         .commit_manifest_change(&shared.shard, shared.epoch, change)
@@ -940,7 +948,11 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
     };
     let empty_result = ids.is_empty();
     if !empty_result {
-        shared.storage.put(&key, bytes.into()).await?;
+        crash::during(
+            CrashPoint::MergeUpload,
+            shared.storage.put(&key, bytes.into()),
+        )
+        .await?;
     }
     if !late_deleted.is_empty() {
         let deletes_key = keys::deletes_key(
@@ -976,6 +988,7 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         retire_keys,
         ..Default::default()
     };
+    crash::reached(CrashPoint::MergeCommit);
     let committed = shared
         .catalog
         .commit_manifest_change(&shared.shard, shared.epoch, change)

@@ -1121,6 +1121,12 @@ fn live_keys_after<'a>(record: &'a ShardRecord, change: &'a ManifestChange) -> B
         .iter()
         .map(String::as_str)
         .collect();
+    // A segment whose bitmap the change replaces no longer references the old one.
+    let bitmap_replaced: BTreeSet<&str> = change
+        .set_deletes
+        .iter()
+        .map(|(segment_id, _)| segment_id.as_str())
+        .collect();
     let mut keys = BTreeSet::new();
     let kept = record
         .manifest
@@ -1129,7 +1135,9 @@ fn live_keys_after<'a>(record: &'a ShardRecord, change: &'a ManifestChange) -> B
         .filter(|segment| !removed.contains(segment.segment_id.as_str()));
     for segment in kept.chain(change.add_segments.iter()) {
         keys.insert(segment.object_key.as_str());
-        if let Some(deletes) = &segment.deletes {
+        if let Some(deletes) = &segment.deletes
+            && !bitmap_replaced.contains(segment.segment_id.as_str())
+        {
             keys.insert(deletes.object_key.as_str());
         }
     }

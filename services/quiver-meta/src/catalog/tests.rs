@@ -450,13 +450,51 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
         },
     );
     assert!(older_bitmap.unwrap_err().message.contains("not newer"));
+    // A newer bitmap may retire the one it replaces (as the indexer's flushes do).
+    run(
+        &mut catalog,
+        104,
+        Command::CommitManifestChange {
+            change: ManifestChange {
+                shard,
+                epoch: 1,
+                set_deletes: vec![(
+                    "s2".into(),
+                    DeletesRef {
+                        object_key: "deletes/s2-2.del".into(),
+                        version: 2,
+                        deleted_rows: 1,
+                    },
+                )],
+                gc_keys: vec!["deletes/s2-1.del".into()],
+                ..ManifestChange::default()
+            },
+            gc_grace_ms: 0,
+        },
+    )
+    .expect("a replaced bitmap may go on the gc list");
+    let still_live = run(
+        &mut catalog,
+        104,
+        Command::CommitManifestChange {
+            change: ManifestChange {
+                shard,
+                epoch: 1,
+                gc_keys: vec!["deletes/s2-2.del".into()],
+                ..ManifestChange::default()
+            },
+            gc_grace_ms: 0,
+        },
+    );
+    assert_eq!(still_live.unwrap_err().code, ErrorCode::InvalidArgument);
     let gc_keys: Vec<String> = catalog
         .gc_due(u64::MAX, 100)
         .into_iter()
         .map(|(key, _)| key)
         .collect();
     assert!(
-        gc_keys.contains(&"segments/s1.qseg".to_owned()),
+        gc_keys.contains(&"segments/s1.qseg".to_owned())
+            && gc_keys.contains(&"deletes/s2-1.del".to_owned()),
         "{gc_keys:?}"
     );
     let live_reference = run(
