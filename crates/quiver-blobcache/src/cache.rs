@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use quiver_index::{AccessPattern, ByteSource, IndexError, IndexResult, ReadSession};
@@ -143,6 +143,9 @@ struct SlotCounters {
     generation: std::sync::atomic::AtomicU64,
     /// Valid bytes while Ready (mirrors the table, for the lock-free path).
     length: std::sync::atomic::AtomicUsize,
+    /// Set when a reader found the region's bytes damaged: the slot left the
+    /// index, and sessions still holding it refuse to read from it.
+    discarded: AtomicBool,
 }
 
 struct State {
@@ -382,6 +385,7 @@ impl BlobCache {
             evictions: load(&counters.evictions),
             boundary_copies: load(&counters.boundary_copies),
             fill_errors: load(&counters.fill_errors),
+            discarded_regions: load(&counters.discards),
             pinned_regions: {
                 let pinned = self.inner.pinned_regions();
                 METRICS.pinned_regions.set(pinned as i64);
@@ -567,7 +571,11 @@ impl Inner {
             }
             counters.generation.fetch_add(1, Ordering::AcqRel);
             counters.frequency.store(0, Ordering::Relaxed);
-            if let Some(key) = state.slots[victim].key.take() {
+            counters.discarded.store(false, Ordering::Release);
+            // A discarded slot left the index already; its key may name a newer fill.
+            if let Some(key) = state.slots[victim].key.take()
+                && state.index.get(&key) == Some(&victim)
+            {
                 state.index.remove(&key);
             }
             state.slots[victim] = Slot::free();
@@ -717,6 +725,32 @@ impl Inner {
                 })
             }
         }
+    }
+
+    /// Drops region `region` of `object` from the index (its bytes were found
+    /// damaged): the next reader fetches it again; the old slot is recycled once
+    /// its readers are gone, and sessions still holding it get an error.
+    fn discard(&self, object: &Arc<ObjectIdentity>, region: u64) {
+        let key = RegionKey {
+            object: object.clone(),
+            region,
+        };
+        let mut state = self.lock();
+        let Some(&slot) = state.index.get(&key) else {
+            return;
+        };
+        if !matches!(state.slots[slot].status, SlotStatus::Ready) {
+            return;
+        }
+        state.index.remove(&key);
+        let counters = &self.slot_counters[slot];
+        counters.discarded.store(true, Ordering::Release);
+        counters.generation.fetch_add(1, Ordering::AcqRel);
+        counters.frequency.store(0, Ordering::Relaxed);
+        drop(state);
+        self.counters
+            .add(&self.counters.discards, &METRICS.discards, 1);
+        tracing::warn!(key = %object.key, region, "cached region failed its checksum; dropped, to be fetched again");
     }
 
     fn advise_region(&self, slot: usize, pattern: AccessPattern) {
@@ -1015,6 +1049,12 @@ impl<'a> CacheSession<'a> {
             });
         }
         let slot = self.pinned_slot(first)?;
+        if inner.slot_counters[slot].discarded.load(Ordering::Acquire) {
+            return Err(CacheError::Discarded {
+                key: object.identity.key.clone(),
+                region: first,
+            });
+        }
         let start = (offset - first * inner.region_bytes as u64) as usize;
         debug_assert!(
             start + length <= inner.slot_counters[slot].length.load(Ordering::Acquire),
@@ -1075,5 +1115,18 @@ impl ByteSource for CachedObject {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((offset..offset + length as u64, pattern));
+    }
+
+    fn discard(&self, offset: u64, length: u64) {
+        if self.inner.map.is_none() || length == 0 {
+            return;
+        }
+        let end = offset.saturating_add(length).min(self.identity.size);
+        if offset >= end {
+            return;
+        }
+        for region in self.inner.region_of(offset)..=self.inner.region_of(end - 1) {
+            self.inner.discard(&self.identity, region);
+        }
     }
 }

@@ -26,6 +26,10 @@ pub enum CacheError {
         region: u64,
         message: String,
     },
+    /// The region this read holds was found damaged by another reader and is
+    /// being fetched again; the query can be retried.
+    #[error("region {region} of {key} failed its checksum and is being fetched again; retry")]
+    Discarded { key: String, region: u64 },
     /// A read outside the object.
     #[error("read of {length} bytes at {offset} is outside {key} ({size} bytes)")]
     OutOfRange {

@@ -13,6 +13,7 @@ pub(crate) struct CacheMetrics {
     pub evictions: IntCounter,
     pub boundary_copies: IntCounter,
     pub fill_errors: IntCounter,
+    pub discards: IntCounter,
     pub fills_in_flight: IntGauge,
     pub pinned_regions: IntGauge,
     pub resident_regions: IntGauge,
@@ -52,6 +53,10 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
         "quiver_cache_fill_errors_total",
         "Region fills that failed.",
     ),
+    discards: counter(
+        "quiver_cache_discarded_regions_total",
+        "Cached regions dropped because a reader found them damaged (checksum); fetched again on the next read.",
+    ),
     fills_in_flight: gauge("quiver_cache_fills_in_flight", "Region fills in progress."),
     pinned_regions: gauge(
         "quiver_cache_pinned_regions",
@@ -79,6 +84,8 @@ pub struct CacheStats {
     pub boundary_copies: u64,
     /// Failed fills.
     pub fill_errors: u64,
+    /// Regions dropped because a reader found them damaged.
+    pub discarded_regions: u64,
     /// Regions pinned right now.
     pub pinned_regions: u64,
     /// Regions holding data right now.
@@ -148,6 +155,7 @@ pub(crate) struct Counters {
     pub evictions: AtomicU64,
     pub boundary_copies: AtomicU64,
     pub fill_errors: AtomicU64,
+    pub discards: AtomicU64,
 }
 
 impl Counters {

@@ -51,8 +51,18 @@ fn cast<'b, T: bytemuck::Pod>(object: &str, what: &str, bytes: &'b [u8]) -> Inde
 }
 
 impl<S: ByteSource> Segment<S> {
-    /// Opens the segment in `source`, checking its layout and small sections.
-    pub fn open(source: S) -> IndexResult<Self> {
+    /// Reads and checks the layout and the small sections (two range reads for
+    /// trailer and footer, then the sections kept decoded).
+    #[allow(clippy::type_complexity)]
+    fn read_layout(
+        source: &S,
+    ) -> IndexResult<(
+        Vec<SectionEntry>,
+        Vec<u32>,
+        SegmentHeader,
+        Vec<f32>,
+        Vec<ListEntry>,
+    )> {
         let object = source.name().to_string();
         let size = source.size();
         if size < TRAILER_BYTES as u64 {
@@ -199,6 +209,23 @@ impl<S: ByteSource> Segment<S> {
             ));
         }
 
+        Ok((sections, chunk_crcs, header, centroids, lists))
+    }
+
+    /// Opens the segment in `source`, checking its layout and small sections.
+    pub fn open(source: S) -> IndexResult<Self> {
+        let (sections, chunk_crcs, header, centroids, lists) = match Self::read_layout(&source) {
+            Ok(layout) => layout,
+            Err(error) => {
+                // A cache must not keep serving the damaged bytes: the next open
+                // fetches them again (a damaged transfer heals, a damaged object
+                // fails the same way).
+                if error.kind() == crate::error::IndexErrorKind::Corrupted {
+                    source.discard(0, source.size());
+                }
+                return Err(error);
+            }
+        };
         let verified_chunks = (0..chunk_crcs.len().div_ceil(64))
             .map(|_| AtomicU64::new(0))
             .collect();
@@ -353,15 +380,23 @@ impl<S: ByteSource> Segment<S> {
         }
         let start = chunk * CHUNK_BYTES;
         let length = (entry.length - start).min(CHUNK_BYTES) as usize;
-        let bytes = self.source.read_at(entry.offset + start, length)?;
-        if crc32c::crc32c(&bytes) != self.chunk_crcs[index] {
-            return Err(IndexError::corrupted(
-                self.source.name(),
-                format!(
-                    "checksum mismatch in {} section, chunk {chunk}",
-                    entry.kind.name()
-                ),
-            ));
+        let matches = || -> IndexResult<bool> {
+            let bytes = self.source.read_at(entry.offset + start, length)?;
+            Ok(crc32c::crc32c(&bytes) == self.chunk_crcs[index])
+        };
+        // A mismatch may be a transfer damaged on its way into a cache: the
+        // source drops its copy and the chunk is read once more.
+        if !matches()? {
+            self.source.discard(entry.offset + start, length as u64);
+            if !matches()? {
+                return Err(IndexError::corrupted(
+                    self.source.name(),
+                    format!(
+                        "checksum mismatch in {} section, chunk {chunk}",
+                        entry.kind.name()
+                    ),
+                ));
+            }
         }
         self.verified_chunks[word].fetch_or(bit, Ordering::AcqRel);
         Ok(())

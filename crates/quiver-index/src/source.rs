@@ -41,6 +41,11 @@ pub trait ByteSource: Send + Sync {
     /// Hints how a range will be read; sources may ignore it.
     fn advise(&self, _offset: u64, _length: usize, _pattern: AccessPattern) {}
 
+    /// Says the bytes of a range failed their checksum: a source that keeps
+    /// copies (a cache) drops them, so the next read fetches them again. Sources
+    /// that read the object itself ignore it.
+    fn discard(&self, _offset: u64, _length: u64) {}
+
     /// A read session: many reads of one query against this source.
     type Session<'a>: ReadSession
     where

@@ -498,10 +498,9 @@ async fn safety_poll_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<b
     }
 }
 
-/// Counts and logs a damaged object met on the read path.
+/// Logs a damaged object met on the read path (the shard view counts it).
 fn note_read_error(shard: &ShardRef, error: &SearcherError) {
     if error.kind() == SearcherErrorKind::DataLoss {
-        METRICS.corrupted_objects.inc();
         tracing::error!(%shard, %error, "damaged object in the shard: no answer served from it");
     }
 }

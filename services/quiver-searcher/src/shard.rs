@@ -220,7 +220,7 @@ impl ShardView {
         spec: &SegmentSpec,
         manifest: Manifest,
     ) -> SearcherResult<ShardView> {
-        Self::build(context, spec, manifest, None).map(|(view, _)| view)
+        counted(Self::build(context, spec, manifest, None)).map(|(view, _)| view)
     }
 
     /// Returns the view of `manifest`, a newer manifest of the shard `previous`
@@ -234,7 +234,7 @@ impl ShardView {
         spec: &SegmentSpec,
         manifest: Manifest,
     ) -> SearcherResult<(ShardView, LoadStats)> {
-        Self::build(context, spec, manifest, Some(previous))
+        counted(Self::build(context, spec, manifest, Some(previous)))
     }
 
     fn build(
@@ -393,6 +393,15 @@ impl ShardView {
 
     /// Answers `request` and says what it cost.
     pub fn search_with_cost(
+        &self,
+        context: &ReadContext,
+        request: &SearchRequest,
+        scratch: &mut SearchScratch,
+    ) -> SearcherResult<(Vec<ShardHit>, QueryCost)> {
+        counted(self.search_counting(context, request, scratch))
+    }
+
+    fn search_counting(
         &self,
         context: &ReadContext,
         request: &SearchRequest,
@@ -562,6 +571,14 @@ impl ShardView {
 
     /// Reads points by id; ids that do not exist are left out.
     pub fn get(&self, ids: &[PointId], include_vector: bool) -> SearcherResult<Vec<PointRecord>> {
+        counted(self.get_counting(ids, include_vector))
+    }
+
+    fn get_counting(
+        &self,
+        ids: &[PointId],
+        include_vector: bool,
+    ) -> SearcherResult<Vec<PointRecord>> {
         let mut found = Vec::new();
         for id in ids {
             if let Some(point) = self.tail.get(id) {
@@ -595,6 +612,17 @@ impl ShardView {
         }
         Ok(found)
     }
+}
+
+/// Counts a damaged object (segment, bitmap, WAL object) met by a read: the
+/// error names it, and no answer is served from it.
+fn counted<T>(result: SearcherResult<T>) -> SearcherResult<T> {
+    if let Err(error) = &result
+        && error.kind() == crate::error::SearcherErrorKind::DataLoss
+    {
+        crate::metrics::METRICS.corrupted_objects.inc();
+    }
+    result
 }
 
 /// Rows of `segment` never to return: its deletion bitmap, plus the rows of ids

@@ -347,7 +347,9 @@ impl SearcherRole {
         let cache = tokio::task::spawn_blocking({
             let storage = storage.clone();
             let runtime = runtime.clone();
-            move || BlobCache::new(&cache_config, storage, runtime)
+            // A full cache disk is not fatal: the cache reads through to the
+            // object store (slow, logged, `quiver_cache_read_through` = 1).
+            move || BlobCache::new_or_read_through(&cache_config, storage, runtime)
         })
         .await?
         .context("region cache")?;

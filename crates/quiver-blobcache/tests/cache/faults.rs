@@ -17,6 +17,8 @@ use object_store::{
 };
 use quiver_storage::{Storage, StorageOptions};
 
+use quiver_index::{ByteSource, MemorySource, SearchParams, SearchScratch, Segment};
+
 use crate::support::{cache, put, random_bytes, runtime};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -25,6 +27,7 @@ enum Fault {
     Error,
     ShortBody,
     Stall,
+    FlipByte,
 }
 
 #[derive(Debug)]
@@ -78,7 +81,7 @@ impl ObjectStore for FaultyStore {
                 tokio::time::sleep(Duration::from_secs(30)).await;
                 self.inner.get_opts(location, options).await
             }
-            Fault::ShortBody if is_range => {
+            Fault::ShortBody | Fault::FlipByte if is_range => {
                 let result = self.inner.get_opts(location, options).await?;
                 let (meta, range, attributes) = (
                     result.meta.clone(),
@@ -86,7 +89,14 @@ impl ObjectStore for FaultyStore {
                     result.attributes.clone(),
                 );
                 let mut bytes = result.bytes().await?;
-                bytes.truncate(bytes.len() / 2);
+                if fault == Fault::ShortBody {
+                    bytes.truncate(bytes.len() / 2);
+                } else {
+                    let mut flipped = bytes.to_vec();
+                    let middle = flipped.len() / 2;
+                    flipped[middle] ^= 0x10;
+                    bytes = Bytes::from(flipped);
+                }
                 let stream =
                     futures_util::stream::once(
                         async move { Ok::<Bytes, object_store::Error>(bytes) },
@@ -241,4 +251,66 @@ fn a_changed_object_is_never_served_from_the_old_regions() {
     put(&runtime, &storage, "mutable", &[2u8; 5000]);
     let new = cache.open_blocking("mutable").unwrap();
     assert_eq!(new.read(0, 4).unwrap()[..], [2, 2, 2, 2]);
+}
+
+#[test]
+fn a_region_damaged_on_its_way_in_is_dropped_and_fetched_again() {
+    let runtime = runtime();
+    let (faulty, storage) = faulty_storage(Duration::from_secs(5));
+    let dim = 32;
+    let (bytes, vectors) = crate::search::segment_bytes(4_000, dim);
+    put(&runtime, &storage, "segments/damaged.qseg", &bytes);
+    let directory = tempfile::tempdir().unwrap();
+    let cache = cache(&runtime, storage, directory.path(), 64, 16 << 10);
+    let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
+    let cached = Segment::open(cache.open_blocking("segments/damaged.qseg").unwrap()).unwrap();
+    let params = SearchParams {
+        nprobe: Some(8),
+        ..SearchParams::new(10)
+    };
+    let mut scratch = SearchScratch::new();
+    let query = &vectors[dim * 7..dim * 8];
+    let wanted = reference
+        .search(query, &params, None, &mut scratch)
+        .unwrap();
+
+    // Every fill flips a byte: the search fails naming the segment, and the
+    // damaged regions are dropped rather than kept.
+    *faulty.fault.lock().unwrap() = Fault::FlipByte;
+    let error = cached
+        .search(query, &params, None, &mut scratch)
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("segments/damaged.qseg"),
+        "{error}"
+    );
+    assert!(cache.stats().discarded_regions >= 1, "{:?}", cache.stats());
+
+    // The store healthy again: the same search answers, and exactly.
+    *faulty.fault.lock().unwrap() = Fault::None;
+    let hits = cached.search(query, &params, None, &mut scratch).unwrap();
+    assert_eq!(hits, wanted);
+    for query in vectors.chunks_exact(dim).step_by(331) {
+        assert_eq!(
+            cached.search(query, &params, None, &mut scratch).unwrap(),
+            reference
+                .search(query, &params, None, &mut scratch)
+                .unwrap()
+        );
+    }
+
+    // A session that holds a region when it is dropped refuses to read from it;
+    // a new session reads the fresh copy.
+    let object = cache.open_blocking("segments/damaged.qseg").unwrap();
+    let session = object.session();
+    assert_eq!(&session.read(100, 8).unwrap()[..], &bytes[100..108]);
+    object.discard(0, 10);
+    let error = session.read(100, 8).unwrap_err();
+    assert!(error.to_string().contains("fetched again"), "{error}");
+    drop(session);
+    assert_eq!(
+        &object.session().read(100, 8).unwrap()[..],
+        &bytes[100..108]
+    );
+    assert_eq!(cache.stats().pinned_regions, 0);
 }

@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::support::{cache, memory_storage, put, runtime, s3_storage};
 
-fn segment_bytes(rows: usize, dim: usize) -> (Vec<u8>, Vec<f32>) {
+pub(crate) fn segment_bytes(rows: usize, dim: usize) -> (Vec<u8>, Vec<f32>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(21);
     let vectors: Vec<f32> = (0..rows * dim)
         .map(|_| rng.random_range(-1.0..1.0))

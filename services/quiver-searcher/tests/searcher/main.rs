@@ -14,6 +14,9 @@ use quiver_searcher::{ReadContext, SearchRequest, SearcherErrorKind, ShardView};
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl, WalRecord};
 use rand::{Rng, SeedableRng};
 
+mod corruption;
+mod disk_full;
+mod faults;
 mod reload;
 mod watch;
 
