@@ -151,3 +151,84 @@ async fn an_unreachable_server_fails_within_the_timeout_with_the_key() {
     assert_eq!(error.kind(), StorageErrorKind::Unavailable);
     assert!(error.to_string().contains("some/key"), "{error}");
 }
+
+/// Through a proxy that cuts off, resets or refuses half of the reads, every read
+/// returns exactly the object's bytes (object_store retried or resumed it) or an
+/// error naming the key — never fewer or other bytes.
+#[tokio::test]
+async fn reads_through_a_faulty_server_are_whole_or_errors() {
+    use quiver_storage::testing::{Fault, FaultConfig, FaultProxy};
+    let Some(settings) = s3_settings() else {
+        return;
+    };
+    let bucket = format!("quiver-test-faults-{}", std::process::id());
+    ensure_bucket(&settings, &bucket).await.unwrap();
+    let endpoint = settings.endpoint.clone().unwrap();
+    let proxy = FaultProxy::start(&endpoint, FaultConfig::none())
+        .await
+        .unwrap();
+    let options = StorageOptions {
+        operation_timeout: std::time::Duration::from_secs(5),
+        request_timeout: std::time::Duration::from_millis(700),
+        max_retries: 2,
+        initial_backoff: std::time::Duration::from_millis(10),
+        ..Default::default()
+    };
+    let through_proxy = S3Settings {
+        endpoint: Some(proxy.endpoint()),
+        ..settings.clone()
+    };
+    let url: StoreUrl = format!("s3://{bucket}/faults").parse().unwrap();
+    let store = Storage::open(&url, &through_proxy, options).unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    store
+        .put("object", Bytes::from(data.clone()))
+        .await
+        .unwrap();
+    proxy.set_config(
+        FaultConfig::new(
+            0.5,
+            &[Fault::TruncateBody, Fault::Reset, Fault::ServerError],
+        )
+        .only_methods(&["GET"]),
+    );
+    let (mut whole, mut failed) = (0, 0);
+    for round in 0..20u64 {
+        let start = round * 9_000;
+        let outcome = if round % 2 == 0 {
+            store.get("object").await.map(|bytes| (0, bytes))
+        } else {
+            store
+                .get_range("object", start..start + 100_000)
+                .await
+                .map(|bytes| (start as usize, bytes))
+        };
+        match outcome {
+            Ok((offset, bytes)) => {
+                assert!(
+                    bytes.as_ref() == &data[offset..offset + bytes.len()]
+                        && (bytes.len() == data.len() || bytes.len() == 100_000),
+                    "round {round}: {} bytes at {offset} differ from the object",
+                    bytes.len()
+                );
+                whole += 1;
+            }
+            Err(error) => {
+                assert!(error.to_string().contains("object"), "{error}");
+                failed += 1;
+            }
+        }
+    }
+    let stats = proxy.stats();
+    assert!(
+        whole >= 10,
+        "{whole} whole reads, {failed} failed; {stats:?}"
+    );
+    assert!(
+        stats
+            .injected
+            .iter()
+            .any(|(name, count)| *name == "truncate_body" && *count > 0),
+        "{stats:?}"
+    );
+}
