@@ -2,7 +2,9 @@
 
 mod cluster;
 mod engine;
+mod filter;
 mod generate;
+mod ingest;
 mod peers;
 mod plot;
 mod progress;
@@ -122,6 +124,77 @@ enum Command {
         #[arg(long)]
         max_queries: Option<usize>,
         /// JSON report path; the latency plot is written beside it as .png.
+        #[arg(long)]
+        json: PathBuf,
+    },
+    /// Measures sustained ingest of a running Quiver over REST: rows/s, write-ack latency
+    /// and the time from acknowledgement until rows are in segments, per shard count.
+    Ingest {
+        /// REST endpoint, e.g. http://127.0.0.1:7700.
+        #[arg(long)]
+        endpoint: String,
+        /// API key (sent as a bearer token).
+        #[arg(long, env = "QUIVER_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// Collections `PREFIX-<shards>s` are created (they must not exist).
+        #[arg(long, default_value = "ingest")]
+        collection_prefix: String,
+        #[arg(long)]
+        base: PathBuf,
+        #[arg(long, value_enum, default_value = "cosine")]
+        metric: MetricArg,
+        /// Shard counts to measure, comma-separated (one fresh collection each).
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        shards: Vec<u32>,
+        /// Points per upsert request.
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        /// Concurrent writers.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Use only the first N base vectors.
+        #[arg(long)]
+        max_rows: Option<usize>,
+        /// JSON report path; the timeline plot is written beside it as .png.
+        #[arg(long)]
+        json: PathBuf,
+    },
+    /// Measures filtered search (recall against the filter's exact top-k, QPS, latency)
+    /// of a running Quiver over REST at several filter selectivities.
+    Filter {
+        /// REST endpoint, e.g. http://127.0.0.1:7700.
+        #[arg(long)]
+        endpoint: String,
+        /// API key (sent as a bearer token).
+        #[arg(long, env = "QUIVER_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        #[arg(long)]
+        collection: String,
+        /// Create the collection and upsert --base first with payload `tag = row % 1000`.
+        #[arg(long)]
+        load: bool,
+        /// Base vectors (for the exact filtered ground truth, and for --load).
+        #[arg(long)]
+        base: PathBuf,
+        #[arg(long, value_enum, default_value = "cosine")]
+        metric: MetricArg,
+        /// Shards of a collection created by --load.
+        #[arg(long, default_value_t = 1)]
+        shards: u32,
+        #[arg(long)]
+        queries: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Fractions of the rows the filter keeps, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "0.5,0.1,0.01,0.001")]
+        selectivity: Vec<f64>,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Use only the first N queries.
+        #[arg(long)]
+        max_queries: Option<usize>,
+        /// JSON report path; the plot is written beside it as .png.
         #[arg(long)]
         json: PathBuf,
     },
@@ -271,6 +344,80 @@ fn main() -> Result<()> {
                 .enable_all()
                 .build()?
                 .block_on(cluster::run(&options))
+        }
+        Command::Ingest {
+            endpoint,
+            api_key,
+            collection_prefix,
+            base,
+            metric,
+            shards,
+            batch,
+            concurrency,
+            max_rows,
+            json,
+        } => {
+            let options = ingest::IngestOptions {
+                endpoint,
+                api_key,
+                collection_prefix,
+                base,
+                metric: match metric {
+                    MetricArg::Cosine => "cosine",
+                    MetricArg::Dot => "dot",
+                    MetricArg::L2 => "l2",
+                }
+                .to_string(),
+                shards,
+                batch,
+                concurrency,
+                max_rows,
+                json,
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(ingest::run(&options))
+        }
+        Command::Filter {
+            endpoint,
+            api_key,
+            collection,
+            load,
+            base,
+            metric,
+            shards,
+            queries,
+            k,
+            selectivity,
+            concurrency,
+            max_queries,
+            json,
+        } => {
+            let options = filter::FilterOptions {
+                endpoint,
+                api_key,
+                collection,
+                load,
+                base,
+                metric: match metric {
+                    MetricArg::Cosine => "cosine",
+                    MetricArg::Dot => "dot",
+                    MetricArg::L2 => "l2",
+                }
+                .to_string(),
+                shards,
+                queries,
+                k,
+                selectivity,
+                concurrency,
+                max_queries,
+                json,
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(filter::run(&options))
         }
         Command::Engine {
             base,

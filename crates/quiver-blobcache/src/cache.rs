@@ -27,7 +27,7 @@ use quiver_storage::Storage;
 use tokio::runtime::Handle;
 
 use crate::error::{CacheError, CacheResult};
-use crate::metrics::{CacheStats, Counters, METRICS};
+use crate::metrics::{CacheStats, Counters, METRICS, ReadCounts};
 
 /// Name of the cache file inside the cache directory.
 const CACHE_FILE_NAME: &str = "quiver-region-cache.bin";
@@ -155,7 +155,8 @@ struct State {
 struct Inner {
     storage: Storage,
     runtime: Handle,
-    map: memmap2::MmapRaw,
+    /// The mapped cache file; `None` in read-through mode (no file could be made).
+    map: Option<memmap2::MmapRaw>,
     file_path: PathBuf,
     region_bytes: usize,
     state: Mutex<State>,
@@ -198,9 +199,23 @@ fn create_cache_file(path: &Path, bytes: u64) -> CacheResult<std::fs::File> {
         )
     };
     if status != 0 {
+        drop(file);
+        // Nothing half-made stays behind on a full disk.
+        let _ = std::fs::remove_file(path);
         return Err(io(std::io::Error::from_raw_os_error(status)));
     }
     Ok(file)
+}
+
+/// Tells whether a cache-file error means the disk (or quota) is full.
+fn is_out_of_space(error: &CacheError) -> bool {
+    let CacheError::CacheFile { source, .. } = error else {
+        return false;
+    };
+    matches!(
+        source.raw_os_error(),
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
+    ) || source.kind() == std::io::ErrorKind::StorageFull
 }
 
 impl BlobCache {
@@ -237,11 +252,12 @@ impl BlobCache {
             resident: 0,
         };
         tracing::info!(path = %file_path.display(), regions, region_bytes = config.region_bytes, "region cache ready");
+        METRICS.read_through.set(0);
         Ok(BlobCache {
             inner: Arc::new(Inner {
                 storage,
                 runtime,
-                map,
+                map: Some(map),
                 file_path,
                 region_bytes: config.region_bytes as usize,
                 state: Mutex::new(state),
@@ -255,6 +271,71 @@ impl BlobCache {
                 counters: Counters::default(),
             }),
         })
+    }
+
+    /// Like [`BlobCache::new`], but when the cache file cannot be created because
+    /// its disk is full, returns a read-through cache (every read goes to the
+    /// object store) instead of failing; other errors (a bad directory, a bad
+    /// size) still fail.
+    pub fn new_or_read_through(
+        config: &BlobCacheConfig,
+        storage: Storage,
+        runtime: Handle,
+    ) -> CacheResult<Self> {
+        match BlobCache::new(config, storage.clone(), runtime.clone()) {
+            Err(error) if is_out_of_space(&error) => {
+                tracing::error!(
+                    %error,
+                    directory = %config.directory.display(),
+                    capacity_bytes = config.capacity_bytes,
+                    "no room for the region cache file: reading every range from the object store (slow) until restarted with space"
+                );
+                Ok(BlobCache::read_through(
+                    storage,
+                    runtime,
+                    config.directory.join(CACHE_FILE_NAME),
+                    config.region_bytes,
+                ))
+            }
+            other => other,
+        }
+    }
+
+    /// Returns a cache without a file: every read is a ranged GET of exactly the
+    /// bytes asked for, nothing is kept.
+    fn read_through(
+        storage: Storage,
+        runtime: Handle,
+        file_path: PathBuf,
+        region_bytes: u64,
+    ) -> Self {
+        METRICS.read_through.set(1);
+        BlobCache {
+            inner: Arc::new(Inner {
+                storage,
+                runtime,
+                map: None,
+                file_path,
+                region_bytes: region_bytes.max(4096) as usize,
+                state: Mutex::new(State {
+                    index: HashMap::new(),
+                    slots: Vec::new(),
+                    free: Vec::new(),
+                    resident: 0,
+                }),
+                slot_counters: Vec::new(),
+                accesses: std::sync::atomic::AtomicU64::new(0),
+                exported_hits: std::sync::atomic::AtomicU64::new(0),
+                region_shift: None,
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// Tells whether the cache reads straight from the object store (its file
+    /// could not be created).
+    pub fn is_read_through(&self) -> bool {
+        self.inner.map.is_none()
     }
 
     /// Opens object `key` for reading through the cache (asks the store for its
@@ -346,8 +427,36 @@ impl Inner {
     }
 
     fn region_pointer(&self, slot: usize) -> *mut u8 {
+        let map = self
+            .map
+            .as_ref()
+            .expect("slots exist only when the cache file is mapped");
         // SAFETY: slot < regions, so the offset stays inside the mapping.
-        unsafe { self.map.as_mut_ptr().add(slot * self.region_bytes) }
+        unsafe { map.as_mut_ptr().add(slot * self.region_bytes) }
+    }
+
+    /// Reads `range` of `key` straight from the object store (read-through mode).
+    fn read_direct(&self, key: &str, range: Range<u64>) -> CacheResult<Vec<u8>> {
+        let length = range.end - range.start;
+        if length == 0 {
+            return Ok(Vec::new());
+        }
+        let bytes = self
+            .block_on(self.storage.get_range(key, range.clone()))
+            .map_err(|error| {
+                self.counters
+                    .add(&self.counters.fill_errors, &METRICS.fill_errors, 1);
+                CacheError::Fill {
+                    key: key.to_string(),
+                    region: range.start / self.region_bytes as u64,
+                    message: error.to_string(),
+                }
+            })?;
+        self.counters.add(&self.counters.misses, &METRICS.misses, 1);
+        self.counters
+            .add(&self.counters.bytes_fetched, &METRICS.bytes_fetched, length);
+        ReadCounts::add_miss(length);
+        Ok(bytes.to_vec())
     }
 
     fn update_gauges(state: &State) {
@@ -377,6 +486,7 @@ impl Inner {
             Ordering::Relaxed,
         );
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        ReadCounts::add_hit();
     }
 
     /// Counts a fill and, every time as many fills as there are regions have
@@ -576,6 +686,7 @@ impl Inner {
                     &METRICS.bytes_fetched,
                     bytes.len() as u64,
                 );
+                ReadCounts::add_miss(bytes.len() as u64);
                 signal.finish(Ok(()));
                 self.decay_after_fill();
                 Ok(RegionGuard {
@@ -614,9 +725,9 @@ impl Inner {
             AccessPattern::Random => memmap2::Advice::Random,
         };
         // Advice is a hint; failing to give it changes nothing.
-        let _ = self
-            .map
-            .advise_range(advice, slot * self.region_bytes, self.region_bytes);
+        if let Some(map) = &self.map {
+            let _ = map.advise_range(advice, slot * self.region_bytes, self.region_bytes);
+        }
     }
 }
 
@@ -716,6 +827,12 @@ impl CachedObject {
         let Some(end) = end else {
             return Err(self.out_of_range(offset, length));
         };
+        if self.inner.map.is_none() {
+            return self
+                .inner
+                .read_direct(&self.identity.key, offset..end)
+                .map(CacheBytes::Copied);
+        }
         let region_bytes = self.inner.region_bytes as u64;
         let first = self.inner.region_of(offset);
         let last = if length == 0 {
@@ -774,6 +891,9 @@ impl CachedObject {
 
     /// Starts filling the regions under `ranges` in the background.
     pub fn prefetch(&self, ranges: &[Range<u64>]) {
+        if self.inner.map.is_none() {
+            return;
+        }
         let region_bytes = self.inner.region_bytes as u64;
         let mut regions: Vec<u64> = ranges
             .iter()
@@ -888,7 +1008,7 @@ impl<'a> CacheSession<'a> {
         } else {
             inner.region_of(end - 1)
         };
-        if first != last {
+        if first != last || inner.map.is_none() {
             return object.read(offset, length).map(|bytes| match bytes {
                 CacheBytes::Copied(copied) => Cow::Owned(copied),
                 CacheBytes::Region { bytes, .. } => Cow::Owned(bytes.to_vec()),

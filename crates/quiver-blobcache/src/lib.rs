@@ -10,6 +10,13 @@
 //! (zero copy); reads across a boundary are copied and counted. [`CachedObject`]
 //! implements the index's byte-source trait, so segments are searched straight out
 //! of the cache. The cache starts empty on every start.
+//!
+//! The cache file is preallocated when the cache starts, so a disk that fills up
+//! later never fails a region write. If the file cannot be created for lack of
+//! space, [`BlobCache::new_or_read_through`] gives a cache that reads every range
+//! straight from the object store instead (slow, but answers), and says so in a
+//! log line and the `quiver_cache_read_through` gauge. [`ReadCounts`] measures what
+//! one query cost the cache (hits, misses, bytes fetched) on its own thread.
 
 mod cache;
 mod error;
@@ -17,4 +24,4 @@ mod metrics;
 
 pub use cache::{BlobCache, BlobCacheConfig, CacheBytes, CacheSession, CachedObject, RegionGuard};
 pub use error::{CacheError, CacheResult};
-pub use metrics::CacheStats;
+pub use metrics::{CacheStats, ReadCounts};

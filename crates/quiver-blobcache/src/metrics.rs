@@ -16,6 +16,7 @@ pub(crate) struct CacheMetrics {
     pub fills_in_flight: IntGauge,
     pub pinned_regions: IntGauge,
     pub resident_regions: IntGauge,
+    pub read_through: IntGauge,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -57,6 +58,10 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
         "Regions pinned by readers (updated when stats are read).",
     ),
     resident_regions: gauge("quiver_cache_resident_regions", "Regions holding data."),
+    read_through: gauge(
+        "quiver_cache_read_through",
+        "1 when the cache file could not be created (disk full) and every read goes to the object store.",
+    ),
 });
 
 /// Counters of one cache since it was created.
@@ -80,6 +85,59 @@ pub struct CacheStats {
     pub resident_regions: u64,
     /// Regions in the cache file.
     pub total_regions: u64,
+}
+
+/// Region reads made by one thread: what a query cost the cache, measured as the
+/// difference of two snapshots taken on the thread that ran it
+/// ([`ReadCounts::of_this_thread`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadCounts {
+    /// Region lookups served from the cache.
+    pub region_hits: u64,
+    /// Region lookups that fetched from the object store (every read, in
+    /// read-through mode).
+    pub region_misses: u64,
+    /// Bytes fetched from the object store.
+    pub bytes_fetched: u64,
+}
+
+thread_local! {
+    static THREAD_READS: std::cell::Cell<ReadCounts> =
+        const { std::cell::Cell::new(ReadCounts { region_hits: 0, region_misses: 0, bytes_fetched: 0 }) };
+}
+
+impl ReadCounts {
+    /// Returns the reads made through any cache by the calling thread so far.
+    pub fn of_this_thread() -> ReadCounts {
+        THREAD_READS.with(std::cell::Cell::get)
+    }
+
+    /// Returns the reads made between `earlier` and `self`.
+    pub fn since(self, earlier: ReadCounts) -> ReadCounts {
+        ReadCounts {
+            region_hits: self.region_hits.saturating_sub(earlier.region_hits),
+            region_misses: self.region_misses.saturating_sub(earlier.region_misses),
+            bytes_fetched: self.bytes_fetched.saturating_sub(earlier.bytes_fetched),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add_hit() {
+        THREAD_READS.with(|counts| {
+            let mut value = counts.get();
+            value.region_hits += 1;
+            counts.set(value);
+        });
+    }
+
+    pub(crate) fn add_miss(bytes: u64) {
+        THREAD_READS.with(|counts| {
+            let mut value = counts.get();
+            value.region_misses += 1;
+            value.bytes_fetched += bytes;
+            counts.set(value);
+        });
+    }
 }
 
 #[derive(Default)]

@@ -2,8 +2,14 @@
 //! admin API, with the server's error codes as [`Error::Api`] and retries (with
 //! backoff) of calls that are safe to repeat when the server is briefly
 //! unavailable. Upserts and deletes are idempotent by id, so they are retried too.
+//! `https://` endpoints are verified against the system's CA certificates plus
+//! any given in [`ClientOptions::ca_certificate_pem`].
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -24,6 +30,10 @@ pub enum Error {
     /// The server could not be reached or the connection failed.
     #[error("cannot reach {endpoint}: {reason}")]
     Transport { endpoint: String, reason: String },
+    /// TLS failed: the server's certificate is not trusted or does not name the
+    /// host, or one side does not speak TLS. Not retried: it fails until fixed.
+    #[error("TLS with {endpoint} failed: {reason}")]
+    Tls { endpoint: String, reason: String },
     /// The answer was not what the API promises.
     #[error("unexpected answer from the server: {0}")]
     Decode(String),
@@ -34,7 +44,7 @@ impl Error {
     pub fn code(&self) -> &str {
         match self {
             Error::Api { code, .. } => code,
-            Error::Transport { .. } => "UNAVAILABLE",
+            Error::Transport { .. } | Error::Tls { .. } => "UNAVAILABLE",
             Error::Decode(_) => "INTERNAL",
         }
     }
@@ -126,6 +136,79 @@ pub struct SearchResult {
     pub took_ms: f64,
 }
 
+/// How to reach a server, besides its address.
+#[derive(Clone, Debug, Default)]
+pub struct ClientOptions {
+    /// API key, sent as a bearer token.
+    pub api_key: Option<String>,
+    /// PEM CA certificates trusted for `https://` endpoints besides the system's
+    /// (for a private CA or a self-signed gateway certificate).
+    pub ca_certificate_pem: Option<Vec<u8>>,
+}
+
+/// Returns a rustls client configuration trusting the system's CA certificates
+/// and `extra_ca_pem`.
+fn tls_config(extra_ca_pem: Option<&[u8]>) -> std::result::Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    // Unreadable system certificates are skipped; a given CA may be all we need.
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    if let Some(pem) = extra_ca_pem {
+        let certificates = CertificateDer::pem_slice_iter(pem)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|error| format!("the CA certificate is not valid PEM: {error}"))?;
+        if certificates.is_empty() {
+            return Err("the CA certificate file holds no `BEGIN CERTIFICATE` block".into());
+        }
+        for certificate in certificates {
+            roots
+                .add(certificate)
+                .map_err(|error| format!("the CA certificate is not usable: {error}"))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("TLS protocol versions: {error}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// Returns an error's message with the messages of its causes (reqwest's own
+/// message leaves out why a connection failed).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Tells whether a failed request failed in TLS (a rustls error among its
+/// causes, possibly wrapped in I/O errors, whose `source` skips the wrapped error).
+fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if cause.is::<rustls::Error>() {
+            return true;
+        }
+        if let Some(inner) = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            && is_tls_failure(inner)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// A client of one Quiver endpoint (a gateway or `quiver standalone`).
 #[derive(Clone)]
 pub struct Client {
@@ -138,6 +221,17 @@ pub struct Client {
 impl Client {
     /// Returns a client for `endpoint` (e.g. `http://127.0.0.1:7700`).
     pub fn new(endpoint: &str, api_key: Option<String>) -> Result<Client> {
+        Client::with_options(
+            endpoint,
+            ClientOptions {
+                api_key,
+                ..ClientOptions::default()
+            },
+        )
+    }
+
+    /// Returns a client for `endpoint` with `options` (API key, CA certificates).
+    pub fn with_options(endpoint: &str, options: ClientOptions) -> Result<Client> {
         let endpoint = endpoint.trim_end_matches('/').to_string();
         if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
             return Err(Error::Transport {
@@ -145,20 +239,45 @@ impl Client {
                 reason: "the endpoint must start with http:// or https://".into(),
             });
         }
+        // Always our own TLS settings, also for http:// (reqwest would otherwise
+        // look for a process-wide rustls provider).
+        let config =
+            tls_config(options.ca_certificate_pem.as_deref()).map_err(|reason| Error::Tls {
+                endpoint: endpoint.clone(),
+                reason,
+            })?;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(120))
             .connect_timeout(Duration::from_secs(5))
+            .use_preconfigured_tls(config)
             .build()
             .map_err(|error| Error::Transport {
                 endpoint: endpoint.clone(),
-                reason: error.to_string(),
+                reason: error_chain(&error),
             })?;
         Ok(Client {
             http,
             endpoint,
-            api_key,
+            api_key: options.api_key,
             retry_deadline: Duration::from_secs(60),
         })
+    }
+
+    fn transport_error(&self, error: &reqwest::Error) -> Error {
+        if is_tls_failure(error) {
+            Error::Tls {
+                endpoint: self.endpoint.clone(),
+                reason: format!(
+                    "{}; if the server's certificate comes from a private CA, trust it (quiverctl --ca-cert or QUIVER_CA_CERT)",
+                    error_chain(error)
+                ),
+            }
+        } else {
+            Error::Transport {
+                endpoint: self.endpoint.clone(),
+                reason: error_chain(error),
+            }
+        }
     }
 
     /// Returns the endpoint.
@@ -182,15 +301,15 @@ impl Client {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send().await.map_err(|error| Error::Transport {
-            endpoint: self.endpoint.clone(),
-            reason: error.to_string(),
-        })?;
+        let response = request
+            .send()
+            .await
+            .map_err(|error| self.transport_error(&error))?;
         let status = response.status().as_u16();
-        let text = response.text().await.map_err(|error| Error::Transport {
-            endpoint: self.endpoint.clone(),
-            reason: error.to_string(),
-        })?;
+        let text = response
+            .text()
+            .await
+            .map_err(|error| self.transport_error(&error))?;
         let value: Value = serde_json::from_str(&text).map_err(|_| {
             if status >= 400 {
                 Error::Api {
@@ -242,6 +361,7 @@ impl Client {
                 Err(error)
                     if retry
                         && std::time::Instant::now() + delay < deadline
+                        && !matches!(error, Error::Tls { .. })
                         && matches!(error.code(), "UNAVAILABLE" | "RESOURCE_EXHAUSTED") =>
                 {
                     tokio::time::sleep(delay).await;

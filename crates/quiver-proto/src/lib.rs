@@ -6,11 +6,15 @@
 //! - [`data`]: the data plane between roles: indexer writes, searcher reads (`data.proto`).
 //! - [`client`]: the client API the gateway serves over gRPC (`client.proto`).
 //! - [`ErrorCode`]: one code per kind of failure, with its gRPC and HTTP mapping.
+//! - [`request_span`]: the span each role's gRPC server runs a call in, carrying
+//!   the request id the gateway sends as [`REQUEST_ID_HEADER`] metadata.
 
 pub mod convert;
 mod error;
+mod trace;
 
 pub use error::{ErrorCode, LEADER_ADDRESS_HEADER, LEADER_ID_HEADER};
+pub use trace::{MAX_REQUEST_ID_BYTES, REQUEST_ID_HEADER, request_span, valid_request_id};
 
 /// The metadata service's messages and its tonic client and server (`quiver.v1.meta`).
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -1,9 +1,12 @@
 //! The object key layout (ARCHITECTURE.md, "Object layout"), in one place. Keys
 //! are relative to the store URL's prefix.
 
+/// The prefix under which every Quiver object lives.
+pub const COLLECTIONS_PREFIX: &str = "collections";
+
 /// Returns the key prefix of every object of one shard.
 pub fn shard_prefix(collection_id: &str, shard: u32) -> String {
-    format!("collections/{collection_id}/shards/{shard}")
+    format!("{COLLECTIONS_PREFIX}/{collection_id}/shards/{shard}")
 }
 
 /// Returns the key of a WAL object: `{epoch:010}-{seq:020}.wal`, so keys sort in

@@ -12,6 +12,8 @@ pub mod manifest;
 mod metrics;
 mod settings;
 mod storage;
+#[cfg(any(test, feature = "testsuite"))]
+pub mod testing;
 mod wal;
 
 pub use bootstrap::ensure_bucket;

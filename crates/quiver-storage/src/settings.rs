@@ -73,6 +73,26 @@ impl S3Settings {
 }
 
 /// Timeouts, retries and upload sizes of a [`crate::Storage`].
+///
+/// How they map onto object_store's S3 client (the defaults, and why):
+///
+/// - `request_timeout` (30 s) is reqwest's whole-request timeout, body included, per
+///   attempt: a stalled server or a body that stops flowing fails the attempt. It
+///   bounds one 16 MiB cache region or upload part to a floor of ~0.5 MiB/s.
+/// - `connect_timeout` (5 s): an unreachable endpoint fails fast and is retried.
+/// - `max_retries` (5) with exponential backoff from `initial_backoff` (100 ms,
+///   doubling, capped at 15 s, with jitter): object_store retries 5xx answers, 429
+///   and 408, connection errors and resets, and timeouts of idempotent requests —
+///   every request Quiver makes is idempotent (GET, HEAD, PUT of a new key,
+///   DELETE). A GET whose body breaks off midway is resumed from where it stopped
+///   (same ETag), so a truncated body is retried, not returned.
+/// - `operation_timeout` (120 s) bounds one operation, retries included (it is also
+///   object_store's `retry_timeout`, which its docs ask to keep under 5 minutes so
+///   signed requests do not expire).
+///
+/// A short body that still looks complete is caught above this layer: ranged reads
+/// check their length, WAL objects and deletion bitmaps carry a CRC-32C, segments a
+/// CRC-32C per 1 MiB chunk.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StorageOptions {
     /// Bound on one operation, retries included.

@@ -23,6 +23,8 @@ pub struct ObjectInfo {
     pub size: u64,
     /// Entity tag or version, when the store has one; changes when the object does.
     pub version: Option<String>,
+    /// When the object was last written (the store's clock), ms since the Unix epoch.
+    pub last_modified_ms: u64,
 }
 
 /// An object store with the operations Quiver needs. Cheap to clone.
@@ -258,6 +260,7 @@ impl Storage {
         Ok(ObjectInfo {
             key: key.to_string(),
             size: meta.size,
+            last_modified_ms: u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0),
             version: meta.e_tag.or(meta.version),
         })
     }
@@ -283,6 +286,7 @@ impl Storage {
             .map(|meta| ObjectInfo {
                 key: meta.location.to_string(),
                 size: meta.size,
+                last_modified_ms: u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0),
                 version: meta.e_tag.or(meta.version),
             })
             .collect())

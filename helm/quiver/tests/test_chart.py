@@ -6,8 +6,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import stat
 import subprocess
+import tomllib
 from pathlib import Path
 
 import helm_python as helm
@@ -17,6 +19,7 @@ import yaml
 
 from support import (
     CHART_DIR,
+    REPO_ROOT,
     KUBERNETES_VERSIONS,
     NAMESPACE,
     VALUE_SETS,
@@ -336,6 +339,44 @@ def test_pods_run_as_non_root_with_a_read_only_root(value_set):
         if "--shutdown-grace-ms" in arguments:
             grace_ms = int(arguments[arguments.index("--shutdown-grace-ms") + 1])
         assert pod["terminationGracePeriodSeconds"] * 1000 > grace_ms
+
+
+def file_section_keys(struct: str) -> set[str]:
+    """The keys the binary accepts in a config-file section (fields of `struct`)."""
+    source = (REPO_ROOT / "services" / "quiver" / "src" / "data_roles.rs").read_text()
+    body = source.split(f"pub struct {struct} {{", 1)[1].split("\n}", 1)[0]
+    return set(re.findall(r"pub (\w+): Option<", body))
+
+
+def gateway_file_keys() -> set[str]:
+    """The keys the binary accepts in `[gateway]` (fields of GatewayFileConfig)."""
+    return file_section_keys("GatewayFileConfig")
+
+
+def test_searcher_config_reaches_the_searcher_as_its_section():
+    settings = {"heartbeat_interval_ms": 500, "safety_poll_interval_ms": 30000}
+    objects = objects_of({"searcher": {"config": settings}})
+    config_map = find(objects, "ConfigMap", "-searcher-config")
+    parsed = tomllib.loads(config_map["data"]["config.toml"])
+    assert parsed == {"searcher": settings}
+    assert set(settings) <= file_section_keys("SearcherFileConfig"), "unknown keys fail its start"
+    searcher = find(objects, "Deployment", "-searcher")
+    flags = check_role_command("searcher", container(searcher)["args"])
+    assert flags["--config"] == "/etc/quiver/config.toml"
+
+
+def test_gateway_config_reaches_the_gateway_as_its_section():
+    settings = {"max_k": 500, "max_request_bytes": "64MiB", "request_timeout_ms": 20000}
+    objects = objects_of({"gateway": {"config": settings}})
+    config_map = find(objects, "ConfigMap", "-gateway-config")
+    parsed = tomllib.loads(config_map["data"]["config.toml"])
+    assert parsed == {"gateway": settings}
+    assert set(settings) <= gateway_file_keys(), "keys the binary does not know fail its start"
+    gateway = find(objects, "Deployment", "-gateway")
+    flags = check_role_command("gateway", container(gateway)["args"])
+    assert flags["--config"] == "/etc/quiver/config.toml"
+    mounts = {mount["name"]: mount["mountPath"] for mount in container(gateway)["volumeMounts"]}
+    assert mounts["config"] == "/etc/quiver"
 
 
 def test_ha_spreads_pods_and_passes_config_files():

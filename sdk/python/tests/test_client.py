@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import re
 
 import httpx
@@ -276,3 +277,16 @@ def test_a_custom_transport_is_used() -> None:
         hits = client.search("c", [1.0, 2.0])
     assert hits == [quiver.Hit(id=5, score=0.5)]
     assert seen == [("POST", "/v1/collections/c/search", "Bearer k")]
+
+
+def test_a_ca_bundle_that_cannot_be_read_is_refused(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "missing-ca.pem"
+    with pytest.raises(ValueError, match="missing-ca.pem"):
+        quiver.Client("https://localhost:7700", verify=str(missing))
+    not_pem = tmp_path / "not-pem.pem"
+    not_pem.write_text("hello\n")
+    with pytest.raises(ValueError, match="not-pem.pem"):
+        quiver.AsyncClient("https://localhost:7700", verify=not_pem)
+    monkeypatch.setenv("QUIVER_CA_CERT", str(missing))
+    with pytest.raises(ValueError, match="missing-ca.pem"):
+        quiver.Client("https://localhost:7700")

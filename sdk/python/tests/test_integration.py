@@ -267,3 +267,90 @@ def test_numpy_round_trip(client: quiver.Client) -> None:
         assert hits[0].score == pytest.approx(float(data[expected] @ data[123]), rel=1e-3)
     finally:
         client.drop_collection(name)
+
+
+def _openssl(*arguments: str) -> None:
+    subprocess.run(["openssl", *arguments], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[str, str]]:
+    """``quiver standalone`` serving TLS with a certificate from a test CA made with
+    the openssl command; yields (https endpoint, CA bundle path)."""
+    if not BINARY:
+        pytest.skip("TLS integration tests start their own server (QUIVER_BIN)")
+    if subprocess.run(["which", "openssl"], capture_output=True).returncode != 0:
+        pytest.skip("the openssl command is not installed")
+    directory = tmp_path_factory.mktemp("tls")
+    ca_key, ca_pem = directory / "ca.key", directory / "ca.pem"
+    key, csr, cert = directory / "server.key", directory / "server.csr", directory / "server.pem"
+    extensions = directory / "server.ext"
+    extensions.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", str(ca_key), "-out", str(ca_pem), "-days", "2", "-subj", "/CN=quiver test CA")
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", str(key), "-out", str(csr), "-subj", "/CN=localhost")
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_pem), "-CAkey", str(ca_key),
+             "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(extensions))
+    http_port, grpc_port = _free_port(), _free_port()
+    log_path = directory / "quiver.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [
+                BINARY, "standalone", "--data-dir", str(directory / "data"),
+                "--http-listen", f"127.0.0.1:{http_port}", "--grpc-listen", f"127.0.0.1:{grpc_port}",
+                "--tls-cert", str(cert), "--tls-key", str(key),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"https://localhost:{http_port}"
+    try:
+        with quiver.Client(url, verify=str(ca_pem)) as probe:
+            deadline = time.monotonic() + 60
+            while not probe.readyz():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    tail = log_path.read_text(errors="replace")[-3000:]
+                    pytest.fail(f"quiver standalone (TLS) did not become ready (exit {process.poll()}):\n{tail}")
+                time.sleep(0.2)
+        yield url, str(ca_pem)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_https_with_a_ca_bundle(tls_server: Tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, ca_pem = tls_server
+    name = f"pysdk_tls_{uuid.uuid4().hex[:8]}"
+    with quiver.Client(url, verify=ca_pem) as client:
+        client.create_collection(name, dimension=4, metric="l2")
+        client.upsert(name, ids=[1, 2], vectors=[[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
+        assert client.search(name, [0.0, 0.9, 0.0, 0.0], k=1, consistency="strong")[0].id == 2
+    monkeypatch.setenv("QUIVER_CA_CERT", ca_pem)
+    with quiver.Client(url) as client:  # the CA bundle from $QUIVER_CA_CERT
+        assert name in [collection["name"] for collection in client.list_collections()]
+        client.drop_collection(name)
+
+
+async def test_async_https_with_a_ca_bundle(tls_server: Tuple[str, str]) -> None:
+    url, ca_pem = tls_server
+    async with quiver.AsyncClient(url, verify=ca_pem) as client:
+        assert await client.readyz()
+        assert isinstance(await client.list_collections(), list)
+
+
+def test_an_untrusted_certificate_fails_clearly(tls_server: Tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, _ = tls_server
+    monkeypatch.delenv("QUIVER_CA_CERT", raising=False)
+    with quiver.Client(url) as client:
+        with pytest.raises(quiver.Unavailable) as raised:
+            client.list_collections()
+    assert "certificate" in str(raised.value).lower() and "verify=" in str(raised.value)
+    http_url = url.replace("https://", "http://")
+    with quiver.Client(http_url, retries=0) as client:
+        with pytest.raises(quiver.InvalidArgument, match="https://"):
+            client.list_collections()

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::error::{GatewayError, GatewayResult};
 use crate::metrics::METRICS;
+use crate::request_id::outgoing;
 use crate::routing::{CollectionRoute, Router, ShardPlacement};
 
 /// Request limits; each is enforced with an INVALID_ARGUMENT naming it.
@@ -32,6 +33,10 @@ pub struct Limits {
     pub max_batch_searches: usize,
     /// Shards per collection.
     pub max_shards: u32,
+    /// Largest `rescore` multiple.
+    pub max_rescore: u32,
+    /// Bytes of one request: a REST body or a gRPC message.
+    pub max_request_bytes: usize,
 }
 
 impl Default for Limits {
@@ -42,6 +47,8 @@ impl Default for Limits {
             max_k: 10_000,
             max_batch_searches: 256,
             max_shards: 1024,
+            max_rescore: 1000,
+            max_request_bytes: 128 << 20,
         }
     }
 }
@@ -117,6 +124,12 @@ pub struct SearchCost {
     pub rows_rescored: u64,
     pub tail_rows_scored: u64,
     pub search_ms: f64,
+    /// Cache regions found in the searchers' caches.
+    pub cache_regions_hit: u64,
+    /// Cache regions fetched from object storage.
+    pub cache_regions_missed: u64,
+    /// Bytes fetched from object storage.
+    pub bytes_fetched: u64,
 }
 
 /// Live statistics of a collection.
@@ -237,7 +250,7 @@ impl Gateway {
                 min_manifest_version: placement.manifest_version,
             };
             self.on_searchers(placement, move |mut client| async move {
-                client.shard_stats(request).await
+                client.shard_stats(outgoing(request)).await
             })
         });
         let mut stats = CollectionStats::default();
@@ -271,40 +284,7 @@ impl Gateway {
         }
         let route = self.router.route(name).await?;
         let spec = Self::spec_of(&route)?;
-        let mut records = Vec::with_capacity(points.len());
-        for (index, point) in points.into_iter().enumerate() {
-            validate_point(
-                &spec,
-                index,
-                &point.id,
-                &point.vector,
-                point.payload.as_ref(),
-            )
-            .map_err(|error| {
-                GatewayError::invalid(format!("points[{index}]: {}", describe_index_error(&error)))
-            })?;
-            let payload_json = match &point.payload {
-                Some(payload) => serde_json::to_vec(payload).unwrap_or_default(),
-                None => Vec::new(),
-            };
-            if payload_json.len() > self.limits.max_payload_bytes {
-                return Err(GatewayError::invalid(format!(
-                    "points[{index}]: payload is {} bytes; the limit is {}",
-                    payload_json.len(),
-                    self.limits.max_payload_bytes
-                )));
-            }
-            records.push((
-                point.id.clone(),
-                data::WriteRecord {
-                    op: Some(write_record::Op::Upsert(data::Point {
-                        id: Some(wire_point_id(&point.id)),
-                        vector: point.vector,
-                        payload_json,
-                    })),
-                },
-            ));
-        }
+        let records = prepare_upsert(&spec, &self.limits, points)?;
         self.write(&route, records).await
     }
 
@@ -399,7 +379,7 @@ impl Gateway {
                         .max_decoding_message_size(64 << 20)
                         .max_encoding_message_size(64 << 20);
                     client
-                        .write(request.clone())
+                        .write(outgoing(request.clone()))
                         .await
                         .map(tonic::Response::into_inner)
                         .map_err(|status| GatewayError::from_status(&status))
@@ -516,7 +496,7 @@ impl Gateway {
             };
             Some(self.on_searchers(placement, move |mut client| {
                 let request = request.clone();
-                async move { client.get(request).await }
+                async move { client.get(outgoing(request)).await }
             }))
         });
         let mut found: HashMap<PointId, PointOut> = HashMap::new();
@@ -553,37 +533,10 @@ impl Gateway {
     ) -> GatewayResult<(Vec<Hit>, f64, SearchCost)> {
         let started = Instant::now();
         validate_name(name)?;
-        if input.k == 0 || input.k > self.limits.max_k {
-            return Err(GatewayError::invalid(format!(
-                "k must be 1..={}, got {}",
-                self.limits.max_k, input.k
-            )));
-        }
+        check_search_options(&self.limits, &input)?;
         let route = self.read_route(name, input.consistency).await?;
         let spec = Self::spec_of(&route)?;
-        if input.vector.len() != spec.dim {
-            return Err(GatewayError::invalid(format!(
-                "vector has dimension {}, collection `{name}` has dimension {}",
-                input.vector.len(),
-                spec.dim
-            )));
-        }
-        if let Some(position) = input.vector.iter().position(|value| !value.is_finite()) {
-            return Err(GatewayError::invalid(format!(
-                "vector has a non-finite value at position {position}"
-            )));
-        }
-        let filter = match &input.filter {
-            None | Some(Value::Null) => String::new(),
-            Some(value) => {
-                let filter = Filter::from_json(value)
-                    .map_err(|error| GatewayError::invalid(describe_index_error(&error)))?;
-                filter
-                    .check(&spec.fields)
-                    .map_err(|error| GatewayError::invalid(describe_index_error(&error)))?;
-                filter.to_string()
-            }
-        };
+        let filter = prepare_search(&spec, name, &input)?;
         let calls = route.shards.iter().map(|placement| {
             let request = data::SearchRequest {
                 shard: Some(pb::ShardRef {
@@ -605,7 +558,7 @@ impl Gateway {
             };
             self.on_searchers(placement, move |mut client| {
                 let request = request.clone();
-                async move { client.search(request).await }
+                async move { client.search(outgoing(request)).await }
             })
         });
         let mut hits = Vec::new();
@@ -618,6 +571,9 @@ impl Gateway {
                 cost.rows_scanned += shard_cost.rows_scanned;
                 cost.rows_rescored += shard_cost.rows_rescored;
                 cost.tail_rows_scored += shard_cost.tail_rows_scored;
+                cost.cache_regions_hit += shard_cost.cache_regions_hit;
+                cost.cache_regions_missed += shard_cost.cache_regions_missed;
+                cost.bytes_fetched += shard_cost.bytes_fetched;
                 cost.search_ms = cost.search_ms.max(shard_cost.search_ms);
             }
             for hit in answer.hits {
@@ -661,18 +617,117 @@ impl Gateway {
             };
             let mut client = IndexerClient::new(self.router.channel(address)?);
             let response = client
-                .compact(data::ShardRequest {
+                .compact(outgoing(data::ShardRequest {
                     shard: Some(pb::ShardRef {
                         collection_id: route.collection.collection_id,
                         shard: placement.shard,
                     }),
-                })
+                }))
                 .await
                 .map_err(|status| GatewayError::from_status(&status))?;
             merges += response.into_inner().merges;
         }
         Ok(merges)
     }
+}
+
+/// Checks the options of a search that need no collection: `k`, `nprobe`, `rescore`.
+pub fn check_search_options(limits: &Limits, input: &SearchInput) -> GatewayResult<()> {
+    if input.k == 0 || input.k > limits.max_k {
+        return Err(GatewayError::invalid(format!(
+            "k must be 1..={}, got {}",
+            limits.max_k, input.k
+        )));
+    }
+    if input.nprobe == Some(0) {
+        return Err(GatewayError::invalid("nprobe must be at least 1, got 0"));
+    }
+    if let Some(rescore) = input.rescore
+        && (rescore == 0 || rescore > limits.max_rescore)
+    {
+        return Err(GatewayError::invalid(format!(
+            "rescore must be 1..={}, got {rescore}",
+            limits.max_rescore
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a search against the collection (dimension, finite values, a filter on
+/// declared fields of the right types); returns the filter's string form.
+pub fn prepare_search(
+    spec: &SegmentSpec,
+    name: &str,
+    input: &SearchInput,
+) -> GatewayResult<String> {
+    if input.vector.len() != spec.dim {
+        return Err(GatewayError::invalid(format!(
+            "vector has dimension {}, collection `{name}` has dimension {}",
+            input.vector.len(),
+            spec.dim
+        )));
+    }
+    if let Some(position) = input.vector.iter().position(|value| !value.is_finite()) {
+        return Err(GatewayError::invalid(format!(
+            "vector has a non-finite value at position {position}"
+        )));
+    }
+    match &input.filter {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(value) => {
+            let filter = Filter::from_json(value).map_err(|error| {
+                GatewayError::invalid(format!("filter: {}", describe_index_error(&error)))
+            })?;
+            filter.check(&spec.fields).map_err(|error| {
+                GatewayError::invalid(format!("filter: {}", describe_index_error(&error)))
+            })?;
+            Ok(filter.to_string())
+        }
+    }
+}
+
+/// Checks every point against the collection and the payload limit; returns the
+/// write records. Nothing is written when any point is wrong.
+pub fn prepare_upsert(
+    spec: &SegmentSpec,
+    limits: &Limits,
+    points: Vec<UpsertPoint>,
+) -> GatewayResult<Vec<(PointId, data::WriteRecord)>> {
+    let mut records = Vec::with_capacity(points.len());
+    for (index, point) in points.into_iter().enumerate() {
+        validate_point(
+            spec,
+            index,
+            &point.id,
+            &point.vector,
+            point.payload.as_ref(),
+        )
+        .map_err(|error| {
+            GatewayError::invalid(format!("points[{index}]: {}", describe_index_error(&error)))
+        })?;
+        let payload_json = match &point.payload {
+            Some(payload) => serde_json::to_vec(payload).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        if payload_json.len() > limits.max_payload_bytes {
+            return Err(GatewayError::invalid(format!(
+                "points[{index}]: payload is {} bytes; the limit is {}",
+                payload_json.len(),
+                limits.max_payload_bytes
+            )));
+        }
+        records.push((
+            point.id.clone(),
+            data::WriteRecord {
+                op: Some(write_record::Op::Upsert(data::Point {
+                    id: Some(wire_point_id(&point.id)),
+                    vector: point.vector,
+                    payload_json,
+                })),
+            },
+        ));
+    }
+    Ok(records)
 }
 
 fn parse_payload(bytes: &[u8]) -> Option<Value> {

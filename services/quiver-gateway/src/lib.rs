@@ -6,13 +6,18 @@
 mod auth;
 mod core;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod grpc;
 mod metrics;
+mod request_id;
 mod rest;
 mod routing;
 mod server;
+mod tls;
 
 pub use auth::{Access, ApiKeys};
 pub use core::{Consistency, Gateway, Limits};
 pub use error::{GatewayError, GatewayResult};
 pub use server::{GatewayConfig, GatewayServer};
+pub use tls::{ServerTls, install_crypto_provider};

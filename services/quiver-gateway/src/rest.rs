@@ -7,26 +7,28 @@ use std::time::Instant;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use quiver_index::PointId;
-use quiver_proto::ErrorCode;
 use quiver_proto::meta as pb;
+use quiver_proto::{ErrorCode, REQUEST_ID_HEADER};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
 use crate::auth::{Access, ApiKeys, Denied};
-use crate::core::{Consistency, Gateway, Hit, PointOut, SearchCost, SearchInput, UpsertPoint};
+use crate::core::{
+    Consistency, Gateway, Hit, Limits, PointOut, SearchCost, SearchInput, UpsertPoint,
+    check_search_options,
+};
 use crate::error::{GatewayError, GatewayResult};
 use crate::metrics::METRICS;
-
-/// Largest request body accepted (an upsert of 10 000 points of 1024 dimensions
-/// with payloads fits).
-pub const MAX_BODY_BYTES: usize = 128 << 20;
+use crate::request_id;
 
 /// What the REST handlers share.
 pub struct RestState {
@@ -40,6 +42,7 @@ type Shared = State<Arc<RestState>>;
 
 /// Returns the REST router (client API, admin API, health).
 pub fn router(state: Arc<RestState>) -> axum::Router {
+    let max_request_bytes = state.gateway.limits().max_request_bytes;
     axum::Router::new()
         .route("/v1/collections", get(list_collections))
         .route(
@@ -61,12 +64,16 @@ pub fn router(state: Arc<RestState>) -> axum::Router {
         .route("/admin/v1/collections/{name}/compact", post(compact))
         .route("/admin/v1/nodes/{id}/drain", post(drain_node))
         .route("/admin/v1/meta/members", post(meta_members))
+        .route("/admin/v1/orphans", get(list_orphans))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .fallback(|| async {
             GatewayError::not_found("no such endpoint; see the API reference in INTERFACES.md")
         })
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .method_not_allowed_fallback(method_not_allowed)
+        // Plus a little so an over-long body is told apart from a truncated one.
+        .layer(DefaultBodyLimit::max(max_request_bytes.saturating_add(1)))
+        .layer(axum::middleware::from_fn(front_door))
         .with_state(state)
 }
 
@@ -75,6 +82,93 @@ async fn readyz(State(state): Shared) -> Response {
         "ready".into_response()
     } else {
         GatewayError::unavailable("not ready").into_response()
+    }
+}
+
+async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
+    let body = json!({"error": {
+        "code": ErrorCode::InvalidArgument.as_str(),
+        "message": format!(
+            "method {method} is not allowed on {}; see the API reference in INTERFACES.md",
+            uri.path()
+        ),
+    }});
+    (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
+}
+
+/// Tells whether a request's `Content-Type` may carry a JSON body: JSON itself,
+/// or what `curl -d` sends by default.
+fn json_content_type(value: &str) -> bool {
+    let media_type = value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    media_type == "application/json"
+        || media_type == "application/x-www-form-urlencoded"
+        || (media_type.starts_with("application/") && media_type.ends_with("+json"))
+}
+
+/// Runs before every route: fixes the request id (the client's if usable, else a
+/// new one) and returns it on every answer, and refuses bodies that say they are
+/// not JSON.
+async fn front_door(mut request: Request, next: Next) -> Response {
+    let request_id = request_id::accept_or_generate(
+        request
+            .headers()
+            .get(REQUEST_ID_HEADER)
+            .and_then(|value| value.to_str().ok()),
+    );
+    let header_value = HeaderValue::from_str(&request_id)
+        .expect("request ids are visible ASCII (checked or generated)");
+    request
+        .headers_mut()
+        .insert(REQUEST_ID_HEADER, header_value.clone());
+    let refused_content_type = match request.headers().get(header::CONTENT_TYPE) {
+        Some(value) if matches!(*request.method(), Method::POST | Method::PUT) => {
+            match value.to_str() {
+                Ok(text) if json_content_type(text) => None,
+                Ok(text) => Some(text.to_string()),
+                Err(_) => Some("(not ASCII)".to_string()),
+            }
+        }
+        _ => None,
+    };
+    let mut response = match refused_content_type {
+        Some(content_type) => {
+            let body = json!({"error": {
+                "code": ErrorCode::InvalidArgument.as_str(),
+                "message": format!(
+                    "content-type {content_type:?} is not supported; send JSON with content-type application/json"
+                ),
+            }});
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, Json(body)).into_response()
+        }
+        None => next.run(request).await,
+    };
+    response
+        .headers_mut()
+        .insert(REQUEST_ID_HEADER, header_value);
+    response
+}
+
+/// A path segment (collection name, node id); a malformed one (bad percent
+/// encoding, not UTF-8) is an INVALID_ARGUMENT in the usual JSON shape.
+struct Segment(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Segment {
+    type Rejection = GatewayError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(segment)) => Ok(Segment(segment)),
+            Err(rejection) => Err(GatewayError::invalid(format!(
+                "request path {}: {}",
+                parts.uri.path(),
+                rejection.body_text()
+            ))),
+        }
     }
 }
 
@@ -97,84 +191,125 @@ where
     F: std::future::Future<Output = GatewayResult<Value>>,
 {
     let started = Instant::now();
-    let request_id = headers
-        .get("x-request-id")
-        .and_then(|value| value.to_str().ok())
-        .filter(|value| !value.is_empty() && value.len() <= 128)
-        .map(str::to_string)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let span = tracing::info_span!("request", %request_id, route);
-    let outcome = async {
-        match state.keys.check(presented_key(headers), access) {
-            Err(Denied::Unauthenticated) => Err(GatewayError::new(
-                ErrorCode::Unauthenticated,
-                "missing or unknown API key (send `Authorization: Bearer <key>`)",
-            )),
-            Err(Denied::PermissionDenied(needed)) => Err(GatewayError::new(
-                ErrorCode::PermissionDenied,
-                format!("this API key lacks {} access", needed.name()),
-            )),
-            Ok(()) => work.await,
+    // Set by `front_door`; the fallback only serves direct calls in tests.
+    let request_id = request_id::accept_or_generate(
+        headers
+            .get(REQUEST_ID_HEADER)
+            .and_then(|value| value.to_str().ok()),
+    );
+    let span = tracing::info_span!("request", request_id = %request_id, route);
+    let outcome = request_id::scope(
+        request_id,
+        async {
+            match state.keys.check(presented_key(headers), access) {
+                Err(Denied::Unauthenticated) => Err(GatewayError::new(
+                    ErrorCode::Unauthenticated,
+                    "missing or unknown API key (send `Authorization: Bearer <key>`)",
+                )),
+                Err(Denied::PermissionDenied(needed)) => Err(GatewayError::new(
+                    ErrorCode::PermissionDenied,
+                    format!("this API key lacks {} access", needed.name()),
+                )),
+                Ok(()) => work.await,
+            }
         }
-    }
-    .instrument(span.clone())
+        .instrument(span.clone()),
+    )
     .await;
     let code = match &outcome {
         Ok(_) => "OK",
         Err(error) => error.code.as_str(),
     };
     METRICS.requests.with_label_values(&[route, code]).inc();
+    let seconds = started.elapsed().as_secs_f64();
     METRICS
         .duration
         .with_label_values(&[route])
-        .observe(started.elapsed().as_secs_f64());
-    let mut response = match outcome {
-        Ok(body) => Json(body).into_response(),
-        Err(error) => {
-            if error.code == ErrorCode::Internal {
-                span.in_scope(|| tracing::error!(message = %error.message, "request failed"));
-            }
-            error.into_response()
+        .observe(seconds);
+    span.in_scope(|| match &outcome {
+        Err(error) if error.code == ErrorCode::Internal => {
+            tracing::error!(message = %error.message, "request failed");
         }
-    };
-    if let Ok(value) = HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert("x-request-id", value);
+        _ => tracing::debug!(code, elapsed_ms = seconds * 1e3, "request done"),
+    });
+    match outcome {
+        Ok(body) => Json(body).into_response(),
+        Err(error) => error.into_response(),
     }
-    response
 }
 
 type BodyResult = Result<Bytes, BytesRejection>;
 
-/// Parses a JSON body into `T`, naming the problem on failure.
-fn parse<T: DeserializeOwned>(body: &BodyResult) -> GatewayResult<T> {
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
-            // Not RESOURCE_EXHAUSTED: clients retry that, and this would fail again.
-            return Err(GatewayError::invalid(format!(
-                "request body is larger than {MAX_BODY_BYTES} bytes; send smaller batches"
-            )));
+/// Returns the body's bytes, or an error saying why it could not be read.
+fn body_bytes<'a>(body: &'a BodyResult, limits: &Limits) -> GatewayResult<&'a [u8]> {
+    match body {
+        Ok(body) if body.len() > limits.max_request_bytes => Err(body_too_large(limits)),
+        Ok(body) => Ok(body),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            Err(body_too_large(limits))
         }
-        Err(rejection) => {
-            return Err(GatewayError::invalid(format!(
-                "request body unreadable: {rejection}"
-            )));
-        }
-    };
-    if body.is_empty() {
-        return Err(GatewayError::invalid(
-            "the request body is empty; a JSON object is expected",
-        ));
+        Err(rejection) => Err(GatewayError::invalid(format!(
+            "request body unreadable: {}",
+            rejection.body_text()
+        ))),
     }
-    serde_json::from_slice(body).map_err(|error| {
-        let mentions = |word: &[u8]| body.windows(word.len()).any(|window| window == word);
-        let hint = if error.is_syntax() && (mentions(b"NaN") || mentions(b"Infinity")) {
-            " (vector values must be finite numbers: JSON has no NaN or Infinity)"
-        } else {
-            ""
-        };
-        GatewayError::invalid(format!("request body: {error}{hint}"))
-    })
+}
+
+fn body_too_large(limits: &Limits) -> GatewayError {
+    // Not RESOURCE_EXHAUSTED: clients retry that, and this would fail again.
+    GatewayError::invalid(format!(
+        "request body is larger than {} bytes; send smaller batches",
+        limits.max_request_bytes
+    ))
+}
+
+/// Decodes a JSON body into `T`, naming the problem and where it is
+/// (`points[2].vector[0]: invalid type …`).
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> GatewayResult<T> {
+    match body.iter().find(|byte| !byte.is_ascii_whitespace()) {
+        None => {
+            return Err(GatewayError::invalid(
+                "the request body is empty; a JSON object is expected",
+            ));
+        }
+        // serde would take a JSON array as the fields in order; refuse it.
+        Some(first) if *first != b'{' => {
+            return Err(GatewayError::invalid(
+                "the request body must be a JSON object ({\"field\": value, …})",
+            ));
+        }
+        Some(_) => {}
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let decoded = serde_path_to_error::deserialize(&mut deserializer)
+        .map_err(|error| {
+            let path = error.path().to_string();
+            let inner = error.into_inner();
+            let place = if path.is_empty() || path == "." {
+                String::new()
+            } else {
+                format!("`{path}`: ")
+            };
+            let mentions = |word: &[u8]| body.windows(word.len()).any(|window| window == word);
+            let hint = if inner.is_syntax() && (mentions(b"NaN") || mentions(b"Infinity")) {
+                " (vector values must be finite numbers: JSON has no NaN or Infinity)"
+            } else {
+                ""
+            };
+            GatewayError::invalid(format!("request body: {place}{inner}{hint}"))
+        })
+        .and_then(|decoded| {
+            deserializer
+                .end()
+                .map(|()| decoded)
+                .map_err(|error| GatewayError::invalid(format!("request body: {error}")))
+        })?;
+    Ok(decoded)
+}
+
+/// Reads and decodes a JSON body.
+fn parse<T: DeserializeOwned>(body: &BodyResult, limits: &Limits) -> GatewayResult<T> {
+    decode(body_bytes(body, limits)?)
 }
 
 fn id_from_json(value: &Value, what: &str) -> GatewayResult<PointId> {
@@ -267,15 +402,14 @@ struct IndexBody {
 }
 
 fn parse_field_kind(name: &str, kind: &Value) -> GatewayResult<i32> {
-    let kind = kind.as_str().unwrap_or_default();
-    Ok(match kind {
-        "keyword" => pb::FieldKind::Keyword,
-        "integer" => pb::FieldKind::Integer,
-        "float" => pb::FieldKind::Float,
-        "bool" => pb::FieldKind::Bool,
-        other => {
+    Ok(match kind.as_str() {
+        Some("keyword") => pb::FieldKind::Keyword,
+        Some("integer") => pb::FieldKind::Integer,
+        Some("float") => pb::FieldKind::Float,
+        Some("bool") => pb::FieldKind::Bool,
+        _ => {
             return Err(GatewayError::invalid(format!(
-                "payload_schema: field {name:?} has type {other:?}; expected keyword, integer, float or bool"
+                "payload_schema: field {name:?} has type {kind}; expected \"keyword\", \"integer\", \"float\" or \"bool\""
             )));
         }
     } as i32)
@@ -293,10 +427,21 @@ fn parse_schema(schema: Option<Value>) -> GatewayResult<Vec<pb::PayloadField>> {
         Some(Value::Object(map)) => map.iter().map(|(name, kind)| field(name, kind)).collect(),
         Some(Value::Array(items)) => items
             .iter()
-            .map(|item| {
+            .enumerate()
+            .map(|(index, item)| {
                 let name = item.get("name").and_then(Value::as_str).ok_or_else(|| {
-                    GatewayError::invalid("payload_schema: every entry needs a \"name\"")
+                    GatewayError::invalid(format!(
+                        "payload_schema[{index}] needs a \"name\" string, got {item}"
+                    ))
                 })?;
+                if let Some(unknown) = item
+                    .as_object()
+                    .and_then(|entry| entry.keys().find(|key| *key != "name" && *key != "type"))
+                {
+                    return Err(GatewayError::invalid(format!(
+                        "payload_schema[{index}]: unknown key {unknown:?}; entries are {{\"name\", \"type\"}}"
+                    )));
+                }
                 field(name, item.get("type").unwrap_or(&Value::Null))
             })
             .collect(),
@@ -306,9 +451,64 @@ fn parse_schema(schema: Option<Value>) -> GatewayResult<Vec<pb::PayloadField>> {
     }
 }
 
+/// Decodes a create body into the collection's spec.
+pub fn decode_create(name: String, body: &[u8]) -> GatewayResult<pb::CollectionSpec> {
+    let body: CreateBody = decode(body)?;
+    let metric = match body.metric.as_str() {
+        "cosine" => pb::Metric::Cosine,
+        "dot" => pb::Metric::Dot,
+        "l2" => pb::Metric::L2,
+        other => {
+            return Err(GatewayError::invalid(format!(
+                "metric must be \"cosine\", \"dot\" or \"l2\", got {other:?}"
+            )));
+        }
+    };
+    let id_type = match body.id_type.as_deref() {
+        None | Some("u64") => pb::IdType::U64,
+        Some("string") => pb::IdType::String,
+        Some(other) => {
+            return Err(GatewayError::invalid(format!(
+                "id_type must be \"u64\" or \"string\", got {other:?}"
+            )));
+        }
+    };
+    let raw_precision = match body
+        .index
+        .as_ref()
+        .and_then(|index| index.raw_precision.as_deref())
+    {
+        None | Some("f32") => pb::VectorPrecision::F32,
+        Some("bf16") => pb::VectorPrecision::Bf16,
+        Some(other) => {
+            return Err(GatewayError::invalid(format!(
+                "index.raw_precision must be \"f32\" or \"bf16\", got {other:?}"
+            )));
+        }
+    };
+    if body.shards == Some(0) || body.replication == Some(0) {
+        return Err(GatewayError::invalid(
+            "shards and replication must be at least 1",
+        ));
+    }
+    Ok(pb::CollectionSpec {
+        name,
+        dimension: body.dimension,
+        metric: metric as i32,
+        id_type: id_type as i32,
+        shards: body.shards.unwrap_or(1),
+        replication: body.replication.unwrap_or(1),
+        index: Some(pb::IndexParams {
+            raw_precision: raw_precision as i32,
+            ..Default::default()
+        }),
+        payload_schema: parse_schema(body.payload_schema)?,
+    })
+}
+
 async fn create_collection(
     State(state): Shared,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     headers: HeaderMap,
     body: BodyResult,
 ) -> Response {
@@ -319,57 +519,7 @@ async fn create_collection(
         "create_collection",
         Access::Admin,
         async move {
-            let body: CreateBody = parse(&body)?;
-            let metric = match body.metric.as_str() {
-                "cosine" => pb::Metric::Cosine,
-                "dot" => pb::Metric::Dot,
-                "l2" => pb::Metric::L2,
-                other => {
-                    return Err(GatewayError::invalid(format!(
-                        "metric must be \"cosine\", \"dot\" or \"l2\", got {other:?}"
-                    )));
-                }
-            };
-            let id_type = match body.id_type.as_deref() {
-                None | Some("u64") => pb::IdType::U64,
-                Some("string") => pb::IdType::String,
-                Some(other) => {
-                    return Err(GatewayError::invalid(format!(
-                        "id_type must be \"u64\" or \"string\", got {other:?}"
-                    )));
-                }
-            };
-            let raw_precision = match body
-                .index
-                .as_ref()
-                .and_then(|index| index.raw_precision.as_deref())
-            {
-                None | Some("f32") => pb::VectorPrecision::F32,
-                Some("bf16") => pb::VectorPrecision::Bf16,
-                Some(other) => {
-                    return Err(GatewayError::invalid(format!(
-                        "index.raw_precision must be \"f32\" or \"bf16\", got {other:?}"
-                    )));
-                }
-            };
-            let spec = pb::CollectionSpec {
-                name,
-                dimension: body.dimension,
-                metric: metric as i32,
-                id_type: id_type as i32,
-                shards: body.shards.unwrap_or(1),
-                replication: body.replication.unwrap_or(1),
-                index: Some(pb::IndexParams {
-                    raw_precision: raw_precision as i32,
-                    ..Default::default()
-                }),
-                payload_schema: parse_schema(body.payload_schema)?,
-            };
-            if body.shards == Some(0) || body.replication == Some(0) {
-                return Err(GatewayError::invalid(
-                    "shards and replication must be at least 1",
-                ));
-            }
+            let spec = decode_create(name, body_bytes(&body, gateway.limits())?)?;
             let collection = gateway.create_collection(spec).await?;
             Ok(collection_json(&collection))
         },
@@ -394,7 +544,7 @@ async fn list_collections(State(state): Shared, headers: HeaderMap) -> Response 
 
 async fn describe_collection(
     State(state): Shared,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     headers: HeaderMap,
 ) -> Response {
     let gateway = state.gateway.clone();
@@ -424,7 +574,7 @@ async fn describe_collection(
 
 async fn drop_collection(
     State(state): Shared,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     headers: HeaderMap,
 ) -> Response {
     let gateway = state.gateway.clone();
@@ -456,27 +606,31 @@ struct UpsertBody {
     points: Vec<PointBody>,
 }
 
+/// Decodes an upsert body into its points.
+pub fn decode_upsert(body: &[u8]) -> GatewayResult<Vec<UpsertPoint>> {
+    let body: UpsertBody = decode(body)?;
+    body.points
+        .into_iter()
+        .enumerate()
+        .map(|(index, point)| {
+            Ok(UpsertPoint {
+                id: id_from_json(&point.id, &format!("points[{index}]"))?,
+                vector: point.vector,
+                payload: point.payload.filter(|payload| !payload.is_null()),
+            })
+        })
+        .collect()
+}
+
 async fn upsert(
     State(state): Shared,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     headers: HeaderMap,
     body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "upsert", Access::Write, async move {
-        let body: UpsertBody = parse(&body)?;
-        let points = body
-            .points
-            .into_iter()
-            .enumerate()
-            .map(|(index, point)| {
-                Ok(UpsertPoint {
-                    id: id_from_json(&point.id, &format!("points[{index}]"))?,
-                    vector: point.vector,
-                    payload: point.payload.filter(|payload| !payload.is_null()),
-                })
-            })
-            .collect::<GatewayResult<Vec<_>>>()?;
+        let points = decode_upsert(body_bytes(&body, gateway.limits())?)?;
         let sequence = gateway.upsert(&name, points).await?;
         Ok(json!({"sequence": sequence}))
     })
@@ -500,16 +654,26 @@ fn parse_ids(ids: &[Value]) -> GatewayResult<Vec<PointId>> {
         .collect()
 }
 
+/// Decodes a delete or get body: the ids, `include_vector` and the consistency.
+pub fn decode_ids(body: &[u8]) -> GatewayResult<(Vec<PointId>, bool, Consistency)> {
+    let body: IdsBody = decode(body)?;
+    let consistency = match &body.consistency {
+        Some(text) => Consistency::parse(text)?,
+        None => Consistency::Strong,
+    };
+    Ok((parse_ids(&body.ids)?, body.include_vector, consistency))
+}
+
 async fn delete_points(
     State(state): Shared,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     headers: HeaderMap,
     body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "delete", Access::Write, async move {
-        let body: IdsBody = parse(&body)?;
-        let sequence = gateway.delete(&name, parse_ids(&body.ids)?).await?;
+        let (ids, _, _) = decode_ids(body_bytes(&body, gateway.limits())?)?;
+        let sequence = gateway.delete(&name, ids).await?;
         Ok(json!({"sequence": sequence}))
     })
     .await
@@ -528,25 +692,14 @@ fn point_json(point: &PointOut) -> Value {
 
 async fn get_points(
     State(state): Shared,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     headers: HeaderMap,
     body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "get", Access::Read, async move {
-        let body: IdsBody = parse(&body)?;
-        let consistency = match &body.consistency {
-            Some(text) => Consistency::parse(text)?,
-            None => Consistency::Strong,
-        };
-        let points = gateway
-            .get(
-                &name,
-                parse_ids(&body.ids)?,
-                body.include_vector,
-                consistency,
-            )
-            .await?;
+        let (ids, include_vector, consistency) = decode_ids(body_bytes(&body, gateway.limits())?)?;
+        let points = gateway.get(&name, ids, include_vector, consistency).await?;
         Ok(json!({"points": points.iter().map(point_json).collect::<Vec<_>>()}))
     })
     .await
@@ -605,6 +758,9 @@ fn cost_json(cost: &SearchCost) -> Value {
         "rows_scanned": cost.rows_scanned,
         "rows_rescored": cost.rows_rescored,
         "tail_rows_scored": cost.tail_rows_scored,
+        "cache_regions_hit": cost.cache_regions_hit,
+        "cache_regions_missed": cost.cache_regions_missed,
+        "bytes_fetched": cost.bytes_fetched,
         "search_ms": cost.search_ms,
     })
 }
@@ -626,16 +782,48 @@ fn hits_json(hits: &[Hit], took_ms: f64) -> Value {
     json!({"hits": hits, "took_ms": took_ms})
 }
 
+/// Decodes a search body and checks its options.
+pub fn decode_search(body: &[u8], limits: &Limits) -> GatewayResult<SearchInput> {
+    let input = decode::<SearchBody>(body)?.into_input()?;
+    check_search_options(limits, &input)?;
+    Ok(input)
+}
+
+/// Decodes a batch search body and checks every search's options.
+pub fn decode_batch(body: &[u8], limits: &Limits) -> GatewayResult<Vec<SearchInput>> {
+    let body: BatchBody = decode(body)?;
+    if body.searches.len() > limits.max_batch_searches {
+        return Err(GatewayError::invalid(format!(
+            "{} searches in one batch; the limit is {}",
+            body.searches.len(),
+            limits.max_batch_searches
+        )));
+    }
+    body.searches
+        .into_iter()
+        .enumerate()
+        .map(|(index, search)| {
+            search
+                .into_input()
+                .and_then(|input| check_search_options(limits, &input).map(|()| input))
+                .map_err(|mut error| {
+                    error.message = format!("searches[{index}]: {}", error.message);
+                    error
+                })
+        })
+        .collect()
+}
+
 async fn search(
     State(state): Shared,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     headers: HeaderMap,
     body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "search", Access::Read, async move {
-        let body: SearchBody = parse(&body)?;
-        let (hits, took_ms, cost) = gateway.search_with_cost(&name, body.into_input()?).await?;
+        let input = decode_search(body_bytes(&body, gateway.limits())?, gateway.limits())?;
+        let (hits, took_ms, cost) = gateway.search_with_cost(&name, input).await?;
         let mut answer = hits_json(&hits, took_ms);
         answer["cost"] = cost_json(&cost);
         Ok(answer)
@@ -651,25 +839,13 @@ struct BatchBody {
 
 async fn search_batch(
     State(state): Shared,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     headers: HeaderMap,
     body: BodyResult,
 ) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "search_batch", Access::Read, async move {
-        let body: BatchBody = parse(&body)?;
-        if body.searches.len() > gateway.limits().max_batch_searches {
-            return Err(GatewayError::invalid(format!(
-                "{} searches in one batch; the limit is {}",
-                body.searches.len(),
-                gateway.limits().max_batch_searches
-            )));
-        }
-        let inputs = body
-            .searches
-            .into_iter()
-            .map(SearchBody::into_input)
-            .collect::<GatewayResult<Vec<_>>>()?;
+        let inputs = decode_batch(body_bytes(&body, gateway.limits())?, gateway.limits())?;
         let searches = inputs.into_iter().map(|input| gateway.search(&name, input));
         let mut results = Vec::new();
         for (index, outcome) in futures_util::future::join_all(searches)
@@ -777,7 +953,7 @@ async fn cluster_status(State(state): Shared, headers: HeaderMap) -> Response {
 
 async fn collection_shards(
     State(state): Shared,
-    Path(name): Path<String>,
+    Segment(name): Segment,
     headers: HeaderMap,
 ) -> Response {
     let gateway = state.gateway.clone();
@@ -838,7 +1014,7 @@ async fn collection_shards(
     .await
 }
 
-async fn compact(State(state): Shared, Path(name): Path<String>, headers: HeaderMap) -> Response {
+async fn compact(State(state): Shared, Segment(name): Segment, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "compact", Access::Admin, async move {
         let merges = gateway.compact(&name).await?;
@@ -847,12 +1023,40 @@ async fn compact(State(state): Shared, Path(name): Path<String>, headers: Header
     .await
 }
 
-async fn drain_node(State(state): Shared, Path(id): Path<String>, headers: HeaderMap) -> Response {
+async fn drain_node(State(state): Shared, Segment(id): Segment, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
     handle(&state, &headers, "drain_node", Access::Admin, async move {
         let node = gateway.router().meta().drain_node(&id).await?;
         Ok(node_json(&node))
     })
+    .await
+}
+
+/// Objects in the bucket that nothing references, as the indexers' sweep
+/// reported them (deleted once `delete_after_ms` has passed).
+async fn list_orphans(State(state): Shared, headers: HeaderMap) -> Response {
+    let gateway = state.gateway.clone();
+    handle(
+        &state,
+        &headers,
+        "list_orphans",
+        Access::Admin,
+        async move {
+            let orphans = gateway.router().meta().list_orphans(true).await?;
+            let total_bytes: u64 = orphans.iter().map(|orphan| orphan.size_bytes).sum();
+            Ok(json!({
+                "orphans": orphans.iter().map(|orphan| json!({
+                    "key": orphan.object_key,
+                    "size_bytes": orphan.size_bytes,
+                    "last_modified_ms": orphan.last_modified_ms,
+                    "first_seen_ms": orphan.first_seen_ms,
+                    "delete_after_ms": orphan.delete_after_ms,
+                })).collect::<Vec<_>>(),
+                "count": orphans.len(),
+                "total_bytes": total_bytes,
+            }))
+        },
+    )
     .await
 }
 
@@ -873,7 +1077,7 @@ async fn meta_members(State(state): Shared, headers: HeaderMap, body: BodyResult
         "meta_members",
         Access::Admin,
         async move {
-            let body: MembersBody = parse(&body)?;
+            let body: MembersBody = parse(&body, gateway.limits())?;
             let meta = gateway.router().meta();
             let members = match body.action.as_str() {
                 "add" => {

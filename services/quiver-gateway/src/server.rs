@@ -20,6 +20,7 @@ use crate::error::GatewayError;
 use crate::grpc::ClientApi;
 use crate::rest::{RestState, router};
 use crate::routing::Router;
+use crate::tls::{ServerTls, TlsListener};
 
 /// Settings of a gateway.
 #[derive(Clone, Debug)]
@@ -34,6 +35,8 @@ pub struct GatewayConfig {
     pub request_timeout: Duration,
     /// How often the routing table is re-read in the background.
     pub routing_interval: Duration,
+    /// TLS for both ports (none: plaintext).
+    pub tls: Option<ServerTls>,
 }
 
 impl GatewayConfig {
@@ -45,6 +48,7 @@ impl GatewayConfig {
             limits: Limits::default(),
             request_timeout: Duration::from_secs(30),
             routing_interval: Duration::from_millis(500),
+            tls: None,
         }
     }
 }
@@ -86,24 +90,49 @@ impl GatewayServer {
         .merge(extra_routes);
         let (shutdown, shutdown_receiver) = watch::channel(false);
         let mut http_shutdown = shutdown_receiver.clone();
-        let http_task = tokio::spawn(async move {
-            let stop = async move {
-                let _ = http_shutdown.wait_for(|stopping| *stopping).await;
-            };
-            if let Err(error) = axum::serve(http, rest).with_graceful_shutdown(stop).await {
-                tracing::error!(%error, "gateway http server failed");
+        let stop_http = async move {
+            let _ = http_shutdown.wait_for(|stopping| *stopping).await;
+        };
+        let http_task = match &config.tls {
+            None => tokio::spawn(async move {
+                if let Err(error) = axum::serve(http, rest)
+                    .with_graceful_shutdown(stop_http)
+                    .await
+                {
+                    tracing::error!(%error, "gateway http server failed");
+                }
+            }),
+            Some(tls) => {
+                let listener = TlsListener::new(http, tls).map_err(|error| {
+                    GatewayError::unavailable(format!("https listener: {error}"))
+                })?;
+                tokio::spawn(async move {
+                    if let Err(error) = axum::serve(listener, rest)
+                        .with_graceful_shutdown(stop_http)
+                        .await
+                    {
+                        tracing::error!(%error, "gateway https server failed");
+                    }
+                })
             }
-        });
+        };
+        let max_message_bytes = config.limits.max_request_bytes;
         let service = QuiverServer::new(ClientApi {
             gateway: gateway.clone(),
             keys: config.keys.clone(),
         })
-        .max_decoding_message_size(128 << 20)
-        .max_encoding_message_size(128 << 20);
+        .max_decoding_message_size(max_message_bytes)
+        .max_encoding_message_size(max_message_bytes.max(128 << 20));
+        let mut grpc_builder = tonic::transport::Server::builder();
+        if let Some(tls) = &config.tls {
+            grpc_builder = grpc_builder
+                .tls_config(tls.grpc_config())
+                .map_err(|error| GatewayError::invalid(format!("grpc tls: {error}")))?;
+        }
         let mut grpc_shutdown = shutdown_receiver.clone();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc);
         let grpc_task = tokio::spawn(async move {
-            let result = tonic::transport::Server::builder()
+            let result = grpc_builder
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = grpc_shutdown.wait_for(|stopping| *stopping).await;
@@ -131,7 +160,8 @@ impl GatewayServer {
             ready.clone(),
             shutdown_receiver,
         ));
-        tracing::info!(%http_address, %grpc_address, "gateway started");
+        let tls = config.tls.is_some();
+        tracing::info!(%http_address, %grpc_address, tls, "gateway started");
         Ok(GatewayServer {
             http_address,
             grpc_address,

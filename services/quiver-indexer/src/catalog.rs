@@ -57,12 +57,23 @@ pub trait Catalog: Send + Sync + 'static {
     ) -> Result<Manifest, CatalogError>;
 }
 
+/// The GC list as the garbage collector sees it: objects retired by manifest
+/// changes, each deletable once its grace period is over.
+#[async_trait]
+pub trait GcList: Send + Sync + 'static {
+    /// Returns up to `limit` keys whose grace period is over.
+    async fn take_due(&self, limit: u32) -> Result<Vec<String>, CatalogError>;
+
+    /// Removes keys whose objects are gone from the list.
+    async fn acknowledge(&self, object_keys: Vec<String>) -> Result<(), CatalogError>;
+}
+
 #[cfg(any(test, feature = "testsuite"))]
-pub use memory::MemoryCatalog;
+pub use memory::{MemoryCatalog, manifest_keys};
 
 #[cfg(any(test, feature = "testsuite"))]
 mod memory {
-    use std::collections::HashMap;
+    use std::collections::{BTreeMap, BTreeSet, HashMap};
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -70,11 +81,33 @@ mod memory {
 
     type Shards = HashMap<ShardRef, (u64, Manifest)>;
 
+    /// Returns every object key `manifest` references.
+    pub fn manifest_keys(manifest: &Manifest) -> BTreeSet<String> {
+        let mut keys = BTreeSet::new();
+        for segment in &manifest.segments {
+            keys.insert(segment.key.clone());
+            if let Some(deletes) = &segment.deletes {
+                keys.insert(deletes.key.clone());
+            }
+        }
+        for entry in &manifest.wal_tail {
+            keys.insert(entry.key.clone());
+        }
+        keys
+    }
+
     /// An in-memory catalog for tests: manifests and epochs, with switches to
-    /// fail calls (before or after applying them) and to fence a writer.
+    /// fail calls (before or after applying them) and to fence a writer, and a
+    /// GC list with the metadata service's rules on a clock the test moves.
     #[derive(Default)]
     pub struct MemoryCatalog {
         shards: Mutex<Shards>,
+        /// Object key → the catalog time from which it may be deleted.
+        gc: Mutex<BTreeMap<String, u64>>,
+        /// The catalog's clock, ms (moved by tests).
+        pub now_ms: AtomicU64,
+        /// Grace period of retired objects, ms.
+        pub gc_grace_ms: AtomicU64,
         /// Fail the next calls (reads included) without applying them.
         pub fail_before: AtomicBool,
         /// Fail the next commits without applying them (reads still work).
@@ -114,6 +147,12 @@ mod memory {
                 });
             }
             Ok(shards)
+        }
+
+        /// Returns the GC list: `(key, delete_after_ms)` in key order.
+        pub fn gc_entries(&self) -> Vec<(String, u64)> {
+            let gc = self.gc.lock().expect("gc lock");
+            gc.iter().map(|(key, at)| (key.clone(), *at)).collect()
         }
 
         fn outcome<T>(&self, value: T) -> Result<T, CatalogError> {
@@ -177,10 +216,61 @@ mod memory {
             let manifest = {
                 let mut shards = self.check(shard, epoch)?;
                 let manifest = &mut shards.get_mut(shard).expect("checked").1;
-                apply_change(manifest, &change).map_err(CatalogError::Rejected)?;
+                let before = manifest_keys(manifest);
+                let mut after = manifest.clone();
+                apply_change(&mut after, &change).map_err(CatalogError::Rejected)?;
+                let live = manifest_keys(&after);
+                let mut gc = self.gc.lock().expect("gc lock");
+                // The metadata service's rules: what leaves the manifest, plus the
+                // keys the writer names, waits out the grace period; a key still
+                // live cannot be retired, and a retired key cannot come back.
+                if let Some(key) = change.retire_keys.iter().find(|key| live.contains(*key)) {
+                    return Err(CatalogError::Rejected(format!(
+                        "object {key} is still referenced and cannot be retired"
+                    )));
+                }
+                if let Some(key) = live.difference(&before).find(|key| gc.contains_key(*key)) {
+                    return Err(CatalogError::Rejected(format!(
+                        "object {key} is on the gc list"
+                    )));
+                }
+                let delete_after =
+                    self.now_ms.load(Ordering::Relaxed) + self.gc_grace_ms.load(Ordering::Relaxed);
+                for key in before.difference(&live).chain(change.retire_keys.iter()) {
+                    gc.entry(key.clone()).or_insert(delete_after);
+                }
+                *manifest = after;
                 manifest.clone()
             };
             self.outcome(manifest)
+        }
+    }
+
+    #[async_trait]
+    impl GcList for MemoryCatalog {
+        async fn take_due(&self, limit: u32) -> Result<Vec<String>, CatalogError> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            if self.fail_before.load(Ordering::Relaxed) {
+                return Err(CatalogError::Unavailable("injected failure".into()));
+            }
+            let now = self.now_ms.load(Ordering::Relaxed);
+            let gc = self.gc.lock().expect("gc lock");
+            let mut due: Vec<(&String, &u64)> = gc.iter().filter(|(_, at)| **at <= now).collect();
+            due.sort_by_key(|(key, at)| (**at, (*key).clone()));
+            Ok(due
+                .into_iter()
+                .take(limit as usize)
+                .map(|(key, _)| key.clone())
+                .collect())
+        }
+
+        async fn acknowledge(&self, object_keys: Vec<String>) -> Result<(), CatalogError> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            let mut gc = self.gc.lock().expect("gc lock");
+            for key in object_keys {
+                gc.remove(&key);
+            }
+            Ok(())
         }
     }
 }

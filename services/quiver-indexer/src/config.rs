@@ -29,6 +29,15 @@ pub struct IndexerConfig {
     /// Directory for segments downloaded for merges and takeovers (the system
     /// temporary directory when empty).
     pub scratch_dir: String,
+    /// How often one indexer sweeps the bucket for orphaned objects — objects no
+    /// manifest and no GC entry names, e.g. from a crash between a PUT and its
+    /// commit (0 = never).
+    pub orphan_sweep_interval_ms: u64,
+    /// Objects younger than this are never orphans: a write may still be between
+    /// its PUT and its commit.
+    pub orphan_min_age_ms: u64,
+    /// How long an orphan is listed (`GET /admin/v1/orphans`) before it is deleted.
+    pub orphan_grace_ms: u64,
 }
 
 impl Default for IndexerConfig {
@@ -44,6 +53,9 @@ impl Default for IndexerConfig {
             merge_floor_rows: 10_000,
             merge_threads: 1,
             scratch_dir: String::new(),
+            orphan_sweep_interval_ms: 3_600_000,
+            orphan_min_age_ms: 3_600_000,
+            orphan_grace_ms: 86_400_000,
         }
     }
 }
@@ -68,6 +80,12 @@ impl IndexerConfig {
         }
         if self.max_segment_rows < self.merge_floor_rows {
             return Err("max_segment_rows must be at least merge_floor_rows".into());
+        }
+        if self.orphan_sweep_interval_ms > 0 && self.orphan_min_age_ms < 1_000 {
+            return Err(format!(
+                "orphan_min_age_ms must be at least 1000 (objects of writes still in flight are never orphans), got {}",
+                self.orphan_min_age_ms
+            ));
         }
         Ok(())
     }

@@ -47,6 +47,10 @@ pub enum IndexerError {
     /// Object storage failed.
     #[error(transparent)]
     Storage(#[from] quiver_storage::StorageError),
+    /// Object storage failed a group commit (the message of the store's error;
+    /// every writer of the batch gets its own copy).
+    #[error("object storage unavailable: {0}")]
+    StorageUnavailable(String),
     /// The metadata service failed or refused.
     #[error(transparent)]
     Catalog(#[from] CatalogError),
@@ -80,6 +84,7 @@ impl IndexerError {
                 quiver_storage::StorageErrorKind::Unavailable => IndexerErrorKind::Unavailable,
                 quiver_storage::StorageErrorKind::Corrupted => IndexerErrorKind::DataLoss,
             },
+            IndexerError::StorageUnavailable(_) => IndexerErrorKind::Unavailable,
             IndexerError::Catalog(error) => match error {
                 CatalogError::Fenced { .. } => IndexerErrorKind::FailedPrecondition,
                 CatalogError::NotFound(_) => IndexerErrorKind::NotFound,

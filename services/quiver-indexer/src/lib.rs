@@ -9,23 +9,26 @@ mod catalog;
 mod config;
 mod crash;
 mod error;
+mod gc;
 mod memtable;
 mod merge;
 mod meta_catalog;
 mod metrics;
 mod node;
+mod orphans;
 mod segments;
 mod shard;
 
-#[cfg(any(test, feature = "testsuite"))]
-pub use catalog::MemoryCatalog;
 pub use catalog::{
-    Catalog, CatalogError, DeletesEntry, Manifest, ManifestChange, SegmentEntry, ShardRef,
+    Catalog, CatalogError, DeletesEntry, GcList, Manifest, ManifestChange, SegmentEntry, ShardRef,
     WalEntry, WalPosition, apply_change,
 };
+#[cfg(any(test, feature = "testsuite"))]
+pub use catalog::{MemoryCatalog, manifest_keys};
 pub use config::IndexerConfig;
 pub use crash::CRASH_VARIABLE;
 pub use error::{IndexerError, IndexerErrorKind, IndexerResult};
+pub use gc::collect_garbage;
 pub use meta_catalog::MetaCatalog;
 pub use node::{IndexerNode, IndexerNodeConfig, status_of};
 pub use shard::{ShardStats, ShardWriter};

@@ -8,7 +8,7 @@ use quiver_proto::meta as pb;
 
 use quiver_proto::convert::{manifest_from_proto, segment_to_proto};
 
-use crate::catalog::{Catalog, CatalogError, Manifest, ManifestChange, ShardRef, WalEntry};
+use crate::catalog::{Catalog, CatalogError, GcList, Manifest, ManifestChange, ShardRef, WalEntry};
 
 fn shard_to_proto(shard: &ShardRef) -> Result<pb::ShardRef, CatalogError> {
     quiver_proto::convert::shard_to_proto(shard).map_err(CatalogError::Rejected)
@@ -115,5 +115,25 @@ impl Catalog for MetaCatalog {
             .await
             .map_err(|error| catalog_error(shard, epoch, error))?;
         self.manifest(shard).await
+    }
+}
+
+#[async_trait]
+impl GcList for MetaCatalog {
+    async fn take_due(&self, limit: u32) -> Result<Vec<String>, CatalogError> {
+        let entries = self
+            .client
+            .take_gc(limit)
+            .await
+            .map_err(|error| CatalogError::Unavailable(error.to_string()))?;
+        Ok(entries.into_iter().map(|entry| entry.object_key).collect())
+    }
+
+    async fn acknowledge(&self, object_keys: Vec<String>) -> Result<(), CatalogError> {
+        self.client
+            .ack_gc(object_keys)
+            .await
+            .map_err(|error| CatalogError::Unavailable(error.to_string()))?;
+        Ok(())
     }
 }

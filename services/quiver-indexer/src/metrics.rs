@@ -3,8 +3,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    Histogram, IntCounter, IntGaugeVec, register_histogram, register_int_counter,
-    register_int_gauge_vec,
+    Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, register_histogram,
+    register_int_counter, register_int_counter_vec, register_int_gauge, register_int_gauge_vec,
 };
 
 pub(crate) struct IndexerMetrics {
@@ -21,6 +21,10 @@ pub(crate) struct IndexerMetrics {
     pub unflushed_rows: IntGaugeVec,
     pub segments: IntGaugeVec,
     pub gc_deleted: IntCounter,
+    pub orphan_sweeps: IntCounterVec,
+    pub orphans_found: IntCounter,
+    pub orphans_deleted: IntCounter,
+    pub orphans_pending: IntGauge,
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -30,7 +34,8 @@ const JOB_BUCKETS: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
 ];
 
-pub(crate) static METRICS: LazyLock<IndexerMetrics> = LazyLock::new(|| IndexerMetrics {
+pub(crate) static METRICS: LazyLock<IndexerMetrics> = LazyLock::new(|| {
+    IndexerMetrics {
     rows_written: register_int_counter!(
         "quiver_indexer_rows_written_total",
         "Upserts and deletes acknowledged (durable in the WAL)."
@@ -99,4 +104,26 @@ pub(crate) static METRICS: LazyLock<IndexerMetrics> = LazyLock::new(|| IndexerMe
         "Objects deleted from object storage after their GC grace period."
     )
     .expect("metric registers once"),
+    orphan_sweeps: register_int_counter_vec!(
+        "quiver_indexer_orphan_sweeps_total",
+        "Sweeps of the bucket for orphaned objects, by outcome (ok, error).",
+        &["outcome"]
+    )
+    .expect("metric registers once"),
+    orphans_found: register_int_counter!(
+        "quiver_indexer_orphans_found_total",
+        "Orphaned objects (no manifest or GC entry names them) reported for the first time."
+    )
+    .expect("metric registers once"),
+    orphans_deleted: register_int_counter!(
+        "quiver_indexer_orphans_deleted_total",
+        "Orphaned objects deleted after being reported for the grace period."
+    )
+    .expect("metric registers once"),
+    orphans_pending: register_int_gauge!(
+        "quiver_indexer_orphans_pending",
+        "Orphaned objects reported and waiting for their grace period (as of this indexer's last sweep)."
+    )
+    .expect("metric registers once"),
+}
 });

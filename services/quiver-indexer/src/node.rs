@@ -119,6 +119,7 @@ impl IndexerNode {
         let mut server_shutdown = shutdown_receiver.clone();
         let server = tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
+                .trace_fn(quiver_proto::request_span)
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = server_shutdown.wait_for(|stopping| *stopping).await;
@@ -143,7 +144,8 @@ impl IndexerNode {
                 shutdown_receiver.clone(),
             )),
             tokio::spawn(lease_loop(state.clone(), shutdown_receiver.clone())),
-            tokio::spawn(gc_loop(state.clone(), shutdown_receiver)),
+            tokio::spawn(gc_loop(state.clone(), shutdown_receiver.clone())),
+            tokio::spawn(orphan_loop(state.clone(), shutdown_receiver)),
         ];
         tracing::info!(node_id = %state.config.node_id, address = %local_address, "indexer started");
         Ok(IndexerNode {
@@ -357,31 +359,69 @@ async fn gc_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
         if !state.registered.load(Ordering::Acquire) {
             continue;
         }
-        let entries = match state.meta.take_gc(256).await {
-            Ok(entries) => entries,
+        let list = MetaCatalog::new(state.meta.clone());
+        if let Err(error) = crate::gc::collect_garbage(&list, &state.storage, 256).await {
+            tracing::debug!(%error, "gc list unavailable");
+        }
+    }
+}
+
+/// Sweeps the bucket for orphaned objects now and then — on the one indexer
+/// with the smallest id among the live ones.
+async fn orphan_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+    let settings = &state.config.indexer;
+    if settings.orphan_sweep_interval_ms == 0 {
+        return;
+    }
+    let mut ticker =
+        tokio::time::interval(Duration::from_millis(settings.orphan_sweep_interval_ms));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if !state.registered.load(Ordering::Acquire) {
+            continue;
+        }
+        match state.meta.get_routing("", false).await {
+            Ok(routing) if crate::orphans::is_sweeper(&routing, &state.config.node_id) => {}
+            Ok(_) => continue,
             Err(error) => {
-                tracing::debug!(%error, "gc list unavailable");
+                tracing::debug!(%error, "routing unavailable; orphan sweep skipped");
                 continue;
             }
-        };
-        let mut deleted = Vec::new();
-        for entry in entries {
-            match state.storage.delete(&entry.object_key).await {
-                Ok(()) => deleted.push(entry.object_key),
-                Err(error) if error.kind() == quiver_storage::StorageErrorKind::NotFound => {
-                    deleted.push(entry.object_key)
-                }
-                Err(error) => tracing::warn!(key = %entry.object_key, %error, "gc delete failed"),
-            }
         }
-        if !deleted.is_empty() {
-            let count = deleted.len();
-            match state.meta.ack_gc(deleted).await {
-                Ok(_) => {
-                    crate::metrics::METRICS.gc_deleted.inc_by(count as u64);
-                    tracing::info!(objects = count, "garbage collected");
-                }
-                Err(error) => tracing::warn!(%error, "gc acknowledgement failed"),
+        let swept = tokio::select! {
+            swept = crate::orphans::sweep(
+                &state.meta,
+                &state.storage,
+                Duration::from_millis(settings.orphan_min_age_ms),
+                Duration::from_millis(settings.orphan_grace_ms),
+            ) => swept,
+            _ = shutdown.changed() => return,
+        };
+        match swept {
+            Ok(outcome) => {
+                crate::metrics::METRICS
+                    .orphan_sweeps
+                    .with_label_values(&["ok"])
+                    .inc();
+                tracing::debug!(
+                    listed = outcome.listed,
+                    candidates = outcome.candidates,
+                    orphans = outcome.orphans,
+                    new_orphans = outcome.new_orphans,
+                    deleted = outcome.deleted.len(),
+                    "orphan sweep done"
+                );
+            }
+            Err(error) => {
+                crate::metrics::METRICS
+                    .orphan_sweeps
+                    .with_label_values(&["error"])
+                    .inc();
+                tracing::warn!(%error, "orphan sweep failed; next one retries");
             }
         }
     }

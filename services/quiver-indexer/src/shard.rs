@@ -440,9 +440,10 @@ fn clone_error(shared: &Shared, error: &IndexerError) -> IndexerError {
         IndexerError::Storage(error)
             if error.kind() == quiver_storage::StorageErrorKind::Unavailable =>
         {
-            IndexerError::Catalog(CatalogError::Unavailable(format!(
-                "object storage: {error}"
-            )))
+            IndexerError::StorageUnavailable(error.to_string())
+        }
+        IndexerError::StorageUnavailable(message) => {
+            IndexerError::StorageUnavailable(message.clone())
         }
         other => IndexerError::Internal(other.to_string()),
     }

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{
     Collection, CollectionSpec, Command, DeletesRef, Lease, ManifestChange, MetaRequest,
-    NodeRecord, NodeRole, NodeState, Outcome, Rejection, ShardKey, ShardRecord, WalEntry,
+    NodeRecord, NodeRole, NodeState, OrphanCandidate, OrphanRecord, Outcome, Rejection, ShardKey,
+    ShardRecord, WalEntry,
 };
 
 /// Dropped collection ids remembered for watchers that lag behind.
@@ -44,6 +45,9 @@ pub struct Catalog {
     /// Dropped collection id → catalog version of the drop.
     pub(crate) dropped: BTreeMap<u64, u64>,
     pub(crate) collections_changed_at_version: u64,
+    /// Object key → orphan record: objects a sweep found that nothing references.
+    #[serde(default)]
+    pub(crate) orphans: BTreeMap<String, OrphanRecord>,
 }
 
 impl Catalog {
@@ -121,6 +125,105 @@ impl Catalog {
         self.gc.len()
     }
 
+    /// Returns the reported orphans in key order.
+    pub fn orphans(&self) -> impl Iterator<Item = (&String, &OrphanRecord)> {
+        self.orphans.iter()
+    }
+
+    /// Returns the keys of `keys` that no manifest references and the GC list
+    /// does not hold (candidates for the orphan list).
+    pub fn unreferenced<'k>(&self, keys: impl IntoIterator<Item = &'k str>) -> Vec<&'k str> {
+        let referenced = self.referenced_keys();
+        keys.into_iter()
+            .filter(|key| !referenced.contains(key) && !self.gc.contains_key(*key))
+            .collect()
+    }
+
+    /// Returns every object key some manifest references.
+    fn referenced_keys(&self) -> BTreeSet<&str> {
+        let mut keys = BTreeSet::new();
+        for record in self.shards.values() {
+            for segment in record.manifest.segments.values() {
+                keys.insert(segment.object_key.as_str());
+                if let Some(deletes) = &segment.deletes {
+                    keys.insert(deletes.object_key.as_str());
+                }
+            }
+            for entry in &record.manifest.wal_tail {
+                keys.insert(entry.object_key.as_str());
+            }
+        }
+        keys
+    }
+
+    fn report_orphans(
+        &mut self,
+        candidates: &[OrphanCandidate],
+        grace_ms: u64,
+        now_ms: u64,
+    ) -> ApplyResult {
+        let unreferenced: BTreeSet<&str> = self
+            .unreferenced(
+                candidates
+                    .iter()
+                    .map(|candidate| candidate.object_key.as_str()),
+            )
+            .into_iter()
+            .collect();
+        let mut orphans = BTreeMap::new();
+        let mut new_orphans = 0u32;
+        for candidate in candidates {
+            if !unreferenced.contains(candidate.object_key.as_str()) {
+                continue;
+            }
+            let record = match self.orphans.get(&candidate.object_key) {
+                Some(known) => OrphanRecord {
+                    size_bytes: candidate.size_bytes,
+                    last_modified_ms: candidate.last_modified_ms,
+                    ..known.clone()
+                },
+                None => {
+                    new_orphans += 1;
+                    OrphanRecord {
+                        size_bytes: candidate.size_bytes,
+                        last_modified_ms: candidate.last_modified_ms,
+                        first_seen_ms: now_ms,
+                        delete_after_ms: now_ms.saturating_add(grace_ms),
+                    }
+                }
+            };
+            orphans.insert(candidate.object_key.clone(), record);
+        }
+        self.orphans = orphans;
+        let due = self
+            .orphans
+            .iter()
+            .filter(|(_, record)| record.delete_after_ms <= now_ms)
+            .map(|(key, _)| key.clone())
+            .collect();
+        Ok(Outcome::OrphansReported { new_orphans, due })
+    }
+
+    /// Rejects a commit that would bring back an object reported as an orphan
+    /// (it may be deleted any moment).
+    fn check_not_orphaned<'k>(
+        &self,
+        shard: ShardKey,
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> Result<(), Rejection> {
+        for key in keys {
+            if self.orphans.contains_key(key) {
+                return Err(Rejection::new(
+                    ErrorCode::FailedPrecondition,
+                    format!(
+                        "object `{key}` committed to shard {shard} was reported as an orphan and may be deleted; write it again under a new key"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Applies one replicated request; a rejection leaves the catalog unchanged.
     pub fn apply(&mut self, request: &MetaRequest) -> ApplyResult {
         // Leaders' clocks differ a little; never let catalog time run backwards.
@@ -158,11 +261,46 @@ impl Catalog {
                 seq,
                 object_key,
                 rows,
-            } => self.commit_wal(*shard, *epoch, *seq, object_key, *rows),
+            } => {
+                self.check_not_orphaned(*shard, [object_key.as_str()])?;
+                self.commit_wal(*shard, *epoch, *seq, object_key, *rows)
+            }
             Command::CommitManifestChange {
                 change,
                 gc_grace_ms,
-            } => self.commit_manifest_change(change, now_ms.saturating_add(*gc_grace_ms)),
+            } => {
+                let added = change
+                    .add_segments
+                    .iter()
+                    .flat_map(|segment| {
+                        std::iter::once(segment.object_key.as_str()).chain(
+                            segment
+                                .deletes
+                                .iter()
+                                .map(|deletes| deletes.object_key.as_str()),
+                        )
+                    })
+                    .chain(
+                        change
+                            .set_deletes
+                            .iter()
+                            .map(|(_, deletes)| deletes.object_key.as_str()),
+                    );
+                self.check_not_orphaned(change.shard, added)?;
+                self.commit_manifest_change(change, now_ms.saturating_add(*gc_grace_ms))
+            }
+            Command::ReportOrphans { orphans, grace_ms } => {
+                self.report_orphans(orphans, *grace_ms, now_ms)
+            }
+            Command::AckOrphans { object_keys } => {
+                let removed = object_keys
+                    .iter()
+                    .filter(|key| self.orphans.remove(key.as_str()).is_some())
+                    .count();
+                Ok(Outcome::OrphansAcked {
+                    removed: u32::try_from(removed).unwrap_or(u32::MAX),
+                })
+            }
             Command::AckGc { object_keys } => {
                 let removed = object_keys
                     .iter()
@@ -620,6 +758,8 @@ impl Catalog {
         let manifest_version = record.manifest.version;
         self.version = version;
         for key in retired_keys {
+            // The GC list owns it now (it has its own grace period).
+            self.orphans.remove(&key);
             self.gc.insert(key, delete_after_ms);
         }
         Ok(Outcome::ManifestCommitted {

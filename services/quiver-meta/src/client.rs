@@ -472,6 +472,62 @@ impl MetaClient {
         Ok(response.removed)
     }
 
+    /// Returns the keys of `object_keys` that no manifest references and the GC
+    /// list does not hold.
+    pub async fn find_unreferenced(&self, object_keys: Vec<String>) -> MetaResult<Vec<String>> {
+        let response = self
+            .call("find_unreferenced", true, |mut client| {
+                let request = pb::FindUnreferencedRequest {
+                    object_keys: object_keys.clone(),
+                };
+                async move { client.find_unreferenced(request).await }
+            })
+            .await?;
+        Ok(response.object_keys)
+    }
+
+    /// Replaces the orphan list with a sweep's findings; returns the orphans now
+    /// due for deletion.
+    pub async fn report_orphans(
+        &self,
+        orphans: Vec<pb::OrphanObject>,
+        grace_ms: u64,
+    ) -> MetaResult<pb::ReportOrphansResponse> {
+        self.call("report_orphans", true, |mut client| {
+            let request = pb::ReportOrphansRequest {
+                orphans: orphans.clone(),
+                grace_ms,
+            };
+            async move { client.report_orphans(request).await }
+        })
+        .await
+    }
+
+    /// Returns the reported orphans.
+    pub async fn list_orphans(&self, linearizable: bool) -> MetaResult<Vec<pb::OrphanObject>> {
+        let response = self
+            .call("list_orphans", true, |mut client| async move {
+                client
+                    .list_orphans(pb::ListOrphansRequest { linearizable })
+                    .await
+            })
+            .await?;
+        Ok(response.orphans)
+    }
+
+    /// Removes deleted orphans from the orphan list.
+    pub async fn ack_orphans(&self, object_keys: Vec<String>) -> MetaResult<u32> {
+        let response = self
+            .call("ack_orphans", true, |mut client| {
+                let request = pb::AckOrphansRequest {
+                    object_keys: object_keys.clone(),
+                };
+                async move { client.ack_orphans(request).await }
+            })
+            .await?;
+        Ok(response.removed)
+    }
+
     /// Adds a metadata node as a learner and waits until it has caught up.
     pub async fn add_learner(&self, id: u64, address: &str) -> MetaResult<Vec<pb::MetaMember>> {
         let response = self

@@ -184,6 +184,9 @@ impl MetaConfig {
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_logs),
             max_in_snapshot_log_to_keep: self.logs_to_keep,
             install_snapshot_timeout: self.proposal_timeout_ms.max(1_000),
+            // Elections are started by `election::run_elections`, after a quorum
+            // granted a pre-vote; openraft's own timer would campaign without one.
+            enable_elect: false,
             ..openraft::Config::default()
         };
         config

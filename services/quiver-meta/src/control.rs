@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::model::{Command, Outcome};
-use crate::service::{MetaContext, wall_clock_ms};
+use crate::service::MetaContext;
 
 pub(crate) async fn run_control_loop(
     context: Arc<MetaContext>,
@@ -33,7 +33,9 @@ pub(crate) async fn run_control_loop(
             leader_since_ms = None;
             continue;
         }
-        let now_ms = wall_clock_ms();
+        // Catalog time from the leader's monotonic clock (see `clock.rs`), so a
+        // wall-clock jump neither kills every node nor keeps dead ones alive.
+        let now_ms = context.leader_now_ms();
         let leader_since = *leader_since_ms.get_or_insert(now_ms);
         let grace_left_ms = (leader_since + config.node_timeout_ms).saturating_sub(now_ms);
         let node_timeout_ms = config.node_timeout_ms + grace_left_ms;

@@ -16,9 +16,11 @@
 
 mod catalog;
 mod client;
+mod clock;
 mod config;
 mod control;
 mod convert;
+mod election;
 mod error;
 mod log_store;
 mod membership;
@@ -40,8 +42,8 @@ pub use metrics::MetaMetrics;
 pub use model::{
     Collection, CollectionSpec, Command, DeletesRef, FieldKind, IdType, IndexParams, Lease,
     Manifest, ManifestChange, MetaRequest, MetaResponse, Metric, NodeRecord, NodeRole, NodeState,
-    Outcome, PayloadField, Rejection, SegmentEntry, ShardKey, ShardRecord, VectorPrecision,
-    WalEntry,
+    OrphanCandidate, OrphanRecord, Outcome, PayloadField, Rejection, SegmentEntry, ShardKey,
+    ShardRecord, VectorPrecision, WalEntry,
 };
 pub use raft_types::{MetaNode, MetaNodeId, TypeConfig, typ};
 pub use server::{MetaServer, run_single_node};

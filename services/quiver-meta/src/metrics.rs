@@ -38,6 +38,8 @@ pub struct MetaMetrics {
     pub catalog_version: IntGauge,
     /// Control loop reconciliations committed by this node as leader.
     pub reconciliations_total: IntCounter,
+    /// Pre-vote rounds this node ran before a possible election, by outcome.
+    pub pre_vote_rounds_total: IntCounterVec,
 }
 
 impl MetaMetrics {
@@ -137,6 +139,11 @@ impl MetaMetrics {
             reconciliations_total: counter(
                 "quiver_meta_reconciliations_total",
                 "control loop reconciliations committed as leader",
+            )?,
+            pre_vote_rounds_total: counter_vec(
+                "quiver_meta_pre_vote_rounds_total",
+                "pre-vote rounds run before an election, by outcome (granted starts an election)",
+                &["outcome"],
             )?,
             registry,
         })

@@ -286,6 +286,31 @@ pub struct ManifestChange {
     pub gc_keys: Vec<String>,
 }
 
+/// An object found in object storage that no manifest and no GC entry names (a
+/// write that crashed between its PUT and its commit, say), as a sweep saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrphanCandidate {
+    /// Object key.
+    pub object_key: String,
+    /// Object size.
+    pub size_bytes: u64,
+    /// When the object was last written (object store clock, ms since the epoch).
+    pub last_modified_ms: u64,
+}
+
+/// A reported orphan: listed in the admin API, deleted once its grace is over.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrphanRecord {
+    /// Object size when last seen.
+    pub size_bytes: u64,
+    /// When the object was last written (object store clock).
+    pub last_modified_ms: u64,
+    /// Leader time of the sweep that first reported it.
+    pub first_seen_ms: u64,
+    /// Leader time from which it may be deleted.
+    pub delete_after_ms: u64,
+}
+
 /// A catalog change, as replicated through the Raft log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -367,6 +392,21 @@ pub enum Command {
         /// Keys that are gone from object storage.
         object_keys: Vec<String>,
     },
+    /// Replaces the orphan list with what a sweep found: objects still not
+    /// referenced keep their first-seen time, new ones are due after `grace_ms`,
+    /// entries the sweep did not see again are dropped. Candidates the catalog
+    /// references (or has on the GC list) are ignored.
+    ReportOrphans {
+        /// Every unreferenced object the sweep found.
+        orphans: Vec<OrphanCandidate>,
+        /// How long a newly reported orphan waits before it may be deleted.
+        grace_ms: u64,
+    },
+    /// Removes deleted orphans from the orphan list.
+    AckOrphans {
+        /// Keys that are gone from object storage.
+        object_keys: Vec<String>,
+    },
     /// Runs the control loop's rules: dead nodes, expired leases, assignments.
     Reconcile {
         /// Heartbeat silence after which a node is dead.
@@ -390,6 +430,8 @@ impl Command {
             Command::CommitWal { .. } => "commit_wal",
             Command::CommitManifestChange { .. } => "commit_manifest_change",
             Command::AckGc { .. } => "ack_gc",
+            Command::ReportOrphans { .. } => "report_orphans",
+            Command::AckOrphans { .. } => "ack_orphans",
             Command::Reconcile { .. } => "reconcile",
         }
     }
@@ -446,6 +488,18 @@ pub enum Outcome {
     },
     /// GC entries were removed.
     GcAcked {
+        /// How many keys were on the list.
+        removed: u32,
+    },
+    /// A sweep's orphans were recorded.
+    OrphansReported {
+        /// Orphans newly reported by this sweep.
+        new_orphans: u32,
+        /// Keys whose grace is over at this entry's time, ready to delete.
+        due: Vec<String>,
+    },
+    /// Orphan entries were removed.
+    OrphansAcked {
         /// How many keys were on the list.
         removed: u32,
     },

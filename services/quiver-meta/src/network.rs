@@ -20,6 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::election::{Elections, PreVoteRequest};
 use crate::raft_types::typ::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
     InstallSnapshotResponse, Raft, RaftError, RpcError, VoteRequest, VoteResponse,
@@ -187,9 +188,11 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
     }
 }
 
-/// Serves the peer-only Raft RPCs by handing them to the local Raft node.
+/// Serves the peer-only Raft RPCs by handing them to the local Raft node; pre-votes
+/// are answered by [`Elections`].
 pub(crate) struct RaftGrpc {
     pub(crate) raft: Raft,
+    pub(crate) elections: Arc<Elections>,
 }
 
 fn decode<T: DeserializeOwned>(payload: &RaftPayload) -> Result<T, tonic::Status> {
@@ -238,5 +241,14 @@ impl RaftService for RaftGrpc {
         rpc.data = payload.blob;
         let result = self.raft.install_snapshot(rpc).await;
         encode(&result)
+    }
+
+    async fn pre_vote(
+        &self,
+        request: tonic::Request<RaftPayload>,
+    ) -> Result<tonic::Response<RaftPayload>, tonic::Status> {
+        let pre_vote: PreVoteRequest = decode(request.get_ref())?;
+        let answer = self.elections.answer(&pre_vote).await;
+        encode(&answer)
     }
 }

@@ -16,8 +16,10 @@ use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
 
 use crate::catalog::Catalog;
+use crate::clock::LeaderClock;
 use crate::config::MetaConfig;
 use crate::control::run_control_loop;
+use crate::election::{Elections, run_elections};
 use crate::error::{MetaError, MetaResult};
 use crate::log_store::LogStore;
 use crate::metrics::MetaMetrics;
@@ -89,20 +91,31 @@ impl MetaServer {
             .filter(|(peer_id, _)| **peer_id != config.node_id)
             .map(|(peer_id, address)| (*peer_id, address.clone()))
             .collect();
+        let address_overrides = Arc::new(address_overrides);
+        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
         let network = NetworkFactory {
-            address_overrides: Arc::new(address_overrides),
-            connect_timeout: Duration::from_millis(config.connect_timeout_ms),
+            address_overrides: address_overrides.clone(),
+            connect_timeout,
         };
         let raft_config = Arc::new(config.raft_config()?);
         let raft = Raft::new(
             config.node_id,
-            raft_config,
+            raft_config.clone(),
             network,
             log_store.clone(),
             state_machine,
         )
         .await
         .map_err(|error| MetaError::Raft(format!("raft did not start: {error}")))?;
+        let elections = Arc::new(Elections {
+            node_id: config.node_id,
+            raft: raft.clone(),
+            raft_config,
+            log_store: log_store.clone(),
+            metrics: metrics.clone(),
+            address_overrides,
+            connect_timeout,
+        });
 
         let context = Arc::new(MetaContext {
             node_id: config.node_id,
@@ -111,6 +124,7 @@ impl MetaServer {
             config: config.clone(),
             metrics: metrics.clone(),
             log_store,
+            clock: LeaderClock::system(),
         });
 
         let (shutdown_sender, shutdown_receiver) = watch::channel(false);
@@ -122,12 +136,16 @@ impl MetaServer {
         });
         let router = tonic::transport::Server::builder()
             .add_service(
-                RaftServiceServer::new(RaftGrpc { raft: raft.clone() })
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                RaftServiceServer::new(RaftGrpc {
+                    raft: raft.clone(),
+                    elections: elections.clone(),
+                })
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
             .add_service(MetaServiceServer::new(MetaGrpc {
                 context: context.clone(),
+                shutdown: shutdown_receiver.clone(),
             }));
         let mut server_shutdown = shutdown_receiver.clone();
         let server_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async move {
@@ -139,6 +157,7 @@ impl MetaServer {
         }
 
         let mut background_tasks = vec![
+            tokio::spawn(run_elections(elections, shutdown_receiver.clone())),
             tokio::spawn(run_control_loop(context.clone(), shutdown_receiver.clone())),
             tokio::spawn(observe_raft_metrics(
                 context.clone(),

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use futures_util::Stream;
 use openraft::ChangeMembers;
@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
 use crate::catalog::Catalog;
+use crate::clock::LeaderClock;
 use crate::config::MetaConfig;
 use crate::convert;
 use crate::error::{MetaError, MetaResult};
@@ -30,15 +31,6 @@ use crate::raft_types::typ::{Raft, RaftMetrics};
 use crate::raft_types::{MetaNode, MetaNodeId};
 use crate::state_machine::CatalogHandle;
 
-/// Returns the wall-clock time in ms since the Unix epoch.
-pub(crate) fn wall_clock_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
-}
-
 /// Everything a metadata node's handlers and background tasks share.
 pub(crate) struct MetaContext {
     pub(crate) node_id: MetaNodeId,
@@ -47,6 +39,8 @@ pub(crate) struct MetaContext {
     pub(crate) config: MetaConfig,
     pub(crate) metrics: MetaMetrics,
     pub(crate) log_store: LogStore,
+    /// The catalog time this node stamps commands with as leader.
+    pub(crate) clock: LeaderClock,
 }
 
 fn forward_error(leader_id: Option<MetaNodeId>, leader_node: Option<MetaNode>) -> MetaError {
@@ -57,6 +51,20 @@ fn forward_error(leader_id: Option<MetaNodeId>, leader_node: Option<MetaNode>) -
 }
 
 impl MetaContext {
+    /// Returns the catalog time for a command proposed or a decision taken now by
+    /// this node as leader: monotonic, steered by the wall clock (see `clock.rs`).
+    pub(crate) fn leader_now_ms(&self) -> u64 {
+        let term = self.raft.metrics().borrow().current_term;
+        let (applied_clock_ms, clock_advanced_at) = self
+            .catalog
+            .read(|state| (state.catalog.clock_ms(), state.clock_advanced_at));
+        self.clock.now_ms(
+            term,
+            applied_clock_ms,
+            clock_advanced_at.map(|advanced_at| advanced_at.elapsed()),
+        )
+    }
+
     /// Proposes `command` with this node's clock (only a leader can) and waits for
     /// its applied outcome.
     pub(crate) async fn propose(&self, command: Command) -> MetaResult<Outcome> {
@@ -67,7 +75,7 @@ impl MetaContext {
             .inc();
         let started = Instant::now();
         let request = MetaRequest {
-            now_ms: wall_clock_ms(),
+            now_ms: self.leader_now_ms(),
             command,
         };
         let timeout = self.config.proposal_timeout();
@@ -200,6 +208,8 @@ impl MetaContext {
 /// The gRPC handler of `MetaService`.
 pub(crate) struct MetaGrpc {
     pub(crate) context: Arc<MetaContext>,
+    /// Set when the node stops: open watch streams end, so their connections close.
+    pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
@@ -694,6 +704,7 @@ impl MetaService for MetaGrpc {
         let request = request.into_inner();
         let catalog = self.context.catalog.clone();
         let mut version_receiver = catalog.subscribe();
+        let mut shutdown = self.shutdown.clone();
         let (sender, receiver) = mpsc::channel(16);
         tokio::spawn(async move {
             let mut sent_version = request.from_version;
@@ -713,6 +724,7 @@ impl MetaService for MetaGrpc {
                         }
                     }
                     () = sender.closed() => break,
+                    _ = shutdown.wait_for(|stopping| *stopping) => break,
                 }
             }
         });
@@ -727,9 +739,11 @@ impl MetaService for MetaGrpc {
                 0 => 1_000,
                 limit => limit as usize,
             };
+            // The leader's clock decides what is due, as it would in a command (read
+            // before the read-index round: a little early is the safe side).
+            let leader_now_ms = self.context.leader_now_ms();
             self.read_catalog(true, |catalog| {
-                // The leader's clock decides what is due, as it would in a command.
-                let now_ms = wall_clock_ms().max(catalog.clock_ms());
+                let now_ms = leader_now_ms.max(catalog.clock_ms());
                 Ok(pb::TakeGcResponse {
                     entries: catalog
                         .gc_due(now_ms, limit)
@@ -742,6 +756,95 @@ impl MetaService for MetaGrpc {
                 })
             })
             .await
+        })
+        .await
+    }
+
+    async fn find_unreferenced(
+        &self,
+        request: Request<pb::FindUnreferencedRequest>,
+    ) -> GrpcResult<pb::FindUnreferencedResponse> {
+        self.observed("find_unreferenced", async {
+            let keys = request.into_inner().object_keys;
+            self.read_catalog(true, |catalog| {
+                Ok(pb::FindUnreferencedResponse {
+                    object_keys: catalog
+                        .unreferenced(keys.iter().map(String::as_str))
+                        .into_iter()
+                        .map(str::to_owned)
+                        .collect(),
+                })
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn report_orphans(
+        &self,
+        request: Request<pb::ReportOrphansRequest>,
+    ) -> GrpcResult<pb::ReportOrphansResponse> {
+        self.observed("report_orphans", async {
+            let request = request.into_inner();
+            let command = Command::ReportOrphans {
+                orphans: request
+                    .orphans
+                    .into_iter()
+                    .map(|orphan| crate::model::OrphanCandidate {
+                        object_key: orphan.object_key,
+                        size_bytes: orphan.size_bytes,
+                        last_modified_ms: orphan.last_modified_ms,
+                    })
+                    .collect(),
+                grace_ms: request.grace_ms,
+            };
+            match self.context.propose(command).await? {
+                Outcome::OrphansReported { new_orphans, due } => {
+                    Ok(pb::ReportOrphansResponse { new_orphans, due })
+                }
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn list_orphans(
+        &self,
+        request: Request<pb::ListOrphansRequest>,
+    ) -> GrpcResult<pb::ListOrphansResponse> {
+        self.observed("list_orphans", async {
+            let linearizable = request.into_inner().linearizable;
+            self.read_catalog(linearizable, |catalog| {
+                Ok(pb::ListOrphansResponse {
+                    orphans: catalog
+                        .orphans()
+                        .map(|(key, record)| pb::OrphanObject {
+                            object_key: key.clone(),
+                            size_bytes: record.size_bytes,
+                            last_modified_ms: record.last_modified_ms,
+                            first_seen_ms: record.first_seen_ms,
+                            delete_after_ms: record.delete_after_ms,
+                        })
+                        .collect(),
+                })
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn ack_orphans(
+        &self,
+        request: Request<pb::AckOrphansRequest>,
+    ) -> GrpcResult<pb::AckOrphansResponse> {
+        self.observed("ack_orphans", async {
+            let command = Command::AckOrphans {
+                object_keys: request.into_inner().object_keys,
+            };
+            match self.context.propose(command).await? {
+                Outcome::OrphansAcked { removed } => Ok(pb::AckOrphansResponse { removed }),
+                other => Err(unexpected(&other)),
+            }
         })
         .await
     }

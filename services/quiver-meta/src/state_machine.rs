@@ -14,6 +14,7 @@ use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 use openraft::storage::RaftStateMachine;
 use openraft::{
@@ -51,6 +52,9 @@ pub(crate) struct AppliedState {
     pub(crate) last_applied: Option<LogId>,
     pub(crate) last_membership: StoredMembership,
     pub(crate) catalog: Catalog,
+    /// When this node last saw the catalog clock advance (applied an entry that moved
+    /// it, or installed a snapshot); a new leader's clock starts from there.
+    pub(crate) clock_advanced_at: Option<Instant>,
 }
 
 /// Read access to the applied catalog plus a notification on every change.
@@ -117,6 +121,7 @@ impl StateMachineStore {
                 last_applied: payload.last_applied,
                 last_membership: payload.last_membership,
                 catalog: payload.catalog,
+                clock_advanced_at: None,
             };
             current_snapshot = Some((meta, data));
         }
@@ -277,6 +282,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let mut responses = Vec::new();
         {
             let mut state = self.write_lock();
+            let clock_before = state.catalog.clock_ms();
             for entry in entries {
                 state.last_applied = Some(entry.log_id);
                 let response = match entry.payload {
@@ -295,6 +301,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                 };
                 responses.push(response);
+            }
+            if state.catalog.clock_ms() != clock_before {
+                state.clock_advanced_at = Some(Instant::now());
             }
         }
         self.publish_version();
@@ -342,6 +351,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             state.last_applied = meta.last_log_id;
             state.last_membership = meta.last_membership.clone();
             state.catalog = payload.catalog;
+            state.clock_advanced_at = Some(Instant::now());
         }
         tracing::info!(snapshot_id = %meta.snapshot_id, last_log_id = ?meta.last_log_id, "installed catalog snapshot");
         *self

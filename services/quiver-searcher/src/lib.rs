@@ -11,4 +11,6 @@ mod shard;
 
 pub use error::{SearcherError, SearcherErrorKind, SearcherResult};
 pub use node::{SearcherNode, SearcherNodeConfig, status_of};
-pub use shard::{PointRecord, QueryCost, ReadContext, SearchRequest, ShardHit, ShardView};
+pub use shard::{
+    LoadStats, PointRecord, QueryCost, ReadContext, SearchRequest, ShardHit, ShardView,
+};

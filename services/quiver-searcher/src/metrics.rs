@@ -3,7 +3,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    Histogram, IntCounter, IntGauge, register_histogram, register_int_counter, register_int_gauge,
+    Histogram, IntCounter, IntCounterVec, IntGauge, register_histogram, register_int_counter,
+    register_int_counter_vec, register_int_gauge,
 };
 
 pub(crate) struct SearcherMetrics {
@@ -11,9 +12,14 @@ pub(crate) struct SearcherMetrics {
     pub query_seconds: Histogram,
     pub shards_ready: IntGauge,
     pub manifest_waits: IntCounter,
+    pub segment_opens: IntCounter,
+    pub corrupted_objects: IntCounter,
+    pub manifest_reloads: IntCounterVec,
+    pub watch_reconnects: IntCounter,
 }
 
-pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| SearcherMetrics {
+pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
+    SearcherMetrics {
     queries: register_int_counter!("quiver_searcher_queries_total", "Shard searches answered.")
         .expect("metric registers once"),
     query_seconds: register_histogram!(
@@ -34,4 +40,26 @@ pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| Searcher
         "Requests that had to load a newer manifest first (strong reads)."
     )
     .expect("metric registers once"),
+    segment_opens: register_int_counter!(
+        "quiver_searcher_segment_opens_total",
+        "Segments opened (a manifest change opens only its new segments)."
+    )
+    .expect("metric registers once"),
+    corrupted_objects: register_int_counter!(
+        "quiver_searcher_corrupted_objects_total",
+        "Reads that found a segment, WAL object or deletion bitmap damaged (checksum or format); no answer is served from it."
+    )
+    .expect("metric registers once"),
+    manifest_reloads: register_int_counter_vec!(
+        "quiver_searcher_manifest_reloads_total",
+        "Shard views rebuilt for a newer manifest, by what announced it: watch, poll, or query (a strong read).",
+        &["trigger"]
+    )
+    .expect("metric registers once"),
+    watch_reconnects: register_int_counter!(
+        "quiver_searcher_watch_reconnects_total",
+        "Times the watch stream from meta broke and was reopened."
+    )
+    .expect("metric registers once"),
+}
 });

@@ -1,12 +1,18 @@
 //! The searcher role: registers with the metadata service, serves the shards
 //! meta assigns to it (warming each before reporting it ready), keeps their
 //! manifests current, and answers the data plane's search, get and stats calls.
+//!
+//! Assignments and manifests arrive on meta's watch stream: each event carries
+//! the changed shards with their manifests, and a newer manifest is applied to
+//! the shard's view incrementally (only new segments are opened). A broken stream
+//! is reopened with backoff; a slow safety poll of the routing table catches
+//! anything a stream might have missed.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use quiver_blobcache::CachedObject;
@@ -16,7 +22,7 @@ use quiver_proto::convert::{manifest_from_proto, point_id, segment_spec, wire_po
 use quiver_proto::data::searcher_server::{Searcher, SearcherServer};
 use quiver_proto::data::{self};
 use quiver_proto::{ErrorCode, meta as pb};
-use quiver_storage::manifest::ShardRef;
+use quiver_storage::manifest::{Manifest, ShardRef};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -24,7 +30,7 @@ use tonic::{Request, Response, Status};
 
 use crate::error::{SearcherError, SearcherErrorKind};
 use crate::metrics::METRICS;
-use crate::shard::{ReadContext, SearchRequest, ShardView};
+use crate::shard::{LoadStats, ReadContext, SearchRequest, ShardView};
 
 const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
@@ -37,8 +43,13 @@ pub struct SearcherNodeConfig {
     pub advertise_address: String,
     /// How often the node tells meta it is alive (and which shards are ready).
     pub heartbeat_interval: Duration,
-    /// How often the node looks for new assignments and manifests.
-    pub routing_interval: Duration,
+    /// How often the node also reads the whole routing table (a safety net: the
+    /// watch stream normally delivers every change at once).
+    pub safety_poll_interval: Duration,
+    /// First pause before reopening a broken watch stream (doubles per failure).
+    pub watch_initial_backoff: Duration,
+    /// Longest pause before reopening a broken watch stream.
+    pub watch_max_backoff: Duration,
 }
 
 impl SearcherNodeConfig {
@@ -48,7 +59,9 @@ impl SearcherNodeConfig {
             node_id: node_id.into(),
             advertise_address: advertise_address.into(),
             heartbeat_interval: Duration::from_secs(1),
-            routing_interval: Duration::from_millis(250),
+            safety_poll_interval: Duration::from_secs(15),
+            watch_initial_backoff: Duration::from_millis(100),
+            watch_max_backoff: Duration::from_secs(5),
         }
     }
 }
@@ -58,9 +71,35 @@ struct ServedShard {
     view: RwLock<Option<Arc<ShardView>>>,
     /// One manifest reload at a time per shard.
     reload: tokio::sync::Mutex<()>,
+    /// The newest manifest the watch announced and no reload has taken yet.
+    wanted: Mutex<Option<Manifest>>,
 }
 
 impl ServedShard {
+    fn new(spec: SegmentSpec) -> Self {
+        ServedShard {
+            spec,
+            view: RwLock::new(None),
+            reload: tokio::sync::Mutex::new(()),
+            wanted: Mutex::new(None),
+        }
+    }
+
+    /// Records `manifest` as the one to load next; returns true when no reload
+    /// task is waiting to pick it up (the caller starts one).
+    fn want(&self, manifest: Manifest) -> bool {
+        let mut wanted = self.wanted.lock().unwrap_or_else(|p| p.into_inner());
+        if wanted
+            .as_ref()
+            .is_some_and(|pending| pending.version >= manifest.version)
+        {
+            return false;
+        }
+        let task_pending = wanted.is_some();
+        *wanted = Some(manifest);
+        !task_pending
+    }
+
     fn view(&self) -> Option<Arc<ShardView>> {
         self.view.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -76,7 +115,7 @@ struct NodeState {
     context: Arc<ReadContext>,
     shards: RwLock<HashMap<ShardRef, Arc<ServedShard>>>,
     registered: Arc<AtomicBool>,
-    /// Set once a pass over the routing table found every assigned shard loaded.
+    /// Set once the assignments were read (from the watch or a poll).
     synced: AtomicBool,
 }
 
@@ -118,6 +157,7 @@ impl SearcherNode {
         let mut server_shutdown = shutdown_receiver.clone();
         let server = tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
+                .trace_fn(quiver_proto::request_span)
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = server_shutdown.wait_for(|stopping| *stopping).await;
@@ -148,7 +188,8 @@ impl SearcherNode {
                 },
                 shutdown_receiver.clone(),
             )),
-            tokio::spawn(assignment_loop(state.clone(), shutdown_receiver)),
+            tokio::spawn(watch_loop(state.clone(), shutdown_receiver.clone())),
+            tokio::spawn(safety_poll_loop(state.clone(), shutdown_receiver)),
         ];
         tracing::info!(node_id = %state.config.node_id, address = %local_address, "searcher started");
         Ok(SearcherNode {
@@ -207,17 +248,213 @@ fn ready_shards(state: &NodeState) -> Vec<pb::ShardRef> {
         .collect()
 }
 
-/// Follows the routing table: serves newly assigned shards, drops unassigned
-/// ones, and reloads a shard when meta has a newer manifest.
-async fn assignment_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
-    let mut ticker = tokio::time::interval(state.config.routing_interval);
+/// One shard this node should serve, as a pass over the routing learned it.
+struct Assignment {
+    collection: pb::Collection,
+    manifest_version: u64,
+    /// The manifest itself, when the watch delivered it.
+    manifest: Option<Manifest>,
+}
+
+/// What a reload must reach.
+enum ReloadTarget {
+    /// The newest manifest the watch announced (taken from `ServedShard::wanted`).
+    Announced,
+    /// At least this version, read from meta (linearizable for strong reads).
+    AtLeast { version: u64, linearizable: bool },
+}
+
+/// Serves the shards of `assigned`, drops the others, and starts reloads of
+/// shards whose view is older than what was announced.
+fn apply_assignments(
+    state: &Arc<NodeState>,
+    assigned: HashMap<ShardRef, Assignment>,
+    trigger: &'static str,
+) {
+    {
+        let mut shards = state.shards.write().unwrap_or_else(|p| p.into_inner());
+        shards.retain(|shard, _| assigned.contains_key(shard));
+        for (shard, assignment) in &assigned {
+            if shards.contains_key(shard) {
+                continue;
+            }
+            match segment_spec(&assignment.collection) {
+                Ok(spec) => {
+                    shards.insert(shard.clone(), Arc::new(ServedShard::new(spec)));
+                }
+                Err(error) => tracing::error!(%shard, %error, "collection spec unusable"),
+            }
+        }
+    }
+    state.synced.store(true, Ordering::Release);
+    for (shard, assignment) in assigned {
+        let served = {
+            let shards = state.shards.read().unwrap_or_else(|p| p.into_inner());
+            shards.get(&shard).cloned()
+        };
+        let Some(served) = served else { continue };
+        if served
+            .version()
+            .is_some_and(|version| version >= assignment.manifest_version)
+        {
+            continue;
+        }
+        let target = match assignment.manifest {
+            Some(manifest) => {
+                if !served.want(manifest) {
+                    continue;
+                }
+                ReloadTarget::Announced
+            }
+            None => ReloadTarget::AtLeast {
+                version: assignment.manifest_version,
+                linearizable: false,
+            },
+        };
+        let state = state.clone();
+        // Reload off the loop so one slow shard does not hold the others.
+        tokio::spawn(async move {
+            if let Err(error) = reload(&state, &shard, &served, target, trigger).await {
+                tracing::warn!(%shard, %error, "shard reload failed");
+            }
+        });
+    }
+}
+
+/// The part of the catalog the watch stream has told this node about.
+#[derive(Default)]
+struct WatchedCatalog {
+    collections: HashMap<u64, pb::Collection>,
+    shards: HashMap<(u64, u32), pb::ShardUpdate>,
+}
+
+impl WatchedCatalog {
+    fn apply(&mut self, event: pb::WatchEvent) {
+        // An event lists every collection whenever any was created or dropped.
+        if !event.collections.is_empty() {
+            self.collections = event
+                .collections
+                .into_iter()
+                .map(|collection| (collection.collection_id, collection))
+                .collect();
+        }
+        for dropped in event.dropped_collection_ids {
+            self.collections.remove(&dropped);
+            self.shards
+                .retain(|(collection_id, _), _| *collection_id != dropped);
+        }
+        for update in event.shards {
+            let Some(reference) = update.routing.as_ref().and_then(|routing| routing.shard) else {
+                continue;
+            };
+            self.shards
+                .insert((reference.collection_id, reference.shard), update);
+        }
+    }
+
+    fn assigned_to(&self, node_id: &str) -> HashMap<ShardRef, Assignment> {
+        let mut assigned = HashMap::new();
+        for ((collection_id, shard), update) in &self.shards {
+            let Some(routing) = &update.routing else {
+                continue;
+            };
+            if !routing
+                .searchers
+                .iter()
+                .any(|searcher| searcher.node_id == node_id)
+            {
+                continue;
+            }
+            let Some(collection) = self.collections.get(collection_id) else {
+                continue;
+            };
+            assigned.insert(
+                ShardRef {
+                    collection_id: collection_id.to_string(),
+                    shard: *shard,
+                },
+                Assignment {
+                    collection: collection.clone(),
+                    manifest_version: routing.manifest_version,
+                    manifest: update.manifest.as_ref().map(manifest_from_proto),
+                },
+            );
+        }
+        assigned
+    }
+}
+
+/// Follows meta's watch stream: every event updates the assignments and
+/// announces new manifests. A broken stream is reopened (from scratch, so
+/// nothing is missed) after a backoff that doubles up to `watch_max_backoff`.
+async fn watch_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = state.config.watch_initial_backoff;
+    loop {
+        while !state.registered.load(Ordering::Acquire) {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+        let request = pb::WatchRequest {
+            collection_id: 0,
+            from_version: 0,
+        };
+        let opened = tokio::select! {
+            opened = state.meta.watch(request) => opened,
+            _ = shutdown.changed() => return,
+        };
+        match opened {
+            Ok(mut stream) => {
+                let mut catalog = WatchedCatalog::default();
+                loop {
+                    let message = tokio::select! {
+                        message = stream.message() => message,
+                        _ = shutdown.changed() => return,
+                    };
+                    match message {
+                        Ok(Some(event)) => {
+                            backoff = state.config.watch_initial_backoff;
+                            catalog.apply(event);
+                            let assigned = catalog.assigned_to(&state.config.node_id);
+                            apply_assignments(&state, assigned, "watch");
+                        }
+                        Ok(None) => {
+                            tracing::warn!("watch stream from meta ended; reopening");
+                            break;
+                        }
+                        Err(status) => {
+                            tracing::warn!(%status, "watch stream from meta failed; reopening");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot open the watch stream from meta"),
+        }
+        METRICS.watch_reconnects.inc();
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => return,
+        }
+        backoff = (backoff * 2).min(state.config.watch_max_backoff);
+    }
+}
+
+/// Reads the whole routing table now and then, in case the watch stream missed
+/// something (the first pass runs at once, so a node starts even without it).
+async fn safety_poll_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(state.config.safety_poll_interval);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             _ = shutdown.changed() => return,
         }
-        if !state.registered.load(Ordering::Acquire) {
-            continue;
+        while !state.registered.load(Ordering::Acquire) {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = shutdown.changed() => return,
+            }
         }
         let routing = match state.meta.get_routing("", false).await {
             Ok(routing) => routing,
@@ -231,7 +468,7 @@ async fn assignment_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bo
             .iter()
             .map(|collection| (collection.collection_id, collection))
             .collect();
-        let mut assigned: HashMap<ShardRef, (u64, &pb::Collection)> = HashMap::new();
+        let mut assigned = HashMap::new();
         for shard in &routing.shards {
             let Some(reference) = &shard.shard else {
                 continue;
@@ -249,117 +486,144 @@ async fn assignment_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bo
                         collection_id: reference.collection_id.to_string(),
                         shard: reference.shard,
                     },
-                    (shard.manifest_version, collection),
+                    Assignment {
+                        collection: (*collection).clone(),
+                        manifest_version: shard.manifest_version,
+                        manifest: None,
+                    },
                 );
             }
         }
-        {
-            let mut shards = state.shards.write().unwrap_or_else(|p| p.into_inner());
-            shards.retain(|shard, _| assigned.contains_key(shard));
-            for (shard, (_, collection)) in &assigned {
-                if shards.contains_key(shard) {
-                    continue;
-                }
-                match segment_spec(collection) {
-                    Ok(spec) => {
-                        shards.insert(
-                            shard.clone(),
-                            Arc::new(ServedShard {
-                                spec,
-                                view: RwLock::new(None),
-                                reload: tokio::sync::Mutex::new(()),
-                            }),
-                        );
-                    }
-                    Err(error) => tracing::error!(%shard, %error, "collection spec unusable"),
-                }
-            }
-        }
-        let all_loaded = assigned.keys().all(|shard| {
-            let shards = state.shards.read().unwrap_or_else(|p| p.into_inner());
-            shards
-                .get(shard)
-                .is_some_and(|served| served.view().is_some())
-        });
-        if all_loaded {
-            state.synced.store(true, Ordering::Release);
-        }
-        for (shard, (manifest_version, _)) in assigned {
-            let served = {
-                let shards = state.shards.read().unwrap_or_else(|p| p.into_inner());
-                shards.get(&shard).cloned()
-            };
-            let Some(served) = served else { continue };
-            if served
-                .version()
-                .is_some_and(|version| version >= manifest_version)
-            {
-                continue;
-            }
-            let state = state.clone();
-            // Reload off the loop so one slow shard does not hold the others.
-            tokio::spawn(async move {
-                if let Err(error) = reload(&state, &shard, &served, manifest_version, false).await {
-                    tracing::warn!(%shard, %error, "shard reload failed");
-                }
-            });
-        }
+        apply_assignments(&state, assigned, "poll");
     }
 }
 
-/// Makes `served`'s view at least `min_version` new.
+/// Counts and logs a damaged object met on the read path.
+fn note_read_error(shard: &ShardRef, error: &SearcherError) {
+    if error.kind() == SearcherErrorKind::DataLoss {
+        METRICS.corrupted_objects.inc();
+        tracing::error!(%shard, %error, "damaged object in the shard: no answer served from it");
+    }
+}
+
+/// Brings `served`'s view to `target`, incrementally from the current view.
 async fn reload(
     state: &NodeState,
     shard: &ShardRef,
     served: &ServedShard,
-    min_version: u64,
-    linearizable: bool,
+    target: ReloadTarget,
+    trigger: &'static str,
 ) -> Result<Arc<ShardView>, Status> {
     let _single_flight = served.reload.lock().await;
-    if let Some(view) = served.view()
-        && view.manifest().version >= min_version
-    {
-        return Ok(view);
-    }
-    let first_load = served.view().is_none();
-    let started = Instant::now();
-    let reference = pb::ShardRef {
-        collection_id: shard
-            .collection_id
-            .parse()
-            .map_err(|_| Status::internal("collection id is not a number"))?,
-        shard: shard.shard,
-    };
-    let manifest = state
-        .meta
-        .get_manifest(reference, linearizable)
-        .await
-        .map_err(|error| Status::unavailable(format!("manifest of shard {shard}: {error}")))?;
-    let manifest = manifest_from_proto(&manifest);
-    let context = state.context.clone();
-    let spec = served.spec.clone();
-    let view = tokio::task::spawn_blocking(move || -> Result<ShardView, SearcherError> {
-        let view = ShardView::load(&context, &spec, manifest)?;
-        if first_load {
-            for segment in view.segments() {
-                warm_codes(&context, segment);
+    let current = served.view();
+    let current_version = current.as_ref().map(|view| view.manifest().version);
+    let manifest = match target {
+        ReloadTarget::Announced => {
+            let announced = served
+                .wanted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            match (announced, &current) {
+                (Some(manifest), _)
+                    if current_version.is_none_or(|version| manifest.version > version) =>
+                {
+                    manifest
+                }
+                (_, Some(view)) => return Ok(view.clone()),
+                (_, None) => {
+                    return Err(Status::unavailable(format!(
+                        "shard {shard} is not loaded yet"
+                    )));
+                }
             }
         }
-        Ok(view)
-    })
-    .await
-    .map_err(|error| Status::internal(format!("shard load task: {error}")))?
-    .map_err(|error| status_of(&error))?;
+        ReloadTarget::AtLeast {
+            version,
+            linearizable,
+        } => {
+            if let Some(view) = &current
+                && view.manifest().version >= version
+            {
+                return Ok(view.clone());
+            }
+            let reference = pb::ShardRef {
+                collection_id: shard
+                    .collection_id
+                    .parse()
+                    .map_err(|_| Status::internal("collection id is not a number"))?,
+                shard: shard.shard,
+            };
+            let manifest = state
+                .meta
+                .get_manifest(reference, linearizable)
+                .await
+                .map_err(|error| {
+                    Status::unavailable(format!("manifest of shard {shard}: {error}"))
+                })?;
+            manifest_from_proto(&manifest)
+        }
+    };
+    let started = Instant::now();
+    let first_load = current.is_none();
+    let context = state.context.clone();
+    let spec = served.spec.clone();
+    let built =
+        tokio::task::spawn_blocking(move || -> Result<(ShardView, LoadStats), SearcherError> {
+            let (view, stats) = match &current {
+                Some(previous) => ShardView::reload(previous, &context, &spec, manifest)?,
+                None => {
+                    let view = ShardView::load(&context, &spec, manifest)?;
+                    let stats = LoadStats {
+                        segments_opened: view.manifest().segments.len() as u64,
+                        ..LoadStats::default()
+                    };
+                    (view, stats)
+                }
+            };
+            // Warm what is new: every segment on a first load, new segments after.
+            let known: std::collections::HashSet<&str> = current
+                .as_ref()
+                .map(|previous| {
+                    previous
+                        .manifest()
+                        .segments
+                        .iter()
+                        .map(|entry| entry.key.as_str())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (entry, segment) in view.manifest().segments.iter().zip(view.segments()) {
+                if !known.contains(entry.key.as_str()) && !context.cache().is_read_through() {
+                    warm_codes(&context, segment);
+                }
+            }
+            Ok((view, stats))
+        })
+        .await
+        .map_err(|error| Status::internal(format!("shard load task: {error}")))?;
+    let (view, stats) = built.map_err(|error| {
+        note_read_error(shard, &error);
+        status_of(&error)
+    })?;
     let view = Arc::new(view);
     *served.view.write().unwrap_or_else(|p| p.into_inner()) = Some(view.clone());
-    tracing::info!(
+    METRICS.manifest_reloads.with_label_values(&[trigger]).inc();
+    tracing::debug!(
         %shard,
         manifest_version = view.manifest().version,
         segments = view.manifest().segments.len(),
+        segments_opened = stats.segments_opened,
+        segments_reused = stats.segments_reused,
+        wal_batches_applied = stats.wal_batches_applied,
         elapsed_ms = started.elapsed().as_millis() as u64,
         first_load,
+        trigger,
         "shard view loaded"
     );
+    if first_load {
+        tracing::info!(%shard, manifest_version = view.manifest().version, segments = view.manifest().segments.len(), elapsed_ms = started.elapsed().as_millis() as u64, "shard loaded");
+    }
     Ok(view)
 }
 
@@ -392,6 +656,13 @@ pub fn status_of(error: &SearcherError) -> Status {
         SearcherErrorKind::DataLoss | SearcherErrorKind::Internal => ErrorCode::Internal,
     };
     Status::new(code.grpc_code(), error.to_string())
+}
+
+fn shard_ref(shard: &pb::ShardRef) -> ShardRef {
+    ShardRef {
+        collection_id: shard.collection_id.to_string(),
+        shard: shard.shard,
+    }
 }
 
 thread_local! {
@@ -435,13 +706,7 @@ impl SearcherGrpc {
         let mut shards = self.state.shards.write().unwrap_or_else(|p| p.into_inner());
         Ok(shards
             .entry(reference.clone())
-            .or_insert_with(|| {
-                Arc::new(ServedShard {
-                    spec,
-                    view: RwLock::new(None),
-                    reload: tokio::sync::Mutex::new(()),
-                })
-            })
+            .or_insert_with(|| Arc::new(ServedShard::new(spec)))
             .clone())
     }
 
@@ -468,7 +733,11 @@ impl SearcherGrpc {
             Some(view) if view.manifest().version >= min_version => Ok(view),
             _ => {
                 METRICS.manifest_waits.inc();
-                reload(&self.state, &reference, &served, min_version, true).await
+                let target = ReloadTarget::AtLeast {
+                    version: min_version,
+                    linearizable: true,
+                };
+                reload(&self.state, &reference, &served, target, "query").await
             }
         }
     }
@@ -511,7 +780,12 @@ impl Searcher for SearcherGrpc {
         })
         .await
         .map_err(|error| Status::internal(format!("search task: {error}")))?
-        .map_err(|error| status_of(&error))?;
+        .map_err(|error| {
+            if let Some(shard) = &request.shard {
+                note_read_error(&shard_ref(shard), &error);
+            }
+            status_of(&error)
+        })?;
         METRICS.queries.inc();
         METRICS
             .query_seconds
@@ -536,6 +810,9 @@ impl Searcher for SearcherGrpc {
                 rows_rescored: cost.rows_rescored,
                 tail_rows_scored: cost.tail_rows_scored,
                 search_ms: cost.search_ms,
+                cache_regions_hit: cost.cache_regions_hit,
+                cache_regions_missed: cost.cache_regions_missed,
+                bytes_fetched: cost.bytes_fetched,
             }),
         }))
     }
@@ -558,7 +835,12 @@ impl Searcher for SearcherGrpc {
         let points = tokio::task::spawn_blocking(move || read_view.get(&ids, include_vector))
             .await
             .map_err(|error| Status::internal(format!("get task: {error}")))?
-            .map_err(|error| status_of(&error))?;
+            .map_err(|error| {
+                if let Some(shard) = &request.shard {
+                    note_read_error(&shard_ref(shard), &error);
+                }
+                status_of(&error)
+            })?;
         Ok(Response::new(data::GetResponse {
             points: points
                 .into_iter()

@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use quiver_blobcache::{BlobCache, CachedObject};
+use quiver_blobcache::{BlobCache, CachedObject, ReadCounts};
 use quiver_index::{Filter, Metric, PointId, SearchParams, SearchScratch, Segment, SegmentSpec};
 use quiver_storage::manifest::{Manifest, SegmentEntry};
 use quiver_storage::{DeletionBitmap, Storage, WalBatch, WalRecord};
@@ -15,13 +16,16 @@ use tokio::runtime::Handle;
 
 use crate::error::{SearcherError, SearcherResult};
 
-/// A filter keeping at most this share of a segment's rows is answered by
+/// A filter keeping at most this many of a segment's rows is always answered by
 /// scoring exactly the rows it keeps (recall does not depend on the lists).
-const EXACT_FILTER_FRACTION: f64 = 0.1;
-/// ... and so is any filter keeping at most this many rows.
 const EXACT_FILTER_ROWS: u64 = 2048;
-/// But never more rows than this exactly, however selective in relative terms.
-const EXACT_FILTER_MAX_ROWS: u64 = 100_000;
+/// Above that, exact scoring is chosen when it is cheaper than the widened IVF probe:
+/// scoring one row exactly (a gather of its full vector) costs about this many times
+/// scanning one row's 1-bit code and checking the filter bitmap (measured on real
+/// 384-d embeddings: ~13×). So a filter keeping 10% of a 100k segment probes every
+/// list through the codes instead of gathering 10k full vectors, and a 1% filter on a
+/// 1M segment gathers its 10k rows instead of scanning most lists.
+const EXACT_ROW_COST_IN_CODE_ROWS: u64 = 16;
 
 /// One search against a shard.
 #[derive(Clone, Debug)]
@@ -66,6 +70,12 @@ pub struct QueryCost {
     pub rows_rescored: u64,
     /// WAL-tail rows scored exactly.
     pub tail_rows_scored: u64,
+    /// Cache regions the search found in the cache.
+    pub cache_regions_hit: u64,
+    /// Cache regions the search had to fetch from object storage.
+    pub cache_regions_missed: u64,
+    /// Bytes the search fetched from object storage.
+    pub bytes_fetched: u64,
     /// Time spent, milliseconds.
     pub search_ms: f64,
 }
@@ -81,13 +91,15 @@ pub struct PointRecord {
     pub vector: Option<Vec<f32>>,
 }
 
-/// Opened segments, decoded bitmaps and WAL batches, shared by every shard a
-/// searcher serves (objects are immutable, so cached by key).
+/// The region cache, object storage, and decoded bitmaps and WAL batches shared
+/// by every shard a searcher serves (objects are immutable, so cached by key).
+/// Segments are owned by the shard views that use them: a new manifest reuses
+/// the previous view's open segments.
 pub struct ReadContext {
     cache: Arc<BlobCache>,
     storage: Storage,
     runtime: Handle,
-    segments: moka::sync::Cache<String, Arc<Segment<CachedObject>>>,
+    segment_opens: AtomicU64,
     bitmaps: moka::sync::Cache<String, Arc<RoaringBitmap>>,
     wal_batches: moka::sync::Cache<String, Arc<WalBatch>>,
     filter_rows: moka::sync::Cache<(String, String), Arc<RoaringBitmap>>,
@@ -101,7 +113,7 @@ impl ReadContext {
             cache,
             storage,
             runtime,
-            segments: moka::sync::Cache::builder().max_capacity(4096).build(),
+            segment_opens: AtomicU64::new(0),
             bitmaps: moka::sync::Cache::builder().max_capacity(4096).build(),
             wal_batches: moka::sync::Cache::builder().max_capacity(4096).build(),
             filter_rows: moka::sync::Cache::builder().max_capacity(1024).build(),
@@ -113,14 +125,16 @@ impl ReadContext {
         &self.cache
     }
 
-    fn segment(&self, entry: &SegmentEntry) -> SearcherResult<Arc<Segment<CachedObject>>> {
-        if let Some(segment) = self.segments.get(&entry.key) {
-            return Ok(segment);
-        }
+    /// Returns how many segments were opened through this context so far.
+    pub fn segment_opens(&self) -> u64 {
+        self.segment_opens.load(Ordering::Relaxed)
+    }
+
+    fn open_segment(&self, entry: &SegmentEntry) -> SearcherResult<Arc<Segment<CachedObject>>> {
+        self.segment_opens.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::METRICS.segment_opens.inc();
         let object = self.cache.open_blocking(&entry.key)?;
-        let segment = Arc::new(Segment::open(object)?);
-        self.segments.insert(entry.key.clone(), segment.clone());
-        Ok(segment)
+        Ok(Arc::new(Segment::open(object)?))
     }
 
     fn bitmap(&self, key: &str) -> SearcherResult<Arc<RoaringBitmap>> {
@@ -180,7 +194,18 @@ pub struct ShardView {
     metric: Metric,
     dimension: usize,
     segments: Vec<SegmentView>,
-    tail: HashMap<PointId, TailPoint>,
+    tail: HashMap<PointId, Arc<TailPoint>>,
+}
+
+/// What building a [`ShardView`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadStats {
+    /// Segments opened (new to this shard's view).
+    pub segments_opened: u64,
+    /// Segments kept open from the previous view.
+    pub segments_reused: u64,
+    /// WAL-tail objects read into the view (only the new ones when the tail grew).
+    pub wal_batches_applied: u64,
 }
 
 enum HitSource {
@@ -195,11 +220,47 @@ impl ShardView {
         spec: &SegmentSpec,
         manifest: Manifest,
     ) -> SearcherResult<ShardView> {
-        let mut tail: HashMap<PointId, TailPoint> = HashMap::new();
-        for entry in &manifest.wal_tail {
+        Self::build(context, spec, manifest, None).map(|(view, _)| view)
+    }
+
+    /// Returns the view of `manifest`, a newer manifest of the shard `previous`
+    /// answers from, built incrementally: segments both list stay open (only new
+    /// ones are opened), a tail that only grew gets just its new WAL objects
+    /// applied, and rows are re-masked only where a deletion bitmap changed or the
+    /// tail was trimmed. Blocking: run off the async workers.
+    pub fn reload(
+        previous: &ShardView,
+        context: &ReadContext,
+        spec: &SegmentSpec,
+        manifest: Manifest,
+    ) -> SearcherResult<(ShardView, LoadStats)> {
+        Self::build(context, spec, manifest, Some(previous))
+    }
+
+    fn build(
+        context: &ReadContext,
+        spec: &SegmentSpec,
+        manifest: Manifest,
+        previous: Option<&ShardView>,
+    ) -> SearcherResult<(ShardView, LoadStats)> {
+        let mut stats = LoadStats::default();
+        // The tail grew (same prefix) or was rebuilt (trimmed by a flush).
+        let tail_grew = previous.is_some_and(|previous| {
+            let old = &previous.manifest.wal_tail;
+            manifest.wal_tail.len() >= old.len() && manifest.wal_tail[..old.len()] == old[..]
+        });
+        let (mut tail, first_new_entry) = match previous {
+            Some(previous) if tail_grew => {
+                (previous.tail.clone(), previous.manifest.wal_tail.len())
+            }
+            _ => (HashMap::new(), 0),
+        };
+        let mut new_tail_ids: Vec<PointId> = Vec::new();
+        for entry in &manifest.wal_tail[first_new_entry..] {
             let batch = context.wal_batch(&entry.key)?;
+            stats.wal_batches_applied += 1;
             for record in &batch.records {
-                match record {
+                let point = match record {
                     WalRecord::Upsert {
                         id,
                         vector,
@@ -220,39 +281,64 @@ impl ShardView {
                         } else {
                             vector.clone()
                         };
-                        tail.insert(id.clone(), TailPoint::Upsert { vector, payload });
+                        TailPoint::Upsert { vector, payload }
                     }
-                    WalRecord::Delete { id } => {
-                        tail.insert(id.clone(), TailPoint::Deleted);
-                    }
-                }
+                    WalRecord::Delete { .. } => TailPoint::Deleted,
+                };
+                tail.insert(record.id().clone(), Arc::new(point));
+                new_tail_ids.push(record.id().clone());
             }
         }
+        let previous_segments: HashMap<&str, &SegmentView> = previous
+            .map(|previous| {
+                previous
+                    .segments
+                    .iter()
+                    .map(|view| (view.entry.key.as_str(), view))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut segments = Vec::with_capacity(manifest.segments.len());
         for entry in &manifest.segments {
-            let segment = context.segment(entry)?;
-            let mut blocked = match &entry.deletes {
-                Some(deletes) => (*context.bitmap(&deletes.key)?).clone(),
-                None => RoaringBitmap::new(),
-            };
-            for id in tail.keys() {
-                if let Some(row) = segment.row_of(id)? {
-                    blocked.insert(row);
+            let view = match previous_segments.get(entry.key.as_str()) {
+                Some(old) => {
+                    stats.segments_reused += 1;
+                    let same_deletes = old.entry.deletes.as_ref().map(|deletes| &deletes.key)
+                        == entry.deletes.as_ref().map(|deletes| &deletes.key);
+                    let blocked = if same_deletes && tail_grew {
+                        let mut blocked = old.blocked.clone();
+                        block_rows(&old.segment, &new_tail_ids, &mut blocked)?;
+                        blocked
+                    } else {
+                        masked_rows(context, entry, &old.segment, tail.keys())?
+                    };
+                    SegmentView {
+                        entry: entry.clone(),
+                        segment: old.segment.clone(),
+                        blocked,
+                    }
                 }
-            }
-            segments.push(SegmentView {
-                entry: entry.clone(),
-                segment,
-                blocked,
-            });
+                None => {
+                    stats.segments_opened += 1;
+                    let segment = context.open_segment(entry)?;
+                    let blocked = masked_rows(context, entry, &segment, tail.keys())?;
+                    SegmentView {
+                        entry: entry.clone(),
+                        segment,
+                        blocked,
+                    }
+                }
+            };
+            segments.push(view);
         }
-        Ok(ShardView {
+        let view = ShardView {
             manifest,
             metric: spec.metric,
             dimension: spec.dim,
             segments,
             tail,
-        })
+        };
+        Ok((view, stats))
     }
 
     /// Returns the opened segments.
@@ -275,7 +361,7 @@ impl ShardView {
         let in_tail = self
             .tail
             .values()
-            .filter(|point| matches!(point, TailPoint::Upsert { .. }))
+            .filter(|point| matches!(point.as_ref(), TailPoint::Upsert { .. }))
             .count() as u64;
         in_segments + in_tail
     }
@@ -313,6 +399,7 @@ impl ShardView {
         scratch: &mut SearchScratch,
     ) -> SearcherResult<(Vec<ShardHit>, QueryCost)> {
         let started = std::time::Instant::now();
+        let reads_before = ReadCounts::of_this_thread();
         let mut cost = QueryCost::default();
         if request.k == 0 {
             return Err(SearcherError::InvalidArgument(
@@ -355,7 +442,7 @@ impl ShardView {
             request.vector.clone()
         };
         for (id, point) in &self.tail {
-            let TailPoint::Upsert { vector, payload } = point else {
+            let TailPoint::Upsert { vector, payload } = point.as_ref() else {
                 continue;
             };
             if let Some(filter) = &request.filter
@@ -388,6 +475,11 @@ impl ShardView {
                 })
             })
             .collect::<SearcherResult<Vec<_>>>()?;
+        // The search ran on this thread, and so did every region fill it caused.
+        let reads = ReadCounts::of_this_thread().since(reads_before);
+        cost.cache_regions_hit = reads.region_hits;
+        cost.cache_regions_missed = reads.region_misses;
+        cost.bytes_fetched = reads.bytes_fetched;
         cost.search_ms = started.elapsed().as_secs_f64() * 1e3;
         Ok((hits, cost))
     }
@@ -421,18 +513,18 @@ impl ShardView {
         if kept == 0 {
             return Ok(Vec::new());
         }
-        let exact_limit = ((rows as f64 * EXACT_FILTER_FRACTION) as u64)
-            .clamp(EXACT_FILTER_ROWS, EXACT_FILTER_MAX_ROWS);
-        if kept <= exact_limit {
-            return Ok(segment.search_rows(&request.vector, allowed.iter(), request.k, scratch)?);
-        }
-        // A looser filter: probe more lists, as many more as the filter is selective.
+        // A looser filter would probe more lists, as many more as the filter is selective.
         let nlist = segment.header().nlist;
         let base = params
             .nprobe
             .unwrap_or_else(|| quiver_index::default_nprobe(nlist));
-        let widened = (base as f64 * rows as f64 / kept as f64).ceil() as usize;
-        params.nprobe = Some(widened.clamp(1, nlist));
+        let widened = ((base as f64 * rows as f64 / kept as f64).ceil() as usize).clamp(1, nlist);
+        let scanned = (rows * widened as u64).div_ceil(nlist.max(1) as u64);
+        if kept <= EXACT_FILTER_ROWS || kept.saturating_mul(EXACT_ROW_COST_IN_CODE_ROWS) <= scanned
+        {
+            return Ok(segment.search_rows(&request.vector, allowed.iter(), request.k, scratch)?);
+        }
+        params.nprobe = Some(widened);
         let allows = |row: u32| allowed.contains(row);
         Ok(segment.search(&request.vector, &params, Some(&allows), scratch)?)
     }
@@ -444,7 +536,7 @@ impl ShardView {
         request: &SearchRequest,
     ) -> SearcherResult<(Option<Value>, Option<Vec<f32>>)> {
         match source {
-            HitSource::Tail => match self.tail.get(id) {
+            HitSource::Tail => match self.tail.get(id).map(Arc::as_ref) {
                 Some(TailPoint::Upsert { vector, payload }) => Ok((
                     payload.clone().filter(|_| request.include_payload),
                     request.include_vector.then(|| vector.clone()),
@@ -473,7 +565,7 @@ impl ShardView {
         let mut found = Vec::new();
         for id in ids {
             if let Some(point) = self.tail.get(id) {
-                if let TailPoint::Upsert { vector, payload } = point {
+                if let TailPoint::Upsert { vector, payload } = point.as_ref() {
                     found.push(PointRecord {
                         id: id.clone(),
                         payload: payload.clone(),
@@ -503,6 +595,40 @@ impl ShardView {
         }
         Ok(found)
     }
+}
+
+/// Rows of `segment` never to return: its deletion bitmap, plus the rows of ids
+/// the WAL tail holds a newer copy (or a delete) of.
+fn masked_rows<'i>(
+    context: &ReadContext,
+    entry: &SegmentEntry,
+    segment: &Segment<CachedObject>,
+    tail_ids: impl Iterator<Item = &'i PointId>,
+) -> SearcherResult<RoaringBitmap> {
+    let mut blocked = match &entry.deletes {
+        Some(deletes) => (*context.bitmap(&deletes.key)?).clone(),
+        None => RoaringBitmap::new(),
+    };
+    for id in tail_ids {
+        if let Some(row) = segment.row_of(id)? {
+            blocked.insert(row);
+        }
+    }
+    Ok(blocked)
+}
+
+/// Adds the rows of `ids` in `segment` to `blocked`.
+fn block_rows(
+    segment: &Segment<CachedObject>,
+    ids: &[PointId],
+    blocked: &mut RoaringBitmap,
+) -> SearcherResult<()> {
+    for id in ids {
+        if let Some(row) = segment.row_of(id)? {
+            blocked.insert(row);
+        }
+    }
+    Ok(())
 }
 
 fn normalized(vector: &[f32]) -> Vec<f32> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use quiver_blobcache::{BlobCache, BlobCacheConfig};
-use quiver_gateway::{ApiKeys, GatewayConfig, GatewayServer};
+use quiver_gateway::{ApiKeys, GatewayConfig, GatewayServer, Limits, ServerTls};
 use quiver_indexer::{IndexerConfig, IndexerNode, IndexerNodeConfig};
 use quiver_meta::{MetaClient, MetaServer};
 use quiver_searcher::{ReadContext, SearcherNode, SearcherNodeConfig};
@@ -44,6 +44,67 @@ pub struct DataFileConfig {
     /// `[indexer]`: write-path knobs.
     #[serde(default)]
     pub indexer: Option<IndexerConfig>,
+    /// `[searcher]`: read-path knobs.
+    #[serde(default)]
+    pub searcher: Option<SearcherFileConfig>,
+}
+
+/// The `[searcher]` section of the config file (flags win over the cache keys).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearcherFileConfig {
+    /// How often the searcher heartbeats to meta (ms; default 1000).
+    pub heartbeat_interval_ms: Option<u64>,
+    /// How often it also reads the whole routing table besides the watch stream (ms; default 15000).
+    pub safety_poll_interval_ms: Option<u64>,
+    /// First pause before reopening a broken watch stream (ms; default 100).
+    pub watch_initial_backoff_ms: Option<u64>,
+    /// Longest pause before reopening a broken watch stream (ms; default 5000).
+    pub watch_max_backoff_ms: Option<u64>,
+}
+
+impl SearcherFileConfig {
+    /// Checks the section without a node (at start, before anything is created).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.apply(&mut SearcherNodeConfig::new("check", "check"))
+    }
+
+    /// Applies the section to `config`; refuses zero periods.
+    fn apply(&self, config: &mut SearcherNodeConfig) -> anyhow::Result<()> {
+        for (key, value, field) in [
+            (
+                "heartbeat_interval_ms",
+                self.heartbeat_interval_ms,
+                &mut config.heartbeat_interval,
+            ),
+            (
+                "safety_poll_interval_ms",
+                self.safety_poll_interval_ms,
+                &mut config.safety_poll_interval,
+            ),
+            (
+                "watch_initial_backoff_ms",
+                self.watch_initial_backoff_ms,
+                &mut config.watch_initial_backoff,
+            ),
+            (
+                "watch_max_backoff_ms",
+                self.watch_max_backoff_ms,
+                &mut config.watch_max_backoff,
+            ),
+        ] {
+            if let Some(ms) = value {
+                if ms == 0 {
+                    bail!("[searcher] {key} must be positive");
+                }
+                *field = Duration::from_millis(ms);
+            }
+        }
+        if config.watch_initial_backoff > config.watch_max_backoff {
+            bail!("[searcher] watch_initial_backoff_ms exceeds watch_max_backoff_ms");
+        }
+        Ok(())
+    }
 }
 
 fn meta_client(addresses: &str) -> anyhow::Result<MetaClient> {
@@ -291,7 +352,10 @@ impl SearcherRole {
         .await?
         .context("region cache")?;
         let context = Arc::new(ReadContext::new(Arc::new(cache), storage, runtime));
-        let config = SearcherNodeConfig::new(node_id, advertise);
+        let mut config = SearcherNodeConfig::new(node_id, advertise);
+        if let Some(section) = &file.searcher {
+            section.apply(&mut config)?;
+        }
         let node = SearcherNode::start(config, listener, meta, context).await?;
         Ok(SearcherRole { node })
     }
@@ -334,6 +398,109 @@ pub struct GatewayArgs {
     pub node_id: Option<String>,
     #[command(flatten)]
     pub keys: KeyArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// TLS of the gateway's REST and gRPC ports (both or neither).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// PEM certificate chain (server certificate first) served on both ports.
+    #[arg(long, env = "QUIVER_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "QUIVER_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// The `[gateway]` section of the config file; flags and `QUIVER_*` variables
+/// win over it.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayFileConfig {
+    /// PEM certificate chain (as --tls-cert).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key (as --tls-key).
+    pub tls_key: Option<PathBuf>,
+    /// Points per upsert, ids per delete or get.
+    pub max_batch_points: Option<usize>,
+    /// Bytes of one point's payload, e.g. `64KiB`.
+    pub max_payload_bytes: Option<bytesize::ByteSize>,
+    /// Bytes of one request (REST body or gRPC message), e.g. `128MiB`.
+    pub max_request_bytes: Option<bytesize::ByteSize>,
+    /// Largest `k` of a search.
+    pub max_k: Option<usize>,
+    /// Searches per batch.
+    pub max_batch_searches: Option<usize>,
+    /// Timeout of one call to an indexer or searcher.
+    pub request_timeout_ms: Option<u64>,
+}
+
+/// A gateway's settings from its flags and the config file, checked (TLS files
+/// read and matched) before anything starts.
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    tls: Option<ServerTls>,
+    limits: Limits,
+    request_timeout: Option<Duration>,
+}
+
+fn positive<T: PartialOrd + Default + std::fmt::Display>(
+    value: Option<T>,
+    key: &str,
+) -> anyhow::Result<Option<T>> {
+    match value {
+        Some(value) if value <= T::default() => {
+            bail!("[gateway] {key} must be at least 1, got {value}")
+        }
+        other => Ok(other),
+    }
+}
+
+impl GatewaySettings {
+    /// Combines the TLS flags with the `[gateway]` section.
+    pub fn new(tls: &TlsArgs, file: Option<&GatewayFileConfig>) -> anyhow::Result<Self> {
+        let file = file.cloned().unwrap_or_default();
+        let cert = tls.tls_cert.clone().or(file.tls_cert);
+        let key = tls.tls_key.clone().or(file.tls_key);
+        let tls = match (cert, key) {
+            (None, None) => None,
+            (Some(_), None) => bail!("--tls-cert needs --tls-key (the certificate's private key)"),
+            (None, Some(_)) => bail!("--tls-key needs --tls-cert (the certificate it belongs to)"),
+            (Some(cert), Some(key)) => Some(
+                ServerTls::from_pem_files(&cert, &key).map_err(|error| anyhow::anyhow!(error))?,
+            ),
+        };
+        let mut limits = Limits::default();
+        if let Some(value) = positive(file.max_batch_points, "max_batch_points")? {
+            limits.max_batch_points = value;
+        }
+        if let Some(value) = positive(
+            file.max_payload_bytes.map(|size| size.as_u64()),
+            "max_payload_bytes",
+        )? {
+            limits.max_payload_bytes = usize::try_from(value).unwrap_or(usize::MAX);
+        }
+        if let Some(value) = positive(
+            file.max_request_bytes.map(|size| size.as_u64()),
+            "max_request_bytes",
+        )? {
+            limits.max_request_bytes = usize::try_from(value).unwrap_or(usize::MAX);
+        }
+        if let Some(value) = positive(file.max_k, "max_k")? {
+            limits.max_k = value;
+        }
+        if let Some(value) = positive(file.max_batch_searches, "max_batch_searches")? {
+            limits.max_batch_searches = value;
+        }
+        let request_timeout =
+            positive(file.request_timeout_ms, "request_timeout_ms")?.map(Duration::from_millis);
+        Ok(GatewaySettings {
+            tls,
+            limits,
+            request_timeout,
+        })
+    }
 }
 
 /// API keys of the gateway (auth is off when none is given).
@@ -384,6 +551,7 @@ impl GatewayRole {
     /// Starts the gateway on `http_listen` (REST) and `--grpc-listen`.
     pub async fn start(
         args: &GatewayArgs,
+        settings: &GatewaySettings,
         http_listen: &str,
         extra_metrics: Vec<Arc<dyn Fn() -> String + Send + Sync>>,
     ) -> anyhow::Result<GatewayRole> {
@@ -395,6 +563,11 @@ impl GatewayRole {
             .unwrap_or_else(|| default_node_id("gateway", http_listen));
         let mut config = GatewayConfig::new(node_id);
         config.keys = args.keys.keys();
+        config.tls = settings.tls.clone();
+        config.limits = settings.limits.clone();
+        if let Some(timeout) = settings.request_timeout {
+            config.request_timeout = timeout;
+        }
         let server = GatewayServer::start(
             config,
             http,
@@ -443,6 +616,8 @@ pub struct StandaloneArgs {
     pub cache_size: u64,
     #[command(flatten)]
     pub keys: KeyArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// Every role in one process.
@@ -457,6 +632,7 @@ impl StandaloneRole {
     /// Starts meta, indexer, searcher and gateway over `--data-dir`.
     pub async fn start(
         args: &StandaloneArgs,
+        settings: &GatewaySettings,
         http_listen: &str,
         file: &DataFileConfig,
     ) -> anyhow::Result<StandaloneRole> {
@@ -514,7 +690,9 @@ impl StandaloneRole {
                 grpc_listen: args.grpc_listen.clone(),
                 node_id: Some("standalone-gateway".into()),
                 keys: args.keys.clone(),
+                tls: args.tls.clone(),
             },
+            settings,
             http_listen,
             vec![Arc::new(move || meta_metrics.render())],
         )

@@ -16,8 +16,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
 use crate::data_roles::{
-    DataFileConfig, GatewayArgs, GatewayRole, IndexerArgs, IndexerRole, SearcherArgs, SearcherRole,
-    StandaloneArgs, StandaloneRole,
+    DataFileConfig, GatewayArgs, GatewayFileConfig, GatewayRole, GatewaySettings, IndexerArgs,
+    IndexerRole, SearcherArgs, SearcherFileConfig, SearcherRole, StandaloneArgs, StandaloneRole,
 };
 use crate::lifecycle::{Role, shutdown_signal};
 use crate::meta_role::{MetaArgs, MetaRole, meta_config};
@@ -102,6 +102,8 @@ struct FileConfig {
     meta: Option<quiver_meta::MetaConfig>,
     storage: Option<quiver_storage::S3Settings>,
     indexer: Option<quiver_indexer::IndexerConfig>,
+    searcher: Option<SearcherFileConfig>,
+    gateway: Option<GatewayFileConfig>,
 }
 
 impl FileConfig {
@@ -109,6 +111,7 @@ impl FileConfig {
         DataFileConfig {
             storage: self.storage.clone(),
             indexer: self.indexer.clone(),
+            searcher: self.searcher.clone(),
         }
     }
 }
@@ -121,7 +124,17 @@ fn read_config_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
         .with_context(|| format!("cannot read config file {}", path.display()))?;
     toml::from_str(&text).map_err(|error| {
         let reason = error.message().replace('\n', " ");
-        anyhow::anyhow!("config file {}: {reason}", path.display())
+        // Type errors do not name the key: quote the line they are on.
+        let place = error
+            .span()
+            .map(|span| {
+                let start = span.start.min(text.len());
+                let line_number = text[..start].matches('\n').count() + 1;
+                let line = text.lines().nth(line_number - 1).unwrap_or_default().trim();
+                format!(" line {line_number} (`{line}`)")
+            })
+            .unwrap_or_default();
+        anyhow::anyhow!("config file {}{place}: {reason}", path.display())
     })
 }
 
@@ -186,8 +199,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let http_listen = common.http_listen.clone().or(file.http_listen.clone());
     let data_file = file.data();
     // Configuration errors surface before logging starts, as one line on stderr.
+    if let Some(section) = &file.searcher {
+        section.validate()?;
+    }
     let meta_config = match &cli.command {
         RoleCommand::Meta { meta, .. } => Some(meta_config(meta, file.meta.clone())?),
+        _ => None,
+    };
+    let gateway_settings = match &cli.command {
+        RoleCommand::Gateway { gateway, .. } => {
+            Some(GatewaySettings::new(&gateway.tls, file.gateway.as_ref())?)
+        }
+        RoleCommand::Standalone { standalone, .. } => Some(GatewaySettings::new(
+            &standalone.tls,
+            file.gateway.as_ref(),
+        )?),
         _ => None,
     };
     init_logging(log_format);
@@ -218,11 +244,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let address = http_listen
                 .as_deref()
                 .context("--http-listen is required for the gateway (its REST port)")?;
-            Box::new(GatewayRole::start(gateway, address, Vec::new()).await?)
+            let settings = gateway_settings.as_ref().expect("built above");
+            Box::new(GatewayRole::start(gateway, settings, address, Vec::new()).await?)
         }
         RoleCommand::Standalone { standalone, .. } => {
             let address = http_listen.as_deref().unwrap_or("127.0.0.1:7700");
-            Box::new(StandaloneRole::start(standalone, address, &data_file).await?)
+            let settings = gateway_settings.as_ref().expect("built above");
+            Box::new(StandaloneRole::start(standalone, settings, address, &data_file).await?)
         }
     };
     let (stop_sender, stop_receiver) = tokio::sync::watch::channel(false);
@@ -242,6 +270,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // One TLS provider for the whole process (the gateway's ports, S3 clients).
+    quiver_gateway::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

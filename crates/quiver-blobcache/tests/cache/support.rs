@@ -77,3 +77,51 @@ pub fn cache(
     };
     Arc::new(BlobCache::new(&config, storage, runtime.handle().clone()).unwrap())
 }
+
+/// A small tmpfs mounted on a temporary directory (a disk that can be filled),
+/// unmounted when dropped. `None`, with a note, where mounting is not permitted
+/// (not root, or no CAP_SYS_ADMIN); under CI that is a failure.
+pub struct TmpfsMount {
+    directory: tempfile::TempDir,
+}
+
+impl TmpfsMount {
+    pub fn new(size_bytes: u64) -> Option<TmpfsMount> {
+        let directory = tempfile::tempdir().unwrap();
+        let target =
+            std::ffi::CString::new(directory.path().as_os_str().as_encoded_bytes()).unwrap();
+        let options = std::ffi::CString::new(format!("size={size_bytes},mode=0700")).unwrap();
+        // SAFETY: valid NUL-terminated strings that outlive the call.
+        let status = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                options.as_ptr().cast(),
+            )
+        };
+        if status != 0 {
+            let error = std::io::Error::last_os_error();
+            if std::env::var_os("CI").is_some() {
+                panic!("cannot mount a tmpfs for the disk-full test under CI: {error}");
+            }
+            eprintln!("cannot mount a tmpfs ({error}): skipping this disk-full test");
+            return None;
+        }
+        Some(TmpfsMount { directory })
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.directory.path()
+    }
+}
+
+impl Drop for TmpfsMount {
+    fn drop(&mut self) {
+        let target =
+            std::ffi::CString::new(self.directory.path().as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; MNT_DETACH cannot leave it half-done.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import random
+import ssl
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ T = TypeVar("T")
 REQUEST_ID_HEADER = "x-request-id"
 #: Codes that say "try again later": the request was not applied.
 RETRYABLE_CODES = frozenset(("UNAVAILABLE", "RESOURCE_EXHAUSTED"))
+#: Environment variable naming a PEM CA bundle to trust for ``https://`` endpoints.
+CA_CERT_ENV = "QUIVER_CA_CERT"
 #: Statuses of non-Quiver answers (proxies, load balancers) worth trying again.
 RETRYABLE_FOREIGN_STATUSES = frozenset((429, 502, 503, 504))
 
@@ -122,6 +125,39 @@ class ClientSettings:
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
         return headers
+
+
+def tls_verify(verify: Any) -> Any:
+    """Returns what httpx's ``verify`` gets.
+
+    ``None`` means ``$QUIVER_CA_CERT`` when set, else the system's CA certificates;
+    a path (``str`` or ``os.PathLike``) becomes an ``ssl.SSLContext`` trusting the
+    system's CAs plus that PEM bundle; ``True``, ``False`` and ``ssl.SSLContext``
+    pass through.
+    """
+    if verify is None:
+        verify = os.environ.get(CA_CERT_ENV) or True
+    if isinstance(verify, (str, os.PathLike)):
+        path = os.fspath(verify)
+        try:
+            context = ssl.create_default_context()
+            context.load_verify_locations(cafile=path)
+        except (OSError, ssl.SSLError) as error:
+            raise ValueError(f"verify: cannot use {path!r} as a PEM CA bundle: {error}") from error
+        return context
+    return verify
+
+
+def _tls_failure(exception: BaseException) -> Optional[BaseException]:
+    """Returns the ``ssl.SSLError`` behind a failed connection, if TLS is what failed."""
+    seen = set()
+    cause: Optional[BaseException] = exception
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def new_request_id() -> str:
@@ -247,6 +283,17 @@ def _transport_outcome(
     exception: httpx.HTTPError, call: ApiCall[Any], request_id: str, endpoint: str
 ) -> Outcome:
     description = f"{call.method} {endpoint}{call.path}"
+    tls_failure = _tls_failure(exception)
+    if isinstance(exception, httpx.ConnectError) and tls_failure is not None:
+        # A certificate the client does not trust fails the same way every time.
+        return Outcome(
+            error=Unavailable(
+                f"TLS with {endpoint} failed ({tls_failure}); if the server's certificate "
+                f"comes from a private CA, pass verify='/path/to/ca.pem' or set ${CA_CERT_ENV}",
+                request_id=request_id,
+            ),
+            retryable=False,
+        )
     if isinstance(exception, (httpx.ConnectError, httpx.ConnectTimeout)):
         # Nothing was sent: always safe to try again.
         return Outcome(

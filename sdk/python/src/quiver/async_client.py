@@ -23,6 +23,7 @@ from ._core import (
     new_request_id,
     request_headers,
     retry_budget,
+    tls_verify,
     transport_outcome,
 )
 from .errors import DeadlineExceeded
@@ -63,7 +64,7 @@ class AsyncClient:
         retries: int = 3,
         *,
         headers: Optional[Mapping[str, str]] = None,
-        verify: Any = True,
+        verify: Any = None,
         transport: Optional[httpx.AsyncBaseTransport] = None,
         backoff_base: float = 0.1,
         backoff_max: float = 5.0,
@@ -76,7 +77,7 @@ class AsyncClient:
             base_url=self._settings.endpoint,
             headers=self._settings.default_headers(),
             timeout=timeout,
-            verify=verify,
+            verify=tls_verify(verify),
             transport=transport,
         )
 

@@ -23,6 +23,7 @@ from ._core import (
     new_request_id,
     request_headers,
     retry_budget,
+    tls_verify,
     transport_outcome,
 )
 from .errors import DeadlineExceeded
@@ -53,7 +54,9 @@ class Client:
             answers ``UNAVAILABLE``/``RESOURCE_EXHAUSTED`` (``Retry-After`` is honoured).
             Errors such as ``INVALID_ARGUMENT`` are never retried.
         headers: extra headers sent with every request.
-        verify: TLS verification: ``True``, ``False``, a CA bundle path or an ``ssl.SSLContext``.
+        verify: TLS verification: a PEM CA bundle path (trusted besides the system's CAs),
+            ``True`` (the system's CAs), ``False`` or an ``ssl.SSLContext``; by default
+            ``$QUIVER_CA_CERT`` when set, else ``True``.
         transport: an ``httpx.BaseTransport`` to use instead of the network (tests, proxies).
         backoff_base: first retry waits about this many seconds, doubling each time...
         backoff_max: ...up to this many.
@@ -68,7 +71,7 @@ class Client:
         retries: int = 3,
         *,
         headers: Optional[Mapping[str, str]] = None,
-        verify: Any = True,
+        verify: Any = None,
         transport: Optional[httpx.BaseTransport] = None,
         backoff_base: float = 0.1,
         backoff_max: float = 5.0,
@@ -81,7 +84,7 @@ class Client:
             base_url=self._settings.endpoint,
             headers=self._settings.default_headers(),
             timeout=timeout,
-            verify=verify,
+            verify=tls_verify(verify),
             transport=transport,
         )
 

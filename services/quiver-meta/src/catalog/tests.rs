@@ -684,6 +684,149 @@ fn snapshot_round_trip_keeps_the_catalog() {
     assert_eq!(restored, catalog);
 }
 
+fn candidate(key: &str) -> crate::model::OrphanCandidate {
+    crate::model::OrphanCandidate {
+        object_key: key.to_owned(),
+        size_bytes: 10,
+        last_modified_ms: 1,
+    }
+}
+
+fn report(catalog: &mut Catalog, now_ms: u64, keys: &[&str], grace_ms: u64) -> (u32, Vec<String>) {
+    match run(
+        catalog,
+        now_ms,
+        Command::ReportOrphans {
+            orphans: keys.iter().map(|key| candidate(key)).collect(),
+            grace_ms,
+        },
+    ) {
+        Ok(Outcome::OrphansReported { new_orphans, due }) => (new_orphans, due),
+        other => panic!("report failed: {other:?}"),
+    }
+}
+
+#[test]
+fn orphans_are_reported_kept_and_due_only_while_nothing_references_them() {
+    let mut catalog = Catalog::default();
+    let collection = create(&mut catalog, "docs", 1);
+    let shard = shard0(&collection);
+    register(&mut catalog, "indexer-a", NodeRole::Indexer, 1);
+    acquire(&mut catalog, shard, "indexer-a", 1).expect("lease");
+    commit_wal(&mut catalog, shard, 1, 1).expect("wal");
+    let live_wal = catalog.shard(shard).unwrap().manifest.wal_tail[0]
+        .object_key
+        .clone();
+    // A flush retires the WAL object to the GC list and adds a segment.
+    run(
+        &mut catalog,
+        2,
+        Command::CommitManifestChange {
+            change: ManifestChange {
+                shard,
+                epoch: 1,
+                add_segments: vec![segment("s1", 5)],
+                trim_wal_through: Some((1, 1)),
+                ..ManifestChange::default()
+            },
+            gc_grace_ms: 1_000,
+        },
+    )
+    .expect("flush");
+    assert!(catalog.gc.contains_key(&live_wal));
+    let keys = [
+        "segments/s1.qseg",
+        live_wal.as_str(),
+        "segments/lost.qseg",
+        "wal/lost.wal",
+    ];
+    assert_eq!(
+        catalog.unreferenced(keys),
+        vec!["segments/lost.qseg", "wal/lost.wal"],
+        "live and GC-listed objects are never orphans"
+    );
+
+    let (new_orphans, due) = report(&mut catalog, 100, &keys, 500);
+    assert_eq!(new_orphans, 2);
+    assert!(due.is_empty(), "nothing is due before its grace: {due:?}");
+    let listed: Vec<(&String, &crate::model::OrphanRecord)> = catalog.orphans().collect();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0].1.first_seen_ms, 100);
+    assert_eq!(listed[0].1.delete_after_ms, 600);
+
+    // A later sweep keeps the first-seen time; one orphan is gone from the bucket.
+    let (new_orphans, due) = report(&mut catalog, 700, &["segments/lost.qseg"], 500);
+    assert_eq!(new_orphans, 0);
+    assert_eq!(due, vec!["segments/lost.qseg".to_string()]);
+    let record = &catalog.orphans["segments/lost.qseg"];
+    assert_eq!((record.first_seen_ms, record.delete_after_ms), (100, 600));
+    assert!(
+        !catalog.orphans.contains_key("wal/lost.wal"),
+        "not seen again: dropped"
+    );
+
+    // A reported orphan cannot be committed (it may be deleted any moment).
+    let before = catalog.clone();
+    let refused = run(
+        &mut catalog,
+        800,
+        Command::CommitManifestChange {
+            change: ManifestChange {
+                shard,
+                epoch: 1,
+                add_segments: vec![segment("lost", 5)],
+                ..ManifestChange::default()
+            },
+            gc_grace_ms: 1_000,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(refused.code, ErrorCode::FailedPrecondition);
+    assert!(
+        refused.message.contains("segments/lost.qseg"),
+        "{}",
+        refused.message
+    );
+    let mut expected = before.clone();
+    expected.clock_ms = catalog.clock_ms;
+    assert_eq!(catalog, expected, "a refused commit changes nothing");
+    report(
+        &mut catalog,
+        800,
+        &["segments/lost.qseg", "wal/late.wal"],
+        500,
+    );
+    let refused = run(
+        &mut catalog,
+        801,
+        Command::CommitWal {
+            shard,
+            epoch: 1,
+            seq: 2,
+            object_key: "wal/late.wal".into(),
+            rows: 1,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(refused.code, ErrorCode::FailedPrecondition);
+
+    // Deleted orphans leave the list; the list survives a snapshot.
+    match run(
+        &mut catalog,
+        900,
+        Command::AckOrphans {
+            object_keys: vec!["segments/lost.qseg".into(), "never/listed".into()],
+        },
+    ) {
+        Ok(Outcome::OrphansAcked { removed }) => assert_eq!(removed, 1),
+        other => panic!("ack failed: {other:?}"),
+    }
+    let json = serde_json::to_vec(&catalog).expect("serialize");
+    let restored: Catalog = serde_json::from_slice(&json).expect("deserialize");
+    assert_eq!(restored, catalog);
+    assert_eq!(restored.orphans().count(), 1);
+}
+
 #[derive(Clone, Debug)]
 enum Step {
     Acquire {
@@ -721,6 +864,10 @@ enum Step {
     Ack {
         count: usize,
     },
+    Orphans {
+        segments: Vec<(u32, u8)>,
+        wals: Vec<(u32, u64)>,
+    },
 }
 
 fn step_strategy() -> impl Strategy<Value = Step> {
@@ -757,6 +904,11 @@ fn step_strategy() -> impl Strategy<Value = Step> {
         Just(Step::Reconcile),
         (0..8_000u64).prop_map(|advance_ms| Step::Tick { advance_ms }),
         (0..4usize).prop_map(|count| Step::Ack { count }),
+        (
+            proptest::collection::vec((0..3u32, 0..8u8), 0..4),
+            proptest::collection::vec((0..3u32, 0..12u64), 0..4)
+        )
+            .prop_map(|(segments, wals)| Step::Orphans { segments, wals }),
     ]
 }
 
@@ -800,6 +952,22 @@ fn check_invariants(before: &Catalog, after: &Catalog) {
                 "live wal object on gc list"
             );
         }
+        // Nothing live or waiting for GC is on the orphan list.
+        for segment in record.manifest.segments.values() {
+            assert!(
+                !after.orphans.contains_key(&segment.object_key),
+                "live segment reported as an orphan"
+            );
+            if let Some(deletes) = &segment.deletes {
+                assert!(!after.orphans.contains_key(&deletes.object_key));
+            }
+        }
+        for entry in &record.manifest.wal_tail {
+            assert!(
+                !after.orphans.contains_key(&entry.object_key),
+                "live wal object reported as an orphan"
+            );
+        }
         if let Some(previous) = before.shard(*key) {
             assert!(record.epoch >= previous.epoch, "epoch went backwards");
             assert!(
@@ -810,6 +978,12 @@ fn check_invariants(before: &Catalog, after: &Catalog) {
                 assert!(record.manifest.version > previous.manifest.version);
             }
         }
+    }
+    for key in after.orphans.keys() {
+        assert!(
+            !after.gc.contains_key(key),
+            "orphan {key} is on the gc list"
+        );
     }
     assert!(after.version() >= before.version());
 }
@@ -906,6 +1080,21 @@ proptest! {
                         .into_iter()
                         .map(|(key, _)| key)
                         .collect(),
+                },
+                Step::Orphans { segments, wals } => Command::ReportOrphans {
+                    orphans: segments
+                        .iter()
+                        .map(|(shard, number)| format!("segments/{shard}-{number}.qseg"))
+                        .chain(wals.iter().map(|(shard, seq)| {
+                            format!("wal/{shard}/{}-{seq}", current_epoch(&catalog, *shard))
+                        }))
+                        .map(|object_key| crate::model::OrphanCandidate {
+                            object_key,
+                            size_bytes: 1,
+                            last_modified_ms: 0,
+                        })
+                        .collect(),
+                    grace_ms: 2_000,
                 },
             };
             let before = catalog.clone();

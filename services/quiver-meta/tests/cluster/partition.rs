@@ -1,90 +1,165 @@
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use quiver_proto::meta as pb;
 use quiver_proto::meta::meta_service_client::MetaServiceClient;
 
-use crate::support::{TcpProxy, TestCluster, bind_listeners, collection_spec, eventually};
+use crate::support::{
+    TcpProxy, TestCluster, bind_listeners, collection_spec, eventually, init_test_logs,
+};
 
-/// Every node reaches each peer through its own proxy (`proxies[(from, to)]`), so
-/// cutting a node's proxies isolates it in both directions.
-// Ignored until fixed: after the partition heals, the old leader — which kept
-// raising its term while isolated — sometimes stays a candidate that neither wins
-// (its log is behind) nor rejoins, and the healthy leader does not step down; in
-// about half the runs on a loaded 2-core machine the cluster is still split after
-// 30 s. Safety holds (the isolated node never commits); liveness of the rejoin does
-// not. The cause is upstream: openraft rejects a vote request from a candidate whose
-// log is behind *before* adopting its higher term (databendlabs/openraft#2117, see
-// also #1429), so terms never reconverge. Run with
-// `cargo test -p quiver-meta --test cluster -- --ignored`.
-#[ignore = "a healed old leader with a higher term does not always rejoin (liveness bug)"]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partitioned_leader_cannot_commit_and_the_majority_moves_on() -> anyhow::Result<()> {
-    let listeners = bind_listeners(3).await?;
-    let addresses: BTreeMap<u64, String> = listeners
-        .iter()
-        .map(|(node_id, listener)| Ok((*node_id, listener.local_addr()?.to_string())))
-        .collect::<anyhow::Result<_>>()?;
-    let mut proxies: BTreeMap<(u64, u64), TcpProxy> = BTreeMap::new();
-    for from in 1..=3u64 {
-        for to in (1..=3u64).filter(|to| *to != from) {
-            proxies.insert((from, to), TcpProxy::start(addresses[&to].clone()).await?);
+/// A three-node cluster in which every node reaches each peer through its own proxy
+/// (`proxies[(from, to)]`), so cutting a node's proxies isolates it in both
+/// directions.
+struct ProxiedCluster {
+    cluster: TestCluster,
+    addresses: BTreeMap<u64, String>,
+    proxies: BTreeMap<(u64, u64), TcpProxy>,
+}
+
+impl ProxiedCluster {
+    async fn start() -> anyhow::Result<ProxiedCluster> {
+        let listeners = bind_listeners(3).await?;
+        let addresses: BTreeMap<u64, String> = listeners
+            .iter()
+            .map(|(node_id, listener)| Ok((*node_id, listener.local_addr()?.to_string())))
+            .collect::<anyhow::Result<_>>()?;
+        let mut proxies: BTreeMap<(u64, u64), TcpProxy> = BTreeMap::new();
+        for from in 1..=3u64 {
+            for to in (1..=3u64).filter(|to| *to != from) {
+                proxies.insert((from, to), TcpProxy::start(addresses[&to].clone()).await?);
+            }
+        }
+        let routes: BTreeMap<u64, BTreeMap<u64, String>> = (1..=3u64)
+            .map(|from| {
+                let peers = (1..=3u64)
+                    .map(|to| {
+                        let address = if to == from {
+                            addresses[&from].clone()
+                        } else {
+                            proxies[&(from, to)].address.to_string()
+                        };
+                        (to, address)
+                    })
+                    .collect();
+                (from, peers)
+            })
+            .collect();
+        let cluster = TestCluster::start_on(listeners, |config| {
+            config.peers = routes[&config.node_id].clone();
+            config.control_interval_ms = 3_600_000;
+        })
+        .await?;
+        Ok(ProxiedCluster {
+            cluster,
+            addresses,
+            proxies,
+        })
+    }
+
+    fn isolate(&self, node_id: u64) {
+        for ((from, to), proxy) in &self.proxies {
+            if *from == node_id || *to == node_id {
+                proxy.cut();
+            }
         }
     }
-    let routes: BTreeMap<u64, BTreeMap<u64, String>> = (1..=3u64)
-        .map(|from| {
-            let peers = (1..=3u64)
-                .map(|to| {
-                    let address = if to == from {
-                        addresses[&from].clone()
-                    } else {
-                        proxies[&(from, to)].address.to_string()
-                    };
-                    (to, address)
-                })
-                .collect();
-            (from, peers)
-        })
-        .collect();
-    let cluster = TestCluster::start_on(listeners, |config| {
-        config.peers = routes[&config.node_id].clone();
-        config.control_interval_ms = 3_600_000;
-    })
-    .await?;
+
+    fn heal(&self) {
+        for proxy in self.proxies.values() {
+            proxy.heal();
+        }
+    }
+
+    fn term(&self, node_id: u64) -> u64 {
+        self.cluster.nodes[&node_id].status().term
+    }
+
+    /// Waits for a leader among `candidates` and returns it.
+    async fn wait_for_leader_among(&self, candidates: &[u64]) -> anyhow::Result<u64> {
+        eventually(
+            "a leader on the majority side",
+            Duration::from_secs(30),
+            || async {
+                candidates
+                    .iter()
+                    .find(|node_id| self.cluster.nodes[*node_id].is_leader())
+                    .copied()
+            },
+        )
+        .await
+        .with_context(|| self.cluster.describe())
+    }
+
+    /// Waits until every node follows one leader at one term with one history, and
+    /// returns the leader and that history; prints how long it took after `healed_at`.
+    async fn wait_for_one_leader_and_history(
+        &self,
+        healed_at: Instant,
+    ) -> anyhow::Result<(u64, quiver_meta::Catalog)> {
+        let leader = eventually(
+            "one leader at one term on every node",
+            Duration::from_secs(30),
+            || async {
+                let statuses: Vec<pb::ClusterStatusResponse> = self
+                    .cluster
+                    .nodes
+                    .values()
+                    .map(quiver_meta::MetaServer::status)
+                    .collect();
+                let first = statuses.first()?;
+                let agreed = statuses
+                    .iter()
+                    .all(|status| status.leader_id == first.leader_id && status.term == first.term);
+                (agreed && first.leader_id != 0 && self.cluster.nodes[&first.leader_id].is_leader())
+                    .then_some(first.leader_id)
+            },
+        )
+        .await
+        .with_context(|| self.cluster.describe())?;
+        let catalog = self.cluster.wait_for_convergence().await?;
+        eprintln!(
+            "one leader and one history {:?} after healing: {}",
+            healed_at.elapsed(),
+            self.cluster.describe()
+        );
+        Ok((leader, catalog))
+    }
+}
+
+fn collection_names(catalog: &quiver_meta::Catalog) -> Vec<&str> {
+    catalog
+        .collections()
+        .map(|collection| collection.spec.name.as_str())
+        .collect()
+}
+
+/// Lets an isolated node run through several election timeouts (300–600 ms in tests).
+const SEVERAL_ELECTION_TIMEOUTS: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_cannot_commit_and_the_majority_moves_on() -> anyhow::Result<()> {
+    init_test_logs();
+    let proxied = ProxiedCluster::start().await?;
+    let cluster = &proxied.cluster;
     let old_leader = cluster.wait_for_leader().await?;
     let client = cluster.client();
     client
         .create_collection(collection_spec("before", 1, 1))
         .await?;
     cluster.wait_for_convergence().await?;
-    let old_term = cluster.nodes[&old_leader].status().term;
+    let old_term = proxied.term(old_leader);
 
-    // Isolate the leader.
-    for ((from, to), proxy) in &proxies {
-        if *from == old_leader || *to == old_leader {
-            proxy.cut();
-        }
-    }
+    proxied.isolate(old_leader);
     let majority: Vec<u64> = (1..=3).filter(|node_id| *node_id != old_leader).collect();
-    let new_leader = eventually(
-        "a new leader on the majority side",
-        Duration::from_secs(30),
-        || async {
-            majority
-                .iter()
-                .find(|node_id| cluster.nodes[*node_id].is_leader())
-                .copied()
-        },
-    )
-    .await
-    .with_context(|| cluster.describe())?;
-    assert!(cluster.nodes[&new_leader].status().term > old_term);
+    let new_leader = proxied.wait_for_leader_among(&majority).await?;
+    assert!(proxied.term(new_leader) > old_term);
 
     // The old leader cannot commit: its write times out or is refused.
     let mut isolated =
-        MetaServiceClient::connect(format!("http://{}", addresses[&old_leader])).await?;
+        MetaServiceClient::connect(format!("http://{}", proxied.addresses[&old_leader])).await?;
     let isolated_write = tokio::time::timeout(
         Duration::from_secs(10),
         isolated.create_collection(pb::CreateCollectionRequest {
@@ -110,7 +185,7 @@ async fn a_partitioned_leader_cannot_commit_and_the_majority_moves_on() -> anyho
     let majority_client = crate::support::test_client(
         majority
             .iter()
-            .map(|node_id| addresses[node_id].clone())
+            .map(|node_id| proxied.addresses[node_id].clone())
             .collect(),
     );
     for index in 0..5 {
@@ -118,28 +193,86 @@ async fn a_partitioned_leader_cannot_commit_and_the_majority_moves_on() -> anyho
             .create_collection(collection_spec(&format!("during-{index}"), 1, 1))
             .await?;
     }
+    tokio::time::sleep(SEVERAL_ELECTION_TIMEOUTS).await;
+    // Without a quorum to pre-vote for it, the isolated node never campaigned.
+    assert!(
+        proxied.term(old_leader) <= old_term,
+        "the isolated node raised its term: {}",
+        cluster.describe()
+    );
 
-    // Heal: one history, without the isolated leader's write.
-    for proxy in proxies.values() {
-        proxy.heal();
-    }
-    let catalog = cluster.wait_for_convergence().await?;
-    let names: Vec<&str> = catalog
-        .collections()
-        .map(|collection| collection.spec.name.as_str())
-        .collect();
+    // Heal: one leader, one history, without the isolated leader's write.
+    proxied.heal();
+    let healed_at = Instant::now();
+    let (leader, catalog) = proxied.wait_for_one_leader_and_history(healed_at).await?;
     assert_eq!(
-        names,
+        collection_names(&catalog),
         [
             "before", "during-0", "during-1", "during-2", "during-3", "during-4"
         ]
     );
-    let leader = cluster.wait_for_leader().await?;
-    assert!(cluster.nodes[&leader].status().term > old_term);
+    assert!(proxied.term(leader) > old_term);
     client
         .create_collection(collection_spec("after-heal", 1, 1))
         .await?;
     let catalog = cluster.wait_for_convergence().await?;
     assert!(catalog.collection("after-heal").is_some());
-    cluster.shutdown().await
+    proxied.cluster.shutdown().await
+}
+
+/// An isolated follower keeps timing out. Without pre-vote it raised its term with
+/// every timeout, and after healing its vote requests (higher term, shorter log) were
+/// refused without the others adopting its term, while its refusals of the leader's
+/// appends kept deposing the leader: the cluster could stay split for good
+/// (databendlabs/openraft#2117, #1429).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_follower_rejoins_without_deposing_the_leader() -> anyhow::Result<()> {
+    init_test_logs();
+    let proxied = ProxiedCluster::start().await?;
+    let cluster = &proxied.cluster;
+    let leader = cluster.wait_for_leader().await?;
+    let client = cluster.client();
+    client
+        .create_collection(collection_spec("before", 1, 1))
+        .await?;
+    cluster.wait_for_convergence().await?;
+    let follower = (1..=3)
+        .find(|node_id| *node_id != leader)
+        .context("a follower")?;
+
+    proxied.isolate(follower);
+    let majority: Vec<u64> = (1..=3).filter(|node_id| *node_id != follower).collect();
+    let majority_client = crate::support::test_client(
+        majority
+            .iter()
+            .map(|node_id| proxied.addresses[node_id].clone())
+            .collect(),
+    );
+    for index in 0..3 {
+        majority_client
+            .create_collection(collection_spec(&format!("during-{index}"), 1, 1))
+            .await?;
+    }
+    tokio::time::sleep(SEVERAL_ELECTION_TIMEOUTS).await;
+    let majority_leader = proxied.wait_for_leader_among(&majority).await?;
+    let majority_term = proxied.term(majority_leader);
+    assert!(
+        proxied.term(follower) <= majority_term,
+        "the isolated follower raised its term: {}",
+        cluster.describe()
+    );
+
+    proxied.heal();
+    let healed_at = Instant::now();
+    let (_, catalog) = proxied.wait_for_one_leader_and_history(healed_at).await?;
+    assert_eq!(
+        collection_names(&catalog),
+        ["before", "during-0", "during-1", "during-2"]
+    );
+    client
+        .create_collection(collection_spec("after-heal", 1, 1))
+        .await?;
+    let catalog = cluster.wait_for_convergence().await?;
+    assert!(catalog.collection("after-heal").is_some());
+    proxied.cluster.shutdown().await
 }

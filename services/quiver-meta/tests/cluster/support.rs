@@ -13,6 +13,18 @@ use quiver_proto::meta as pb;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+/// Installs a log subscriber writing to the test's output, filtered by `RUST_LOG`
+/// (nothing is logged when it is unset); later calls do nothing.
+pub fn init_test_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
 /// Polls `check` every 50 ms until it returns `Some`, or fails after `timeout`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
 where

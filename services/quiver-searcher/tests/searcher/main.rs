@@ -14,6 +14,9 @@ use quiver_searcher::{ReadContext, SearchRequest, SearcherErrorKind, ShardView};
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl, WalRecord};
 use rand::{Rng, SeedableRng};
 
+mod reload;
+mod watch;
+
 const DIM: usize = 32;
 
 fn spec() -> SegmentSpec {

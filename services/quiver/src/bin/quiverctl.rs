@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use quiver_client::{Client, CollectionConfig, Point, PointId, Search};
+use quiver_client::{Client, ClientOptions, CollectionConfig, Point, PointId, Search};
 use serde_json::Value;
 
 /// Operate a Quiver cluster (or `quiver standalone`).
@@ -24,6 +24,9 @@ struct Cli {
     /// API key (sent as a bearer token).
     #[arg(long, env = "QUIVER_API_KEY", hide_env_values = true, global = true)]
     api_key: Option<String>,
+    /// PEM CA certificate to trust for an https:// endpoint, besides the system's.
+    #[arg(long, env = "QUIVER_CA_CERT", global = true)]
+    ca_cert: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -217,7 +220,20 @@ async fn load(
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let client = Client::new(&cli.endpoint, cli.api_key.clone())?;
+    let ca_certificate_pem = match &cli.ca_cert {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("cannot read --ca-cert {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let client = Client::with_options(
+        &cli.endpoint,
+        ClientOptions {
+            api_key: cli.api_key.clone(),
+            ca_certificate_pem,
+        },
+    )?;
     match cli.command {
         Command::Cluster {
             command: ClusterCommand::Status,

@@ -3,6 +3,7 @@
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -14,9 +15,55 @@ pub fn free_address() -> String {
     listener.local_addr().expect("address").to_string()
 }
 
+/// Returns a rustls client configuration trusting only `ca_pem` (none: nothing,
+/// which is enough for plain http).
+pub fn tls_client_config(ca_pem: Option<&str>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(pem) = ca_pem {
+        use rustls::pki_types::pem::PemObject;
+        for certificate in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            roots
+                .add(certificate.expect("test CA is PEM"))
+                .expect("test CA is usable");
+        }
+    }
+    rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("default TLS versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth()
+}
+
+/// Returns an HTTP client trusting only `ca_pem` for https.
+pub fn http_client(ca_pem: Option<&str>) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .use_preconfigured_tls(tls_client_config(ca_pem))
+        .build()
+        .expect("http client")
+}
+
+/// How to start a server besides the defaults.
+#[derive(Default)]
+pub struct StartOptions<'a> {
+    /// Environment variables.
+    pub envs: Vec<(&'a str, &'a str)>,
+    /// Extra flags after the standard ones.
+    pub args: Vec<String>,
+    /// CA certificate (PEM) when the server serves TLS: talk https trusting it.
+    pub ca_pem: Option<String>,
+    /// `RUST_LOG` (default `info,openraft=warn`).
+    pub rust_log: Option<&'a str>,
+}
+
 /// One `quiver standalone` process.
 pub struct Standalone {
     pub http: String,
+    pub grpc: String,
+    /// `http` or `https`.
+    pub scheme: &'static str,
     pub log_path: PathBuf,
     child: Option<Child>,
     pub client: reqwest::Client,
@@ -25,6 +72,21 @@ pub struct Standalone {
 impl Standalone {
     /// Starts a server over `data_dir` and waits until `/readyz` answers 200.
     pub async fn start(data_dir: &Path, envs: &[(&str, &str)]) -> anyhow::Result<Standalone> {
+        Standalone::start_with(
+            data_dir,
+            StartOptions {
+                envs: envs.to_vec(),
+                ..StartOptions::default()
+            },
+        )
+        .await
+    }
+
+    /// Starts a server with `options` and waits until `/readyz` answers 200.
+    pub async fn start_with(
+        data_dir: &Path,
+        options: StartOptions<'_>,
+    ) -> anyhow::Result<Standalone> {
         let http = free_address();
         let grpc = free_address();
         let log_path = data_dir.with_extension(format!("{}.log", rand::random::<u32>()));
@@ -44,23 +106,50 @@ impl Standalone {
                 "--cache-size",
                 "64MiB",
             ])
-            .env("RUST_LOG", "info,openraft=warn")
+            .args(&options.args)
+            .env("RUST_LOG", options.rust_log.unwrap_or("info,openraft=warn"))
             .stdout(Stdio::null())
             .stderr(log);
-        for (key, value) in envs {
+        for (key, value) in &options.envs {
             command.env(key, value);
         }
         let child = command.spawn().context("spawn quiver standalone")?;
         let server = Standalone {
             http,
+            grpc,
+            scheme: if options.ca_pem.is_some() {
+                "https"
+            } else {
+                "http"
+            },
             log_path,
             child: Some(child),
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()?,
+            client: http_client(options.ca_pem.as_deref()),
         };
         server.wait_ready(Duration::from_secs(60)).await?;
         Ok(server)
+    }
+
+    /// Returns the REST base URL (`https://localhost:…` under TLS, so the
+    /// certificate's name matches).
+    pub fn base_url(&self) -> String {
+        match self.scheme {
+            "https" => format!("https://localhost:{}", self.http_port()),
+            _ => format!("http://{}", self.http),
+        }
+    }
+
+    /// Returns the gRPC endpoint URL (as [`Standalone::base_url`]).
+    pub fn grpc_url(&self) -> String {
+        let port = self.grpc.rsplit(':').next().expect("port");
+        match self.scheme {
+            "https" => format!("https://localhost:{port}"),
+            _ => format!("http://{}", self.grpc),
+        }
+    }
+
+    fn http_port(&self) -> &str {
+        self.http.rsplit(':').next().expect("port")
     }
 
     async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
@@ -68,7 +157,7 @@ impl Standalone {
         loop {
             let answer = self
                 .client
-                .get(format!("http://{}/readyz", self.http))
+                .get(format!("{}/readyz", self.base_url()))
                 .send()
                 .await;
             if answer.is_ok_and(|response| response.status().is_success()) {
@@ -104,7 +193,7 @@ impl Standalone {
         body: Option<Value>,
         key: Option<&str>,
     ) -> (u16, Value) {
-        let url = format!("http://{}{path}", self.http);
+        let url = format!("{}{path}", self.base_url());
         let mut request = match method {
             "GET" => self.client.get(url),
             "PUT" => self.client.put(url),
@@ -128,7 +217,7 @@ impl Standalone {
     pub async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
         let response = self
             .client
-            .post(format!("http://{}{path}", self.http))
+            .post(format!("{}{path}", self.base_url()))
             .header("content-type", "application/json")
             .body(body.to_string())
             .send()
@@ -140,6 +229,39 @@ impl Standalone {
             status,
             serde_json::from_str(&text).unwrap_or_else(|_| json!({"raw": text})),
         )
+    }
+
+    /// Sends `method path` with raw `body` bytes and extra `headers`; returns the
+    /// status, the body as JSON (`{"raw": text}` when it is not JSON) and the
+    /// response headers.
+    pub async fn send_raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value, reqwest::header::HeaderMap) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("http method");
+        let mut request = self
+            .client
+            .request(method, format!("{}{path}", self.base_url()));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        if let Some(body) = body {
+            request = request.body(body);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or_else(|_| json!({"raw": text}));
+        (status, body, headers)
+    }
+
+    /// Returns the whole log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
     /// Kills the process at once (SIGKILL).

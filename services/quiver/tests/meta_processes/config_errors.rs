@@ -131,3 +131,151 @@ fn bad_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::Result<(
     }
     Ok(())
 }
+
+/// The gateway and standalone roles: bad `[gateway]` sections and bad TLS files
+/// stop them at start with one line naming the key or the file.
+#[test]
+fn bad_gateway_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::Result<()> {
+    let directory = tempfile::tempdir()?;
+    let path_of = |name: &str| directory.path().join(name).display().to_string();
+    let write = |name: &str, text: &str| -> anyhow::Result<String> {
+        std::fs::write(directory.path().join(name), text)?;
+        Ok(path_of(name))
+    };
+    let unknown_key = write("unknown.toml", "[gateway]\ncolour = \"red\"\n")?;
+    let wrong_type = write("wrong_type.toml", "[gateway]\nmax_k = \"many\"\n")?;
+    let zero_limit = write("zero.toml", "[gateway]\nmax_batch_points = 0\n")?;
+    let bad_size = write("size.toml", "[gateway]\nmax_request_bytes = \"huge\"\n")?;
+    let unknown_section = write("section.toml", "[gatewey]\nmax_k = 10\n")?;
+    let searcher_unknown = write("searcher_unknown.toml", "[searcher]\ncache = 1\n")?;
+    let searcher_zero = write(
+        "searcher_zero.toml",
+        "[searcher]\nheartbeat_interval_ms = 0\n",
+    )?;
+    let searcher_backoff = write(
+        "searcher_backoff.toml",
+        "[searcher]\nwatch_initial_backoff_ms = 9000\nwatch_max_backoff_ms = 100\n",
+    )?;
+    let key_only = write(
+        "key_only.toml",
+        "[gateway]\ntls_key = \"/nowhere/key.pem\"\n",
+    )?;
+    let first = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
+    let second = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
+    let cert = write("cert.pem", &first.cert.pem())?;
+    let other_key = write("other.key", &second.signing_key.serialize_pem())?;
+    let not_pem = write("not.pem", "hello\n")?;
+    let missing = path_of("missing.pem");
+    let data_dir = path_of("data");
+    let http = free_address()?;
+    let grpc = free_address()?;
+
+    let standalone = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec![
+            "standalone".to_string(),
+            "--data-dir".into(),
+            data_dir.clone(),
+            "--http-listen".into(),
+            http.clone(),
+            "--grpc-listen".into(),
+            grpc.clone(),
+        ];
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        args
+    };
+    let gateway = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec![
+            "gateway".to_string(),
+            "--meta".into(),
+            "127.0.0.1:1".into(),
+            "--http-listen".into(),
+            http.clone(),
+            "--grpc-listen".into(),
+            grpc.clone(),
+        ];
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        args
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            standalone(&["--config", &unknown_key]),
+            "unknown field `colour`",
+        ),
+        (standalone(&["--config", &wrong_type]), "max_k"),
+        (
+            standalone(&["--config", &zero_limit]),
+            "max_batch_points must be at least 1",
+        ),
+        (standalone(&["--config", &bad_size]), "huge"),
+        (standalone(&["--config", &unknown_section]), "gatewey"),
+        (
+            standalone(&["--config", &searcher_unknown]),
+            "unknown field `cache`",
+        ),
+        (
+            standalone(&["--config", &searcher_zero]),
+            "[searcher] heartbeat_interval_ms must be positive",
+        ),
+        (
+            standalone(&["--config", &searcher_backoff]),
+            "watch_initial_backoff_ms exceeds watch_max_backoff_ms",
+        ),
+        (
+            standalone(&["--config", &key_only]),
+            "--tls-key needs --tls-cert",
+        ),
+        (
+            standalone(&["--tls-cert", &cert]),
+            "--tls-cert needs --tls-key",
+        ),
+        (
+            standalone(&["--tls-cert", &missing, "--tls-key", &other_key]),
+            "missing.pem",
+        ),
+        (
+            standalone(&["--tls-cert", &not_pem, "--tls-key", &other_key]),
+            "no `BEGIN CERTIFICATE`",
+        ),
+        (
+            standalone(&["--tls-cert", &cert, "--tls-key", &not_pem]),
+            "no `BEGIN PRIVATE KEY`",
+        ),
+        (
+            standalone(&["--tls-cert", &cert, "--tls-key", &other_key]),
+            "does not fit",
+        ),
+        (
+            gateway(&["--config", &unknown_key]),
+            "unknown field `colour`",
+        ),
+        (gateway(&["--config", &wrong_type]), "max_k"),
+        (
+            gateway(&["--tls-cert", &cert, "--tls-key", &other_key]),
+            "does not fit",
+        ),
+        (
+            gateway(&["--tls-key", &other_key]),
+            "--tls-key needs --tls-cert",
+        ),
+    ];
+    for (args, expected) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (success, stderr) = run_quiver(&args);
+        assert!(!success, "{args:?} should fail");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{args:?}: one line expected, got {stderr:?}"
+        );
+        assert!(stderr.starts_with("error:"), "{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: `{expected}` not in {stderr:?}"
+        );
+    }
+    assert!(
+        !directory.path().join("data").exists(),
+        "nothing is created before the configuration is checked"
+    );
+    Ok(())
+}

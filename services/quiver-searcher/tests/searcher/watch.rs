@@ -1,0 +1,220 @@
+//! A searcher node follows meta's watch stream: with its safety poll set to an
+//! hour, new shards, new writes and flushes still reach it at once; a flush opens
+//! only the new segment; when meta restarts the stream is reopened and updates
+//! keep coming.
+
+use std::time::{Duration, Instant};
+
+use quiver_indexer::{IndexerNode, IndexerNodeConfig};
+use quiver_proto::data::indexer_client::IndexerClient;
+use quiver_proto::data::searcher_client::SearcherClient;
+use quiver_proto::data::{self, write_record};
+use quiver_proto::meta as pb;
+use quiver_searcher::{SearcherNode, SearcherNodeConfig};
+
+use crate::reload::{context, manual_config, memory_storage};
+
+const DIM: usize = 8;
+
+fn point_vector(id: u64) -> Vec<f32> {
+    (0..DIM)
+        .map(|i| ((id * 7 + i as u64 * 13) % 31) as f32 / 31.0 + (id as f32) * 0.01)
+        .collect()
+}
+
+async fn write(
+    indexer: &mut IndexerClient<tonic::transport::Channel>,
+    shard: pb::ShardRef,
+    ids: std::ops::Range<u64>,
+) {
+    let records = ids
+        .map(|id| data::WriteRecord {
+            op: Some(write_record::Op::Upsert(data::Point {
+                id: Some(data::PointId {
+                    kind: Some(data::point_id::Kind::Num(id)),
+                }),
+                vector: point_vector(id),
+                payload_json: Vec::new(),
+            })),
+        })
+        .collect();
+    // The indexer may still be opening the shard: retry UNAVAILABLE for a while.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match indexer
+            .write(data::WriteRequest {
+                shard: Some(shard),
+                records: Vec::clone(&records),
+            })
+            .await
+        {
+            Ok(_) => return,
+            Err(status) if Instant::now() < deadline => {
+                tracing::debug!(%status, "write not accepted yet");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("write failed: {status}"),
+        }
+    }
+}
+
+/// Waits until an eventual (no manifest wait) search finds point `id`.
+async fn wait_visible(
+    searcher: &mut SearcherClient<tonic::transport::Channel>,
+    shard: pb::ShardRef,
+    id: u64,
+) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = searcher
+            .search(data::SearchRequest {
+                shard: Some(shard),
+                min_manifest_version: 0,
+                vector: point_vector(id),
+                k: 1,
+                ..Default::default()
+            })
+            .await;
+        if let Ok(answer) = &answer
+            && answer.get_ref().hits.first().and_then(|hit| hit.id.clone())
+                == Some(data::PointId {
+                    kind: Some(data::point_id::Kind::Num(id)),
+                })
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "point {id} not visible through the watch in time: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Returns the sum of a counter's series in this process.
+fn counter(name: &str) -> f64 {
+    prometheus::gather()
+        .iter()
+        .filter(|family| family.name() == name)
+        .flat_map(|family| family.get_metric())
+        .map(|metric| metric.get_counter().get_value())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_searcher_follows_the_watch_stream_and_reopens_it() {
+    let meta_dir = tempfile::tempdir().unwrap();
+    let mut meta = quiver_meta::run_single_node(meta_dir.path(), "127.0.0.1:0")
+        .await
+        .unwrap();
+    let meta_address = meta.local_address().to_string();
+    let client = quiver_meta::MetaClient::connect([meta_address.clone()]).unwrap();
+    let storage = memory_storage();
+
+    let indexer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let indexer_address = indexer_listener.local_addr().unwrap().to_string();
+    let mut indexer_config = IndexerNodeConfig::new("indexer-w", &indexer_address);
+    indexer_config.indexer = manual_config();
+    indexer_config.heartbeat_interval = Duration::from_millis(200);
+    let indexer = IndexerNode::start(
+        indexer_config,
+        indexer_listener,
+        client.clone(),
+        storage.clone(),
+    )
+    .await
+    .unwrap();
+
+    let cache_dir = tempfile::tempdir().unwrap();
+    let read_context = context(&storage, cache_dir.path(), 1 << 20);
+    let searcher_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let searcher_address = searcher_listener.local_addr().unwrap().to_string();
+    let mut searcher_config = SearcherNodeConfig::new("searcher-w", &searcher_address);
+    // Only the first poll runs (before the collection exists): everything after
+    // must come through the watch stream.
+    searcher_config.safety_poll_interval = Duration::from_secs(3600);
+    searcher_config.heartbeat_interval = Duration::from_millis(200);
+    searcher_config.watch_max_backoff = Duration::from_millis(500);
+    let searcher = SearcherNode::start(
+        searcher_config,
+        searcher_listener,
+        client.clone(),
+        read_context.clone(),
+    )
+    .await
+    .unwrap();
+
+    let created = client
+        .create_collection(pb::CollectionSpec {
+            name: "watched".into(),
+            dimension: DIM as u32,
+            metric: pb::Metric::L2 as i32,
+            shards: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let collection_id = created.collection.unwrap().collection_id;
+    let shard = pb::ShardRef {
+        collection_id,
+        shard: 0,
+    };
+    let mut indexer_client = IndexerClient::connect(format!("http://{indexer_address}"))
+        .await
+        .unwrap();
+    let mut searcher_client = SearcherClient::connect(format!("http://{searcher_address}"))
+        .await
+        .unwrap();
+
+    // Writes in the WAL tail reach the searcher through the stream.
+    write(&mut indexer_client, shard, 0..50).await;
+    wait_visible(&mut searcher_client, shard, 42).await;
+    assert_eq!(read_context.segment_opens(), 0);
+
+    // Each flush adds one segment, and the searcher opens just that one.
+    indexer_client
+        .flush(data::ShardRequest { shard: Some(shard) })
+        .await
+        .unwrap();
+    write(&mut indexer_client, shard, 50..100).await;
+    wait_visible(&mut searcher_client, shard, 77).await;
+    assert_eq!(read_context.segment_opens(), 1);
+    indexer_client
+        .flush(data::ShardRequest { shard: Some(shard) })
+        .await
+        .unwrap();
+    write(&mut indexer_client, shard, 100..150).await;
+    wait_visible(&mut searcher_client, shard, 120).await;
+    assert_eq!(
+        read_context.segment_opens(),
+        2,
+        "the second flush opened one segment and kept the first open"
+    );
+    wait_visible(&mut searcher_client, shard, 3).await;
+    assert!(searcher.is_ready());
+
+    // Meta restarts on the same port: the stream breaks and is reopened.
+    meta.shutdown().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    meta = loop {
+        match quiver_meta::run_single_node(meta_dir.path(), &meta_address).await {
+            Ok(meta) => break meta,
+            Err(error) if Instant::now() < deadline => {
+                tracing::debug!(%error, "meta not restartable yet");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("meta did not restart: {error}"),
+        }
+    };
+    write(&mut indexer_client, shard, 150..200).await;
+    wait_visible(&mut searcher_client, shard, 199).await;
+    assert!(
+        counter("quiver_searcher_watch_reconnects_total") >= 1.0,
+        "the stream was reopened"
+    );
+    assert!(counter("quiver_searcher_manifest_reloads_total") >= 4.0);
+
+    searcher.shutdown().await;
+    indexer.shutdown().await;
+    meta.shutdown().await.unwrap();
+}
