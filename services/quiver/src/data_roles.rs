@@ -347,7 +347,9 @@ impl SearcherRole {
         let cache = tokio::task::spawn_blocking({
             let storage = storage.clone();
             let runtime = runtime.clone();
-            move || BlobCache::new(&cache_config, storage, runtime)
+            // A full cache disk must not keep a searcher down: it serves by
+            // reading every range from the object store until restarted with room.
+            move || BlobCache::new_or_read_through(&cache_config, storage, runtime)
         })
         .await?
         .context("region cache")?;
