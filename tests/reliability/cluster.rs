@@ -368,6 +368,9 @@ impl Cluster {
             .await
             .with_context(|| format!("creating bucket {bucket}"))?;
         let store_url = format!("s3://{bucket}/cluster");
+        // reqwest is built with rustls but no default crypto provider (the
+        // package's TLS tests pick theirs); plain-HTTP clients still need one.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let mut cluster = Cluster {
             directory: Some(directory),
             passed: false,

@@ -142,7 +142,12 @@ async fn accept_loop(
             continue;
         };
         counts.accepted.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(serve(inbound, target.clone(), control.clone(), counts.clone()));
+        tokio::spawn(serve(
+            inbound,
+            target.clone(),
+            control.clone(),
+            counts.clone(),
+        ));
     }
 }
 
@@ -331,12 +336,9 @@ impl Links {
 
     /// The links whose name mentions `process` as an endpoint (`a -> b`).
     pub fn touching<'a>(&'a self, process: &'a str) -> impl Iterator<Item = &'a FaultProxy> + 'a {
-        self.proxies.iter().filter(move |proxy| {
-            proxy
-                .name
-                .split(" -> ")
-                .any(|endpoint| endpoint == process)
-        })
+        self.proxies
+            .iter()
+            .filter(move |proxy| proxy.name.split(" -> ").any(|endpoint| endpoint == process))
     }
 
     /// Sets every link touching `process` to `mode`; returns how many.
@@ -415,8 +417,7 @@ mod tests {
     async fn links_pass_delay_stall_cut_and_reset() -> anyhow::Result<()> {
         let target = echo_server().await;
         let proxy = FaultProxy::start("test -> echo", &target).await?;
-        let mut stream =
-            tokio::io::BufReader::new(TcpStream::connect(&proxy.address).await?);
+        let mut stream = tokio::io::BufReader::new(TcpStream::connect(&proxy.address).await?);
         assert_eq!(round_trip(&mut stream, "one").await, "one");
 
         // Delay: both directions, so a round trip takes at least twice the delay.
@@ -440,8 +441,8 @@ mod tests {
         // Cut: the open connection is reset, new ones are refused.
         proxy.cut();
         let mut rest = Vec::new();
-        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest))
-            .await?;
+        let read =
+            tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await?;
         assert!(
             read.is_err() || rest.is_empty(),
             "a cut link kept the connection"
@@ -462,16 +463,14 @@ mod tests {
 
         // Heal, then a reset: the open connection dies, a new one works.
         proxy.heal();
-        let mut stream =
-            tokio::io::BufReader::new(TcpStream::connect(&proxy.address).await?);
+        let mut stream = tokio::io::BufReader::new(TcpStream::connect(&proxy.address).await?);
         assert_eq!(round_trip(&mut stream, "five").await, "five");
         proxy.reset();
         let mut rest = Vec::new();
-        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest))
-            .await?;
+        let read =
+            tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await?;
         assert!(read.is_err() || rest.is_empty());
-        let mut stream =
-            tokio::io::BufReader::new(TcpStream::connect(&proxy.address).await?);
+        let mut stream = tokio::io::BufReader::new(TcpStream::connect(&proxy.address).await?);
         assert_eq!(round_trip(&mut stream, "six").await, "six");
         assert_eq!(proxy.counts.refused.load(Ordering::Relaxed), 1);
         assert_eq!(proxy.counts.killed.load(Ordering::Relaxed), 2);

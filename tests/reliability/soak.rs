@@ -71,7 +71,7 @@ async fn soak_without_growth_or_errors() -> anyhow::Result<()> {
             Duration::from_secs(5),
             Tolerance {
                 anon_ratio: 1.10,
-                anon_slack_kib: 8.0 * 1024.0,
+                anon_slack_kib: 2.0 * 1024.0,
                 fd_slack: 4.0,
             },
         )
@@ -81,7 +81,7 @@ async fn soak_without_growth_or_errors() -> anyhow::Result<()> {
             Duration::from_secs(2),
             Tolerance {
                 anon_ratio: 1.25,
-                anon_slack_kib: 16.0 * 1024.0,
+                anon_slack_kib: 4.0 * 1024.0,
                 fd_slack: 6.0,
             },
         )
@@ -225,7 +225,10 @@ async fn soak_without_growth_or_errors() -> anyhow::Result<()> {
     );
     if !growing.is_empty() {
         run.cluster.dump_logs(20);
-        anyhow::bail!("processes grow during the soak:\n  {}", growing.join("\n  "));
+        anyhow::bail!(
+            "processes grow during the soak:\n  {}",
+            growing.join("\n  ")
+        );
     }
     run.summary.iterations = samples.values().next().map_or(0, Vec::len);
     run.summary.extra.insert("samples".into(), report.into());
