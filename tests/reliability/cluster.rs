@@ -140,6 +140,31 @@ impl Process {
         };
     }
 
+    /// Returns the value that follows `flag` (`--data-dir`, `--meta`, …) on
+    /// the command line.
+    pub fn arg(&self, flag: &str) -> Option<&str> {
+        let position = self.args.iter().position(|arg| arg == flag)?;
+        self.args.get(position + 1).map(String::as_str)
+    }
+
+    /// Sets `flag` to `value` for the next start (appended when absent), e.g. to
+    /// route a process's connections through a proxy.
+    pub fn set_arg(&mut self, flag: &str, value: &str) {
+        match self.args.iter().position(|arg| arg == flag) {
+            Some(position) if position + 1 < self.args.len() => {
+                self.args[position + 1] = value.to_string();
+            }
+            _ => self.args.extend([flag.to_string(), value.to_string()]),
+        }
+    }
+
+    /// Returns the operating-system process id while the process runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.is_running()
+            .then(|| self.child.as_ref().map(Child::id))
+            .flatten()
+    }
+
     /// Kills the process with SIGKILL and reaps it.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -343,6 +368,9 @@ impl Cluster {
             .await
             .with_context(|| format!("creating bucket {bucket}"))?;
         let store_url = format!("s3://{bucket}/cluster");
+        // reqwest is built with rustls but no default crypto provider (the
+        // package's TLS tests pick theirs); plain-HTTP clients still need one.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let mut cluster = Cluster {
             directory: Some(directory),
             passed: false,

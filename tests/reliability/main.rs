@@ -14,6 +14,7 @@ mod checker;
 mod cluster;
 mod drive;
 mod history;
+mod proxy;
 mod scan;
 mod workload;
 
@@ -21,6 +22,10 @@ mod chaos;
 mod indexer_kills;
 mod replace_and_delete;
 mod searcher_kills;
+
+mod disk_full;
+mod partitions;
+mod soak;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -43,9 +43,11 @@ pub fn catalog_error(shard: &ShardRef, epoch: u64, error: MetaError) -> CatalogE
             }
         }
         ErrorCode::NotFound => CatalogError::NotFound(shard.clone()),
-        ErrorCode::Unavailable | ErrorCode::DeadlineExceeded | ErrorCode::Cancelled => {
-            CatalogError::Unavailable(error.to_string())
-        }
+        // A full metadata disk refuses writes for a while, like a lost leader.
+        ErrorCode::Unavailable
+        | ErrorCode::DeadlineExceeded
+        | ErrorCode::Cancelled
+        | ErrorCode::ResourceExhausted => CatalogError::Unavailable(error.to_string()),
         _ => CatalogError::Rejected(error.to_string()),
     }
 }

@@ -53,6 +53,10 @@ pub struct MetaConfig {
     pub proposal_timeout_ms: u64,
     /// Connect timeout for peer channels.
     pub connect_timeout_ms: u64,
+    /// Writes are refused (`RESOURCE_EXHAUSTED`) while the disk of `data_dir`
+    /// has less room than this, so the Raft log never meets a full disk (a
+    /// failed log write stops openraft for good); 0 turns the check off.
+    pub min_free_disk_bytes: u64,
 }
 
 impl Default for MetaConfig {
@@ -76,6 +80,7 @@ impl Default for MetaConfig {
             gc_grace_ms: 300_000,
             proposal_timeout_ms: 5_000,
             connect_timeout_ms: 1_000,
+            min_free_disk_bytes: 64 << 20,
         }
     }
 }

@@ -6,7 +6,8 @@
 //! then does it propose a `Reconcile` command, which every replica applies with the
 //! leader's clock. For one node timeout after winning an election the leader
 //! stretches the timeout, so nodes that were talking to the previous leader get time
-//! to reach the new one before they are declared dead.
+//! to reach the new one before they are declared dead; the same after a time of
+//! refused writes for lack of disk space.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +30,9 @@ pub(crate) async fn run_control_loop(
             _ = ticker.tick() => {}
             _ = shutdown.changed() => break,
         }
-        if !context.is_leader() {
+        // While the disk is full nothing can be proposed, heartbeats included:
+        // once it has room again, nodes get the same grace as after an election.
+        if !context.is_leader() || context.refuse_if_disk_full().is_err() {
             leader_since_ms = None;
             continue;
         }

@@ -20,6 +20,7 @@ mod clock;
 mod config;
 mod control;
 mod convert;
+mod disk;
 mod election;
 mod error;
 mod log_store;

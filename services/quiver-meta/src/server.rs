@@ -272,6 +272,7 @@ impl MetaServer {
     /// Returns an HTTP router serving `/metrics`, `/healthz` and `/readyz` for this node.
     pub fn http_router(&self) -> axum::Router {
         let metrics_context = self.context.clone();
+        let health_context = self.context.clone();
         let ready_context = self.context.clone();
         axum::Router::new()
             .route(
@@ -281,7 +282,23 @@ impl MetaServer {
                     async move { context.metrics.render() }
                 }),
             )
-            .route("/healthz", axum::routing::get(|| async { "ok" }))
+            // A node whose Raft stopped (a failed log write) serves nothing
+            // useful until restarted: say so, so an orchestrator restarts it.
+            .route(
+                "/healthz",
+                axum::routing::get(move || {
+                    let context = health_context.clone();
+                    async move {
+                        match &context.raft.metrics().borrow().running_state {
+                            Ok(()) => (StatusCode::OK, "ok".to_owned()),
+                            Err(fatal) => (
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                format!("raft stopped: {fatal}"),
+                            ),
+                        }
+                    }
+                }),
+            )
             .route(
                 "/readyz",
                 axum::routing::get(move || {

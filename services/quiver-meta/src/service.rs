@@ -79,22 +79,37 @@ impl MetaContext {
             command,
         };
         let timeout = self.config.proposal_timeout();
-        let result = match tokio::time::timeout(timeout, self.raft.client_write(request)).await {
-            Err(_elapsed) => Err(MetaError::Unavailable(format!(
+        let write = async {
+            self.refuse_if_disk_full()?;
+            self.refuse_if_cut_off()?;
+            tokio::select! {
+                written = tokio::time::timeout(timeout, self.raft.client_write(request)) => Ok(written),
+                // Cut off while waiting: the entry cannot commit unless the
+                // partition heals first, so the outcome is unknown either way.
+                since_ms = self.cut_off() => Err(MetaError::Unavailable(format!(
+                    "{command_name} was not committed within {} ms: no quorum acknowledged this \
+                     leader for {since_ms} ms",
+                    started.elapsed().as_millis()
+                ))),
+            }
+        };
+        let result = match write.await {
+            Err(error) => Err(error),
+            Ok(Err(_elapsed)) => Err(MetaError::Unavailable(format!(
                 "{command_name} was not committed within {} ms (no quorum?)",
                 timeout.as_millis()
             ))),
-            Ok(Ok(response)) => response.data.0.map_err(MetaError::from),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+            Ok(Ok(Ok(response))) => response.data.0.map_err(MetaError::from),
+            Ok(Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))))) => {
                 Err(forward_error(forward.leader_id, forward.leader_node))
             }
-            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(error)))) => {
+            Ok(Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(error))))) => {
                 Err(MetaError::Rejected {
                     code: ErrorCode::FailedPrecondition,
                     message: error.to_string(),
                 })
             }
-            Ok(Err(RaftError::Fatal(fatal))) => {
+            Ok(Ok(Err(RaftError::Fatal(fatal)))) => {
                 Err(MetaError::Unavailable(format!("raft stopped: {fatal}")))
             }
         };
@@ -110,11 +125,80 @@ impl MetaContext {
         result
     }
 
+    /// Refuses a write while the data directory's disk has less room than
+    /// `min_free_disk_bytes` (see `disk.rs`); nothing is proposed.
+    pub(crate) fn refuse_if_disk_full(&self) -> MetaResult<()> {
+        let reserve = self.config.min_free_disk_bytes;
+        if reserve == 0 {
+            return Ok(());
+        }
+        match crate::disk::free_disk_bytes(&self.config.data_dir) {
+            Some(free) if free < reserve => Err(MetaError::Rejected {
+                code: ErrorCode::ResourceExhausted,
+                message: format!(
+                    "metadata disk full: {free} bytes free under {}, below min_free_disk_bytes \
+                     ({reserve}); writes are refused until space is freed (reads keep working)",
+                    self.config.data_dir.display()
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Returns for how long no quorum acknowledged this node if it leads and that
+    /// is longer than the leader lease (the longest election timeout): it is cut
+    /// off from its peers, which may have elected another leader meanwhile.
+    fn cut_off_for_ms(&self) -> Option<u64> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let since_ms = metrics.millis_since_quorum_ack?;
+        (metrics.current_leader == Some(self.node_id)
+            && since_ms > self.config.election_timeout_max_ms)
+            .then_some(since_ms)
+    }
+
+    /// Refuses at once (nothing is proposed, so a client may try another node)
+    /// while this node leads but is cut off: a proposal or a read-index round
+    /// would only wait out the proposal timeout, and clients stuck on it miss
+    /// heartbeats and lease renewals elsewhere.
+    fn refuse_if_cut_off(&self) -> MetaResult<()> {
+        match self.cut_off_for_ms() {
+            Some(since_ms) => Err(MetaError::Unavailable(format!(
+                "meta node {} leads but no quorum acknowledged it for {since_ms} ms (cut off \
+                 from its peers?); ask another node",
+                self.node_id
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Returns once this node leads and is cut off (see [`Self::cut_off_for_ms`]).
+    async fn cut_off(&self) -> u64 {
+        loop {
+            if let Some(since_ms) = self.cut_off_for_ms() {
+                return since_ms;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// Confirms leadership with a read-index round and waits until the catalog has
     /// applied everything committed before it.
     pub(crate) async fn linearize(&self) -> MetaResult<()> {
+        self.refuse_if_cut_off()?;
+        let started = Instant::now();
         let timeout = self.config.proposal_timeout();
-        match tokio::time::timeout(timeout, self.raft.ensure_linearizable()).await {
+        let confirmed = tokio::select! {
+            confirmed = tokio::time::timeout(timeout, self.raft.ensure_linearizable()) => confirmed,
+            since_ms = self.cut_off() => {
+                return Err(MetaError::Unavailable(format!(
+                    "leadership not confirmed within {} ms: no quorum acknowledged this leader \
+                     for {since_ms} ms",
+                    started.elapsed().as_millis()
+                )));
+            }
+        };
+        match confirmed {
             Err(_elapsed) => Err(MetaError::Unavailable(format!(
                 "leadership not confirmed within {} ms",
                 timeout.as_millis()

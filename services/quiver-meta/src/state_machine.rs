@@ -192,10 +192,14 @@ fn decode_snapshot_file(bytes: &[u8]) -> Result<(SnapshotMeta, Vec<u8>), String>
 fn persist_snapshot(snapshot_dir: &Path, meta: &SnapshotMeta, data: &[u8]) -> std::io::Result<()> {
     let bytes = encode_snapshot_file(meta, data).map_err(std::io::Error::other)?;
     let temporary = snapshot_dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-    {
-        let mut file = fs::File::create(&temporary)?;
+    let written = fs::File::create(&temporary).and_then(|mut file| {
         file.write_all(&bytes)?;
-        file.sync_all()?;
+        file.sync_all()
+    });
+    if let Err(error) = written {
+        // A half-written file on a full disk would only keep it full.
+        let _ = fs::remove_file(&temporary);
+        return Err(error);
     }
     fs::rename(&temporary, snapshot_dir.join(SNAPSHOT_FILE))?;
     fs::File::open(snapshot_dir)?.sync_all()
