@@ -51,6 +51,20 @@ impl GatewayError {
             .get("retry-after-ms")
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse().ok());
+        // A status with a source was made on this side of the connection
+        // from a transport failure (connection refused or reset, a broken
+        // HTTP/2 stream): tonic gives those `Unknown`. The node may be
+        // restarting or gone, so it is `UNAVAILABLE` (retried on another
+        // route), not an internal error.
+        let from_transport = std::error::Error::source(status).is_some()
+            && matches!(status.code(), tonic::Code::Unknown | tonic::Code::Internal);
+        if from_transport {
+            return GatewayError {
+                code: ErrorCode::Unavailable,
+                message: format!("node unreachable: {}", transport_detail(status)),
+                retry_after_ms,
+            };
+        }
         GatewayError {
             code: ErrorCode::from_grpc_code(status.code()),
             message: status.message().to_string(),
@@ -62,6 +76,22 @@ impl GatewayError {
     pub fn to_status(&self) -> tonic::Status {
         tonic::Status::new(self.code.grpc_code(), self.message.clone())
     }
+}
+
+/// The message of a transport failure with its causes ("transport error:
+/// connection reset by peer"), so the user sees more than "transport error".
+fn transport_detail(status: &tonic::Status) -> String {
+    let mut detail = status.message().to_string();
+    let mut source = std::error::Error::source(status);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !detail.contains(&text) {
+            detail.push_str(": ");
+            detail.push_str(&text);
+        }
+        source = cause.source();
+    }
+    detail
 }
 
 impl From<quiver_meta::MetaError> for GatewayError {
@@ -97,3 +127,35 @@ impl IntoResponse for GatewayError {
 
 /// Result alias of this crate.
 pub type GatewayResult<T> = Result<T, GatewayError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transport_failure_is_unavailable_and_names_its_cause() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+        let status = tonic::Status::from_error(Box::new(reset));
+        let error = GatewayError::from_status(&status);
+        assert_eq!(error.code, ErrorCode::Unavailable, "{error:?}");
+        assert!(
+            error.message.contains("connection reset"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn a_status_sent_by_the_node_keeps_its_code() {
+        for (code, expected) in [
+            (tonic::Code::Internal, ErrorCode::Internal),
+            (tonic::Code::Unknown, ErrorCode::Internal),
+            (tonic::Code::InvalidArgument, ErrorCode::InvalidArgument),
+            (tonic::Code::Unavailable, ErrorCode::Unavailable),
+        ] {
+            let error = GatewayError::from_status(&tonic::Status::new(code, "from the node"));
+            assert_eq!(error.code, expected);
+            assert_eq!(error.message, "from the node");
+        }
+    }
+}
