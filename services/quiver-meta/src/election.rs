@@ -39,9 +39,16 @@
 //! still neither commit nor serve a linearizable read. A peer answering `UNIMPLEMENTED`
 //! (a version before pre-vote, during a rolling upgrade) counts as a yes, which is how
 //! that peer itself behaves.
+//!
+//! The same loop adds check-quorum, which openraft 0.9 also lacks (see
+//! [`Elections::check_quorum`]): a leader that no quorum has acknowledged for two
+//! leader leases stops sending appends, so that a leader whose links are merely slow
+//! (round trips above the heartbeat interval: every append times out on its side, yet
+//! arrives) cannot hold the followers' lease forever while committing nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -174,6 +181,8 @@ pub(crate) struct Elections {
     /// Routes to peers that win over the addresses in the membership.
     pub(crate) address_overrides: Arc<BTreeMap<MetaNodeId, String>>,
     pub(crate) connect_timeout: Duration,
+    /// Shared with the network: set while this node steps down as leader.
+    pub(crate) stepping_down: Arc<AtomicBool>,
 }
 
 /// The node's own Raft state, read in one step from openraft.
@@ -240,6 +249,50 @@ impl Elections {
             })
             .await
             .ok()
+    }
+
+    /// Check-quorum, which openraft 0.9 lacks: a leader that no quorum has
+    /// acknowledged for `step_down_after` stops sending appends (see
+    /// [`crate::network`]) until another node leads. Without it, a leader whose
+    /// round trips exceed the heartbeat interval commits nothing (every append
+    /// times out on its side), while its late appends still reach the followers
+    /// and keep them from electing anyone: writes would stop for as long as the
+    /// links stay slow. Once its appends stop, the followers' leader lease runs
+    /// out, they grant each other a pre-vote and elect a leader that reaches a
+    /// quorum; its higher term makes this node a follower, which ends the step-down.
+    fn check_quorum(&self, own: &OwnState, step_down_after: Duration) {
+        let leading = own.server_state == ServerState::Leader;
+        let since_quorum_ack = leading
+            .then(|| self.raft.metrics().borrow().millis_since_quorum_ack)
+            .flatten()
+            .map(Duration::from_millis);
+        let stepping_down = self.stepping_down.load(Ordering::Acquire);
+        match (leading, stepping_down) {
+            (true, false) => {
+                if let Some(since) = since_quorum_ack
+                    && since > step_down_after
+                {
+                    tracing::warn!(
+                        node_id = self.node_id,
+                        term = own.term,
+                        since_quorum_ack_ms = since.as_millis() as u64,
+                        "no quorum acknowledged this leader; stepping down so that the others can elect one"
+                    );
+                    self.metrics.leader_step_downs_total.inc();
+                    self.stepping_down.store(true, Ordering::Release);
+                }
+            }
+            (false, true) => {
+                tracing::info!(
+                    node_id = self.node_id,
+                    term = own.term,
+                    leader = own.vote_leader,
+                    "stepped down: another node leads now"
+                );
+                self.stepping_down.store(false, Ordering::Release);
+            }
+            _ => {}
+        }
     }
 
     /// Answers a peer's pre-vote from this node's current state; changes nothing.
@@ -391,6 +444,7 @@ pub(crate) async fn run_elections(elections: Arc<Elections>, mut shutdown: watch
     let mut ticker = tokio::time::interval(Duration::from_millis(tick_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let leader_lease = elections.leader_lease();
+    let step_down_after = leader_lease * 2;
     let mut election_timeout = elections.random_election_timeout();
     let mut last_round: Option<Instant> = None;
     let mut clients = BTreeMap::new();
@@ -403,6 +457,7 @@ pub(crate) async fn run_elections(elections: Arc<Elections>, mut shutdown: watch
             // Raft stopped (shutdown or a fatal storage error, logged by openraft).
             break;
         };
+        elections.check_quorum(&own, step_down_after);
         if own.server_state == ServerState::Leader || !own.is_voter {
             continue;
         }

@@ -40,6 +40,8 @@ pub struct MetaMetrics {
     pub reconciliations_total: IntCounter,
     /// Pre-vote rounds this node ran before a possible election, by outcome.
     pub pre_vote_rounds_total: IntCounterVec,
+    /// Times this node stepped down as leader because no quorum acknowledged it.
+    pub leader_step_downs_total: IntCounter,
 }
 
 impl MetaMetrics {
@@ -144,6 +146,10 @@ impl MetaMetrics {
                 "quiver_meta_pre_vote_rounds_total",
                 "pre-vote rounds run before an election, by outcome (granted starts an election)",
                 &["outcome"],
+            )?,
+            leader_step_downs_total: counter(
+                "quiver_meta_leader_step_downs_total",
+                "times this node stepped down as leader because no quorum acknowledged it (check-quorum)",
             )?,
             registry,
         })

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use openraft::AnyError;
@@ -33,6 +34,9 @@ use crate::raft_types::{MetaNode, MetaNodeId, TypeConfig};
 pub(crate) struct NetworkFactory {
     pub(crate) address_overrides: Arc<BTreeMap<MetaNodeId, String>>,
     pub(crate) connect_timeout: Duration,
+    /// Set while this node, as leader, has stepped down (see
+    /// [`crate::election`]): it then sends no appends and no snapshots.
+    pub(crate) stepping_down: Arc<AtomicBool>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -49,6 +53,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             address,
             connect_timeout: self.connect_timeout,
             client: None,
+            stepping_down: self.stepping_down.clone(),
         }
     }
 }
@@ -60,6 +65,7 @@ pub(crate) struct PeerConnection {
     address: String,
     connect_timeout: Duration,
     client: Option<RaftServiceClient<Channel>>,
+    stepping_down: Arc<AtomicBool>,
 }
 
 /// Returns a lazily connecting channel to `address` (`host:port` or a URL).
@@ -81,6 +87,21 @@ pub(crate) fn lazy_channel(
 }
 
 impl PeerConnection {
+    /// Refuses to send leader traffic while this node steps down: its appends,
+    /// even late ones, would keep the followers' leader lease alive and stop
+    /// them from electing a leader that can reach a quorum.
+    fn refuse_while_stepping_down<E: std::error::Error>(&self) -> Result<(), RpcError<E>> {
+        if self.stepping_down.load(Ordering::Acquire) {
+            return Err(RpcError::Unreachable(Unreachable::new(&AnyError::error(
+                format!(
+                    "not sent to node {}: this leader is stepping down (no quorum acknowledged it)",
+                    self.target
+                ),
+            ))));
+        }
+        Ok(())
+    }
+
     fn client(&mut self) -> Result<RaftServiceClient<Channel>, Unreachable> {
         if let Some(client) = &self.client {
             return Ok(client.clone());
@@ -160,6 +181,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: AppendEntriesRequest,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse, RpcError> {
+        self.refuse_while_stepping_down()?;
         self.call(RaftMethod::AppendEntries, &rpc, Vec::new(), &option)
             .await
     }
@@ -169,6 +191,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: InstallSnapshotRequest,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse, RpcError<InstallSnapshotError>> {
+        self.refuse_while_stepping_down()?;
         let mut rpc = rpc;
         let chunk = std::mem::take(&mut rpc.data);
         self.call(RaftMethod::InstallSnapshot, &rpc, chunk, &option)

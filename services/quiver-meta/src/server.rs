@@ -93,9 +93,11 @@ impl MetaServer {
             .collect();
         let address_overrides = Arc::new(address_overrides);
         let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
+        let stepping_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let network = NetworkFactory {
             address_overrides: address_overrides.clone(),
             connect_timeout,
+            stepping_down: stepping_down.clone(),
         };
         let raft_config = Arc::new(config.raft_config()?);
         let raft = Raft::new(
@@ -115,6 +117,7 @@ impl MetaServer {
             metrics: metrics.clone(),
             address_overrides,
             connect_timeout,
+            stepping_down,
         });
 
         let context = Arc::new(MetaContext {
