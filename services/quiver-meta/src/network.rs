@@ -87,19 +87,16 @@ pub(crate) fn lazy_channel(
 }
 
 impl PeerConnection {
-    /// Refuses to send leader traffic while this node steps down: its appends,
+    /// The refusal to send leader traffic while this node steps down: its appends,
     /// even late ones, would keep the followers' leader lease alive and stop
     /// them from electing a leader that can reach a quorum.
-    fn refuse_while_stepping_down<E: std::error::Error>(&self) -> Result<(), RpcError<E>> {
-        if self.stepping_down.load(Ordering::Acquire) {
-            return Err(RpcError::Unreachable(Unreachable::new(&AnyError::error(
-                format!(
-                    "not sent to node {}: this leader is stepping down (no quorum acknowledged it)",
-                    self.target
-                ),
-            ))));
-        }
-        Ok(())
+    fn stepping_down(&self) -> Option<Unreachable> {
+        self.stepping_down.load(Ordering::Acquire).then(|| {
+            Unreachable::new(&AnyError::error(format!(
+                "not sent to node {}: this leader is stepping down (no quorum acknowledged it)",
+                self.target
+            )))
+        })
     }
 
     fn client(&mut self) -> Result<RaftServiceClient<Channel>, Unreachable> {
@@ -181,7 +178,9 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: AppendEntriesRequest,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse, RpcError> {
-        self.refuse_while_stepping_down()?;
+        if let Some(refusal) = self.stepping_down() {
+            return Err(RpcError::Unreachable(refusal));
+        }
         self.call(RaftMethod::AppendEntries, &rpc, Vec::new(), &option)
             .await
     }
@@ -191,7 +190,9 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: InstallSnapshotRequest,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse, RpcError<InstallSnapshotError>> {
-        self.refuse_while_stepping_down()?;
+        if let Some(refusal) = self.stepping_down() {
+            return Err(RpcError::Unreachable(refusal));
+        }
         let mut rpc = rpc;
         let chunk = std::mem::take(&mut rpc.data);
         self.call(RaftMethod::InstallSnapshot, &rpc, chunk, &option)
