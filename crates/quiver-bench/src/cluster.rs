@@ -30,6 +30,8 @@ pub struct ClusterOptions {
     pub nprobe: Option<u32>,
     pub consistency: String,
     pub max_queries: Option<usize>,
+    /// After a load: how long the collection must stay unchanged (see [`settle`]).
+    pub settle: Duration,
     pub json: PathBuf,
 }
 
@@ -116,12 +118,54 @@ async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
     Ok(started.elapsed().as_secs_f64())
 }
 
+/// Waits until the loaded collection is at rest: nothing left in the WAL tail
+/// and the segment count unchanged for `options.settle` (flushes and
+/// background merges done), so that queries measure the steady state, not
+/// queries competing with merges for the CPU.
+async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
+    if options.settle.is_zero() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let mut last: Option<(serde_json::Value, serde_json::Value)> = None;
+    let mut unchanged_since = Instant::now();
+    let mut reported = Instant::now();
+    loop {
+        let described = client.describe(&options.collection).await?;
+        let shape = (described["segments"].clone(), described["bytes"].clone());
+        let flushed = described["wal_tail_rows"].as_u64() == Some(0);
+        if last.as_ref() != Some(&shape) || !flushed {
+            last = Some(shape);
+            unchanged_since = Instant::now();
+        } else if unchanged_since.elapsed() >= options.settle {
+            println!(
+                "settled in {:.1} s: {} segments, nothing unflushed, unchanged for {} s",
+                started.elapsed().as_secs_f64(),
+                described["segments"],
+                options.settle.as_secs()
+            );
+            return Ok(());
+        }
+        if reported.elapsed() >= Duration::from_secs(10) {
+            reported = Instant::now();
+            println!(
+                "settling: {} segments, {} rows in the WAL tail ({:.0} s)",
+                described["segments"],
+                described["wal_tail_rows"],
+                started.elapsed().as_secs_f64()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Runs the benchmark.
 pub async fn run(options: &ClusterOptions) -> Result<()> {
     let client = Client::new(&options.endpoint, options.api_key.clone())?;
     let load_seconds = if options.load {
         let seconds = load(&client, options).await?;
         println!("loaded in {seconds:.1} s");
+        settle(&client, options).await?;
         Some(seconds)
     } else {
         None

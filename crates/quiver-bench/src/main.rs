@@ -11,6 +11,7 @@ mod progress;
 mod vecs;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -123,6 +124,11 @@ enum Command {
         /// Use only the first N queries.
         #[arg(long)]
         max_queries: Option<usize>,
+        /// After --load, wait until the WAL tail is flushed and the segment count
+        /// has not changed for this many seconds (background merges done), so that
+        /// queries measure the steady state; 0 starts querying at once.
+        #[arg(long, default_value_t = 20)]
+        settle_seconds: u64,
         /// JSON report path; the latency plot is written beside it as .png.
         #[arg(long)]
         json: PathBuf,
@@ -313,6 +319,7 @@ fn main() -> Result<()> {
             nprobe,
             consistency,
             max_queries,
+            settle_seconds,
             json,
         } => {
             if k == 0 || concurrency.is_empty() || concurrency.contains(&0) {
@@ -338,6 +345,7 @@ fn main() -> Result<()> {
                 nprobe,
                 consistency,
                 max_queries,
+                settle: Duration::from_secs(settle_seconds),
                 json,
             };
             tokio::runtime::Builder::new_multi_thread()

@@ -530,6 +530,14 @@ impl Client {
         .await
     }
 
+    /// Lists orphaned objects: objects in the bucket that no manifest and no GC
+    /// entry knows (left by a crash between an upload and its commit), with when
+    /// the indexers' sweep will delete them (admin).
+    pub async fn orphans(&self) -> Result<Value> {
+        self.call(reqwest::Method::GET, "/admin/v1/orphans", None, true)
+            .await
+    }
+
     /// Drains a node (admin).
     pub async fn drain(&self, node: &str) -> Result<Value> {
         self.call(

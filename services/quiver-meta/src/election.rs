@@ -185,6 +185,13 @@ pub(crate) struct Elections {
     pub(crate) stepping_down: Arc<AtomicBool>,
 }
 
+/// Where a leader is in its check-quorum step-down (see [`Elections::check_quorum`]).
+#[derive(Default)]
+struct StepDown {
+    stepped_down_at: Option<Instant>,
+    resumed_at: Option<Instant>,
+}
+
 /// The node's own Raft state, read in one step from openraft.
 struct OwnState {
     server_state: ServerState,
@@ -253,45 +260,67 @@ impl Elections {
 
     /// Check-quorum, which openraft 0.9 lacks: a leader that no quorum has
     /// acknowledged for `step_down_after` stops sending appends (see
-    /// [`crate::network`]) until another node leads. Without it, a leader whose
-    /// round trips exceed the heartbeat interval commits nothing (every append
-    /// times out on its side), while its late appends still reach the followers
-    /// and keep them from electing anyone: writes would stop for as long as the
-    /// links stay slow. Once its appends stop, the followers' leader lease runs
-    /// out, they grant each other a pre-vote and elect a leader that reaches a
-    /// quorum; its higher term makes this node a follower, which ends the step-down.
-    fn check_quorum(&self, own: &OwnState, step_down_after: Duration) {
+    /// [`crate::network`]) for a while. Without it, a leader whose round trips
+    /// exceed the heartbeat interval commits nothing (every append times out on
+    /// its side), while its late appends still reach the followers and keep them
+    /// from electing anyone: writes would stop for as long as the links stay
+    /// slow. Once its appends stop, the followers' leader lease runs out, they
+    /// grant each other a pre-vote and elect a leader that reaches a quorum; its
+    /// higher term makes this node a follower, which ends the step-down.
+    ///
+    /// If nobody is elected meanwhile (the others are down, or the one peer that
+    /// came back cannot win without this node's vote), the node resumes sending
+    /// after three leader leases — a peer that answers restores its quorum — and
+    /// steps down again only after another `step_down_after` without one.
+    fn check_quorum(&self, own: &OwnState, state: &mut StepDown, step_down_after: Duration) {
         let leading = own.server_state == ServerState::Leader;
-        let since_quorum_ack = leading
-            .then(|| self.raft.metrics().borrow().millis_since_quorum_ack)
-            .flatten()
-            .map(Duration::from_millis);
-        let stepping_down = self.stepping_down.load(Ordering::Acquire);
-        match (leading, stepping_down) {
-            (true, false) => {
-                if let Some(since) = since_quorum_ack
-                    && since > step_down_after
-                {
-                    tracing::warn!(
-                        node_id = self.node_id,
-                        term = own.term,
-                        since_quorum_ack_ms = since.as_millis() as u64,
-                        "no quorum acknowledged this leader; stepping down so that the others can elect one"
-                    );
-                    self.metrics.leader_step_downs_total.inc();
-                    self.stepping_down.store(true, Ordering::Release);
-                }
-            }
-            (false, true) => {
+        if !leading {
+            if let Some(since) = state.stepped_down_at.take() {
                 tracing::info!(
                     node_id = self.node_id,
                     term = own.term,
                     leader = own.vote_leader,
+                    after_ms = since.elapsed().as_millis() as u64,
                     "stepped down: another node leads now"
                 );
                 self.stepping_down.store(false, Ordering::Release);
             }
-            _ => {}
+            state.resumed_at = None;
+            return;
+        }
+        if let Some(since) = state.stepped_down_at {
+            if since.elapsed() >= step_down_after * 3 / 2 {
+                tracing::warn!(
+                    node_id = self.node_id,
+                    term = own.term,
+                    "no other leader elected while this one stepped down; sending again"
+                );
+                state.stepped_down_at = None;
+                state.resumed_at = Some(Instant::now());
+                self.stepping_down.store(false, Ordering::Release);
+            }
+            return;
+        }
+        let since_quorum_ack = self
+            .raft
+            .metrics()
+            .borrow()
+            .millis_since_quorum_ack
+            .map(Duration::from_millis);
+        let lost_quorum = since_quorum_ack.is_some_and(|since| since > step_down_after);
+        let resumed_lately = state
+            .resumed_at
+            .is_some_and(|resumed| resumed.elapsed() < step_down_after);
+        if lost_quorum && !resumed_lately {
+            tracing::warn!(
+                node_id = self.node_id,
+                term = own.term,
+                since_quorum_ack_ms = since_quorum_ack.unwrap_or_default().as_millis() as u64,
+                "no quorum acknowledged this leader; stepping down so that the others can elect one"
+            );
+            self.metrics.leader_step_downs_total.inc();
+            state.stepped_down_at = Some(Instant::now());
+            self.stepping_down.store(true, Ordering::Release);
         }
     }
 
@@ -445,6 +474,7 @@ pub(crate) async fn run_elections(elections: Arc<Elections>, mut shutdown: watch
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let leader_lease = elections.leader_lease();
     let step_down_after = leader_lease * 2;
+    let mut step_down = StepDown::default();
     let mut election_timeout = elections.random_election_timeout();
     let mut last_round: Option<Instant> = None;
     let mut clients = BTreeMap::new();
@@ -457,7 +487,7 @@ pub(crate) async fn run_elections(elections: Arc<Elections>, mut shutdown: watch
             // Raft stopped (shutdown or a fatal storage error, logged by openraft).
             break;
         };
-        elections.check_quorum(&own, step_down_after);
+        elections.check_quorum(&own, &mut step_down, step_down_after);
         if own.server_state == ServerState::Leader || !own.is_voter {
             continue;
         }

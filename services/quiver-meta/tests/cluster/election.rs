@@ -86,3 +86,63 @@ async fn a_clean_full_restart_keeps_all_state() -> anyhow::Result<()> {
         .await?;
     cluster.shutdown().await
 }
+
+/// Check-quorum must not strand a cluster. With both followers down the leader
+/// steps down (no quorum acknowledges it) and stops sending. A write proposed
+/// meanwhile sits in its log only, so the follower that comes back first cannot
+/// win an election without the old leader's vote — and the old leader refuses
+/// it, its log being longer. The old leader therefore resumes sending after a
+/// while, the returned follower acknowledges, and writes go through again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_lost_both_followers_recovers_when_one_returns() -> anyhow::Result<()> {
+    use crate::support::{eventually, test_client};
+
+    let mut cluster = TestCluster::start(3, |_| {}).await?;
+    let leader = cluster.wait_for_leader().await?;
+    cluster
+        .client()
+        .create_collection(collection_spec("before", 1, 1))
+        .await?;
+    let followers: Vec<u64> = (1..=3).filter(|node_id| *node_id != leader).collect();
+    for follower in &followers {
+        cluster.stop(*follower).await?;
+    }
+    // Proposed before the leader knows it is cut off: in its log, uncommitted.
+    let leader_only = test_client(vec![cluster.address(leader)]);
+    let pending = tokio::spawn(async move {
+        leader_only
+            .create_collection(collection_spec("pending", 1, 1))
+            .await
+    });
+    eventually(
+        "the leader to step down",
+        Duration::from_secs(20),
+        || async {
+            (cluster.nodes[&leader]
+                .metrics()
+                .leader_step_downs_total
+                .get()
+                >= 1)
+                .then_some(())
+        },
+    )
+    .await?;
+    cluster.restart(followers[0]).await?;
+    let client = test_client(vec![cluster.address(leader), cluster.address(followers[0])]);
+    eventually(
+        "a write with one follower back",
+        Duration::from_secs(30),
+        || async {
+            client
+                .create_collection(collection_spec("after", 1, 1))
+                .await
+                .ok()
+        },
+    )
+    .await?;
+    let _ = pending.await;
+    let status = client.cluster_status().await?;
+    assert!(status.leader_id == leader || status.leader_id == followers[0]);
+    tokio::time::timeout(Duration::from_secs(20), cluster.shutdown()).await??;
+    Ok(())
+}

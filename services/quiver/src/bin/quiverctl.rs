@@ -75,6 +75,8 @@ enum Command {
     Compact { name: String },
     /// Drains a data node (its shards move elsewhere).
     Drain { node: String },
+    /// Objects in the bucket that nothing references, and when the sweep deletes them.
+    Orphans,
     /// Metadata membership.
     Meta {
         #[command(subcommand)]
@@ -320,6 +322,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Compact { name } => print(&client.compact(&name).await?),
         Command::Drain { node } => print(&client.drain(&node).await?),
+        Command::Orphans => print(&client.orphans().await?),
         Command::Meta { command } => {
             let answer = match command {
                 MetaCommand::Add { id, address } => {

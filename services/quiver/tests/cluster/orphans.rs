@@ -275,6 +275,18 @@ async fn orphans_are_reported_then_deleted_and_nothing_referenced_is_touched() {
             );
             assert_eq!(record["size_bytes"], 1000);
             if planted_b.is_none() {
+                // quiverctl shows the same list (well inside A's grace period).
+                let output = std::process::Command::new(env!("CARGO_BIN_EXE_quiverctl"))
+                    .args(["--endpoint", &rest.base, "orphans"])
+                    .output()
+                    .expect("quiverctl runs");
+                let stdout = String::from_utf8_lossy(&output.stdout);
+                assert!(
+                    output.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                assert!(stdout.contains(&orphan_a), "quiverctl orphans: {stdout}");
                 // A fresh object, as a write between its PUT and its commit leaves.
                 planted_b = Some(now_ms());
                 storage
