@@ -190,3 +190,214 @@ fn engine_through_the_region_cache_reports_cold_and_warm_numbers() {
             >= 1
     );
 }
+
+/// `quiver standalone` from the same build, on free ports, killed on drop.
+struct Standalone {
+    child: std::process::Child,
+    endpoint: String,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts the `quiver` binary built beside `quiver-bench` (`cargo test
+/// --workspace` builds both); None, said so, when it was not built.
+fn standalone() -> Option<Standalone> {
+    let quiver = Path::new(env!("CARGO_BIN_EXE_quiver-bench")).with_file_name("quiver");
+    if !quiver.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{} not built under CI",
+            quiver.display()
+        );
+        eprintln!(
+            "{} not built (run cargo test --workspace): skipping",
+            quiver.display()
+        );
+        return None;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let (http, grpc) = (free_port(), free_port());
+    let child = Command::new(&quiver)
+        .arg("standalone")
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["--http-listen", &format!("127.0.0.1:{http}")])
+        .args(["--grpc-listen", &format!("127.0.0.1:{grpc}")])
+        .args(["--cache-size", "256MiB"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Standalone {
+        child,
+        endpoint: format!("http://127.0.0.1:{http}"),
+        _data: data,
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", http)) {
+            use std::io::{Read, Write};
+            let _ = stream.write_all(b"GET /readyz HTTP/1.0\r\n\r\n");
+            let mut answer = String::new();
+            let _ = stream.read_to_string(&mut answer);
+            if answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200") {
+                return Some(server);
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "standalone not ready");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn run_bench(args: &[&str], paths: &[(&str, &Path)]) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_quiver-bench"));
+    command.args(args);
+    for (flag, path) in paths {
+        command.arg(flag).arg(path);
+    }
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "quiver-bench {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn report(json: &Path) -> serde_json::Value {
+    let png = std::fs::read(json.with_extension("png")).unwrap();
+    assert_eq!(
+        &png[..8],
+        b"\x89PNG\r\n\x1a\n",
+        "plot beside {}",
+        json.display()
+    );
+    serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap()
+}
+
+/// `cluster`, `filter` and `ingest` against a real `quiver standalone` over
+/// REST, as the README runs them: tables, JSON of the documented shape, plots.
+#[test]
+fn cluster_filter_and_ingest_benches_against_a_standalone_process() {
+    let Some(server) = standalone() else {
+        return;
+    };
+    let directory = tempfile::tempdir().unwrap();
+    let data = directory.path().join("data");
+    run_bench(
+        &["gen", "--kind", "clustered", "--n", "3000", "--dim", "32"],
+        &[("--out", &data)],
+    );
+    let (base, queries, gt) = (
+        data.join("base.fvecs"),
+        data.join("queries.fvecs"),
+        data.join("groundtruth.ivecs"),
+    );
+
+    let json = directory.path().join("cluster.json");
+    let stdout = run_bench(
+        &[
+            "cluster",
+            "--endpoint",
+            &server.endpoint,
+            "--collection",
+            "bench",
+            "--load",
+            "--k",
+            "10",
+            "--concurrency",
+            "1,4",
+            "--max-queries",
+            "100",
+            "--settle-seconds",
+            "1",
+        ],
+        &[
+            ("--base", &base),
+            ("--queries", &queries),
+            ("--gt", &gt),
+            ("--json", &json),
+        ],
+    );
+    assert!(stdout.contains("settled in"), "{stdout}");
+    let cluster = report(&json);
+    let points = cluster["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for (point, concurrency) in points.iter().zip([1, 4]) {
+        assert_eq!(point["concurrency"], concurrency);
+        assert_eq!(point["errors"], 0, "{point}");
+        assert!(point["recall"].as_f64().unwrap() >= 0.95, "{point}");
+        for field in ["qps", "p50_ms", "p99_ms"] {
+            assert!(point[field].as_f64().unwrap() > 0.0, "{field} in {point}");
+        }
+    }
+
+    let json = directory.path().join("filter.json");
+    run_bench(
+        &[
+            "filter",
+            "--endpoint",
+            &server.endpoint,
+            "--collection",
+            "filtered",
+            "--load",
+            "--selectivity",
+            "0.5,0.01",
+            "--max-queries",
+            "50",
+        ],
+        &[
+            ("--base", &base),
+            ("--queries", &queries),
+            ("--json", &json),
+        ],
+    );
+    let filter = report(&json);
+    let points = filter["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for (point, (selectivity, matching)) in points.iter().zip([(0.5, 1500), (0.01, 30)]) {
+        assert_eq!(point["selectivity"], selectivity);
+        assert_eq!(point["matching_rows"], matching, "{point}");
+        assert_eq!(point["errors"], 0, "{point}");
+        assert!(point["recall"].as_f64().unwrap() >= 0.95, "{point}");
+    }
+
+    let json = directory.path().join("ingest.json");
+    run_bench(
+        &[
+            "ingest",
+            "--endpoint",
+            &server.endpoint,
+            "--shards",
+            "1,2",
+            "--batch",
+            "250",
+        ],
+        &[("--base", &base), ("--json", &json)],
+    );
+    let ingest = report(&json);
+    let points = ingest["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for (point, shards) in points.iter().zip([1, 2]) {
+        assert_eq!(point["shards"], shards);
+        assert_eq!(point["rows"], 3000, "{point}");
+        assert_eq!(point["errors"], 0, "{point}");
+        assert!(point["rows_per_s"].as_f64().unwrap() > 0.0, "{point}");
+        assert!(point["ack_p99_ms"].as_f64().unwrap() >= point["ack_p50_ms"].as_f64().unwrap());
+        assert!(point["ack_to_segment_p50_ms"].as_f64().is_some(), "{point}");
+    }
+}
