@@ -210,15 +210,23 @@ impl Api {
     }
 
     /// Asks every shard's indexer to merge what it can; returns the merges done.
+    /// Compacts and waits until every shard is done (asking again while the
+    /// gateway answers `"done": false`); returns the merges.
     pub async fn compact(&self, collection: &str) -> Result<u64, ApiError> {
-        let body = self
-            .call(
-                "POST",
-                &format!("/admin/v1/collections/{collection}/compact"),
-                None,
-            )
-            .await?;
-        Ok(body["merges"].as_u64().unwrap_or(0))
+        let mut merges = 0;
+        loop {
+            let body = self
+                .call(
+                    "POST",
+                    &format!("/admin/v1/collections/{collection}/compact"),
+                    None,
+                )
+                .await?;
+            merges += body["merges"].as_u64().unwrap_or(0);
+            if body["done"] != Value::Bool(false) {
+                return Ok(merges);
+            }
+        }
     }
 }
 

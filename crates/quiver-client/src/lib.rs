@@ -519,8 +519,26 @@ impl Client {
         .await
     }
 
-    /// Merges a collection's segments (admin).
+    /// Merges a collection's segments and waits until every shard is done
+    /// (admin); the answer's `merges` counts them all. A large shard compacts
+    /// for longer than one request may wait: the gateway then answers `202`
+    /// with `"done": false`, the compaction goes on, and this asks again.
     pub async fn compact(&self, name: &str) -> Result<Value> {
+        let mut merges = 0;
+        loop {
+            let mut answer = self.compact_once(name).await?;
+            merges += answer["merges"].as_u64().unwrap_or(0);
+            if answer["done"] != Value::Bool(false) {
+                answer["merges"] = merges.into();
+                return Ok(answer);
+            }
+        }
+    }
+
+    /// One compaction request (admin): `{"done": true, "merges": n}`, or
+    /// `{"done": false, "running_shards": [...]}` when some shards were still
+    /// compacting when the gateway stopped waiting (ask again to join them).
+    pub async fn compact_once(&self, name: &str) -> Result<Value> {
         self.call(
             reqwest::Method::POST,
             &format!("/admin/v1/collections/{name}/compact"),

@@ -282,6 +282,7 @@ class FakeGateway:
         self.api_key = api_key
         self.lock = threading.Lock()
         self.collections: Dict[str, Collection] = {}
+        self.compact_rounds: Dict[str, int] = {}
         self.sequence = 0
         self.requests: List[Recorded] = []
         self.failures: List[ScriptedFailure] = []
@@ -417,7 +418,14 @@ class FakeGateway:
                 if rest[2] == "shards" and method == "GET":
                     return 200, {"shards": [{"shard": s, "indexer": "standalone", "epoch": 1, "searchers": [{"id": "standalone", "ready": True}], "manifest_version": 1, "segments": 0} for s in range(collection.shards)]}
                 if rest[2] == "compact" and method == "POST":
-                    return 200, {"scheduled": True, "collection": collection.name}
+                    # Like the real gateway on a large shard: the first answer comes
+                    # back while shard 0 still compacts (202), the next one joins it.
+                    rounds = self.compact_rounds.get(collection.name, 0)
+                    if rounds == 0:
+                        self.compact_rounds[collection.name] = 1
+                        return 202, {"collection": collection.name, "merges": 1, "done": False, "running_shards": [0]}
+                    self.compact_rounds[collection.name] = 0
+                    return 200, {"collection": collection.name, "merges": 2, "done": True}
             if len(rest) == 3 and rest[0] == "nodes" and rest[2] == "drain" and method == "POST":
                 if rest[1] != "standalone":
                     raise ApiError("NOT_FOUND", f"node {rest[1]!r} does not exist")

@@ -142,10 +142,20 @@ pub struct CollectionStats {
 }
 
 /// The gateway's engine.
+/// What an admin compaction did while the caller waited.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Compaction {
+    /// Merges finished by the shards that are done.
+    pub merges: u32,
+    /// Shards whose compaction is still running (ask again to wait for them).
+    pub running_shards: Vec<u32>,
+}
+
 pub struct Gateway {
     router: Arc<Router>,
     limits: Limits,
     write_deadline: Duration,
+    compact_wait: Duration,
 }
 
 fn is_retryable(error: &GatewayError) -> bool {
@@ -177,7 +187,15 @@ impl Gateway {
             router,
             limits,
             write_deadline: Duration::from_secs(15),
+            compact_wait: Duration::from_secs(24),
         }
+    }
+
+    /// Sets how long [`Gateway::compact`] waits before reporting the shards
+    /// still compacting.
+    pub fn with_compact_wait(mut self, wait: Duration) -> Self {
+        self.compact_wait = wait;
+        self
     }
 
     /// Returns the router.
@@ -603,12 +621,19 @@ impl Gateway {
         Ok((hits, took_ms, cost))
     }
 
-    /// Asks every shard's indexer to merge everything it can.
-    pub async fn compact(&self, name: &str) -> GatewayResult<u32> {
+    /// Asks every shard's indexer to merge everything it can, and waits for up
+    /// to about the request timeout. Compactions go on in the indexers past
+    /// that (a large shard takes minutes); the shards still compacting are
+    /// returned, and asking again joins them rather than starting over.
+    pub async fn compact(&self, name: &str) -> GatewayResult<Compaction> {
         validate_name(name)?;
         let route = self.router.route_linearizable(name).await?;
-        let mut merges = 0;
-        for placement in &route.shards {
+        // Below the channel's own timeout, so that this answers first.
+        let wait = self
+            .compact_wait
+            .min(self.router.request_timeout().mul_f64(0.8));
+        let collection_id = route.collection.collection_id;
+        let calls = route.shards.iter().map(|placement| async move {
             let Some((_, address, _)) = &placement.indexer else {
                 return Err(GatewayError::unavailable(format!(
                     "shard {} has no live indexer right now",
@@ -616,18 +641,28 @@ impl Gateway {
                 )));
             };
             let mut client = IndexerClient::new(self.router.channel(address)?);
-            let response = client
-                .compact(outgoing(data::ShardRequest {
-                    shard: Some(pb::ShardRef {
-                        collection_id: route.collection.collection_id,
-                        shard: placement.shard,
-                    }),
-                }))
-                .await
-                .map_err(|status| GatewayError::from_status(&status))?;
-            merges += response.into_inner().merges;
+            let call = client.compact(outgoing(data::ShardRequest {
+                shard: Some(pb::ShardRef {
+                    collection_id,
+                    shard: placement.shard,
+                }),
+            }));
+            match tokio::time::timeout(wait, call).await {
+                Err(_still_running) => Ok((placement.shard, None)),
+                Ok(answer) => answer
+                    .map(|response| (placement.shard, Some(response.into_inner().merges)))
+                    .map_err(|status| GatewayError::from_status(&status)),
+            }
+        });
+        let mut compaction = Compaction::default();
+        for answer in join_all(calls).await {
+            match answer? {
+                (_, Some(merges)) => compaction.merges += merges,
+                (shard, None) => compaction.running_shards.push(shard),
+            }
         }
-        Ok(merges)
+        compaction.running_shards.sort_unstable();
+        Ok(compaction)
     }
 }
 

@@ -1014,13 +1014,34 @@ async fn collection_shards(
     .await
 }
 
+/// `200 {"done": true, "merges": n}` once every shard is compacted, or `202
+/// {"done": false, "running_shards": [...]}` when some are still compacting
+/// after the wait: the compaction goes on, and POSTing again waits for it.
 async fn compact(State(state): Shared, Segment(name): Segment, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
-    handle(&state, &headers, "compact", Access::Admin, async move {
-        let merges = gateway.compact(&name).await?;
-        Ok(json!({"collection": name, "merges": merges}))
+    let still_running = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = still_running.clone();
+    let mut response = handle(&state, &headers, "compact", Access::Admin, async move {
+        let compaction = gateway.compact(&name).await?;
+        let done = compaction.running_shards.is_empty();
+        flag.store(!done, std::sync::atomic::Ordering::Relaxed);
+        let mut body = json!({
+            "collection": name,
+            "merges": compaction.merges,
+            "done": done,
+        });
+        if !done {
+            body["running_shards"] = json!(compaction.running_shards);
+            body["message"] =
+                json!("compaction still running on the indexers; POST again to wait for it");
+        }
+        Ok(body)
     })
-    .await
+    .await;
+    if still_running.load(std::sync::atomic::Ordering::Relaxed) {
+        *response.status_mut() = StatusCode::ACCEPTED;
+    }
+    response
 }
 
 async fn drain_node(State(state): Shared, Segment(id): Segment, headers: HeaderMap) -> Response {

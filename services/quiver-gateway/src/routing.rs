@@ -173,6 +173,11 @@ impl Router {
     }
 
     /// Returns a channel to `address` (created lazily, reused).
+    /// Timeout of one call to an indexer or searcher.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
     pub fn channel(&self, address: &str) -> GatewayResult<Channel> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(channel) = channels.get(address) {

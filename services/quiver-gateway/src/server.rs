@@ -33,6 +33,9 @@ pub struct GatewayConfig {
     pub limits: Limits,
     /// Timeout of a call to an indexer or searcher.
     pub request_timeout: Duration,
+    /// How long an admin compaction waits for the indexers before answering
+    /// "still running" (`202`); capped at 80 % of `request_timeout`.
+    pub compact_wait: Duration,
     /// How often the routing table is re-read in the background.
     pub routing_interval: Duration,
     /// TLS for both ports (none: plaintext).
@@ -47,6 +50,7 @@ impl GatewayConfig {
             keys: ApiKeys::default(),
             limits: Limits::default(),
             request_timeout: Duration::from_secs(30),
+            compact_wait: Duration::from_secs(24),
             routing_interval: Duration::from_millis(500),
             tls: None,
         }
@@ -79,7 +83,10 @@ impl GatewayServer {
             .local_addr()
             .map_err(|error| GatewayError::unavailable(format!("grpc listener: {error}")))?;
         let routing = Arc::new(Router::new(meta.clone(), config.request_timeout));
-        let gateway = Arc::new(Gateway::new(routing.clone(), config.limits.clone()));
+        let compact_wait = config.compact_wait.min(config.request_timeout.mul_f64(0.8));
+        let gateway = Arc::new(
+            Gateway::new(routing.clone(), config.limits.clone()).with_compact_wait(compact_wait),
+        );
         let ready = Arc::new(AtomicBool::new(false));
         let ready_probe = ready.clone();
         let rest = router(Arc::new(RestState {

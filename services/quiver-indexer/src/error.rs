@@ -67,6 +67,13 @@ pub enum IndexerError {
     /// A background task died.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A compaction running in the background failed (its error, as each
+    /// caller that joined it receives it).
+    #[error("{message}")]
+    Compaction {
+        kind: IndexerErrorKind,
+        message: String,
+    },
 }
 
 impl IndexerError {
@@ -97,6 +104,7 @@ impl IndexerError {
                 _ => IndexerErrorKind::Internal,
             },
             IndexerError::Io { .. } | IndexerError::Internal(_) => IndexerErrorKind::Internal,
+            IndexerError::Compaction { kind, .. } => *kind,
         }
     }
 }

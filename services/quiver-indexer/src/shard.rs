@@ -25,7 +25,7 @@ use crate::catalog::{
 };
 use crate::config::IndexerConfig;
 use crate::crash::{self, CrashPoint};
-use crate::error::{IndexerError, IndexerResult};
+use crate::error::{IndexerError, IndexerErrorKind, IndexerResult};
 use crate::memtable::{Memtable, PendingOp};
 use crate::merge::{MergePlan, plan_merges};
 use crate::metrics::METRICS;
@@ -95,6 +95,21 @@ pub struct ShardWriter {
     shared: Arc<Shared>,
     commit_sender: mpsc::Sender<CommitRequest>,
     tasks: Vec<JoinHandle<()>>,
+    /// The admin compaction running in the background, if any: callers join it
+    /// (a caller that gives up does not stop it).
+    compaction: Mutex<Option<RunningCompaction>>,
+}
+
+/// The outcome of a background compaction, once it is known.
+type CompactionOutcome = Option<Result<usize, (IndexerErrorKind, String)>>;
+
+struct RunningCompaction {
+    outcome: tokio::sync::watch::Receiver<CompactionOutcome>,
+    /// Set once a caller received the outcome: the next call compacts again.
+    /// Until then a caller gets this one's outcome (its merges are reported
+    /// even when the caller that started it gave up waiting).
+    delivered: Arc<std::sync::atomic::AtomicBool>,
+    task: JoinHandle<()>,
 }
 
 impl ShardWriter {
@@ -148,6 +163,7 @@ impl ShardWriter {
             shared,
             commit_sender,
             tasks,
+            compaction: Mutex::new(None),
         })
     }
 
@@ -223,21 +239,51 @@ impl ShardWriter {
     }
 
     /// Merges every segment it can (the admin "compact"); returns the merges done.
+    ///
+    /// The work runs in a background task, so a caller that stops waiting (a
+    /// client's timeout on a large shard) does not cancel it; a call while one
+    /// runs, or after one finished that no caller saw the end of, joins it and
+    /// gets its outcome instead of starting another.
     pub async fn compact(&self) -> IndexerResult<usize> {
-        flush_once(&self.shared).await?;
-        let mut merges = 0;
-        loop {
-            let plan = {
-                let state = self.shared.lock_state();
-                plan_merges(&state.index, &self.shared.config, true)
-            };
-            let Some(plan) = plan else { break };
-            if !merge_once(&self.shared, plan).await? {
-                break;
+        let (mut outcome, delivered) = {
+            let mut slot = self.compaction.lock().unwrap_or_else(|p| p.into_inner());
+            match slot.as_ref() {
+                Some(running) if !running.delivered.load(std::sync::atomic::Ordering::Acquire) => {
+                    (running.outcome.clone(), running.delivered.clone())
+                }
+                _ => {
+                    let (sender, receiver) = tokio::sync::watch::channel(None);
+                    let shared = self.shared.clone();
+                    let task = tokio::spawn(async move {
+                        let result = compact_all(&shared)
+                            .await
+                            .map_err(|error| (error.kind(), error.to_string()));
+                        sender.send_replace(Some(result));
+                    });
+                    let delivered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    *slot = Some(RunningCompaction {
+                        outcome: receiver.clone(),
+                        delivered: delivered.clone(),
+                        task,
+                    });
+                    (receiver, delivered)
+                }
             }
-            merges += 1;
-        }
-        Ok(merges)
+        };
+        let result = match outcome.wait_for(Option::is_some).await {
+            Ok(result) => {
+                delivered.store(true, std::sync::atomic::Ordering::Release);
+                result.clone().expect("waited for an outcome")
+            }
+            Err(_) => Err((
+                IndexerErrorKind::Unavailable,
+                format!(
+                    "shard {}: the compaction was stopped (shard closed)",
+                    self.shared.shard
+                ),
+            )),
+        };
+        result.map_err(|(kind, message)| IndexerError::Compaction { kind, message })
     }
 
     /// Returns counters of the shard.
@@ -269,6 +315,15 @@ impl ShardWriter {
             task.abort();
             let _ = task.await;
         }
+        let compaction = self
+            .compaction
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(running) = compaction {
+            running.task.abort();
+            let _ = running.task.await;
+        }
     }
 }
 
@@ -276,6 +331,14 @@ impl Drop for ShardWriter {
     fn drop(&mut self) {
         for task in &self.tasks {
             task.abort();
+        }
+        if let Some(running) = self
+            .compaction
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            running.task.abort();
         }
     }
 }
@@ -842,6 +905,25 @@ fn new_segment_id(through: WalPosition, level: &str) -> String {
 
 /// Merges the segments of `plan` into one (live rows only, index retrained).
 /// Returns Ok(false) when the plan no longer applies.
+/// Flushes, then merges every segment it can, one merge after the other.
+async fn compact_all(shared: &Shared) -> IndexerResult<usize> {
+    flush_once(shared).await?;
+    let mut merges = 0;
+    loop {
+        let plan = {
+            let state = shared.lock_state();
+            plan_merges(&state.index, &shared.config, true)
+        };
+        let Some(plan) = plan else { break };
+        if !merge_once(shared, plan).await? {
+            break;
+        }
+        merges += 1;
+    }
+    tracing::info!(shard = %shared.shard, merges, "compaction done");
+    Ok(merges)
+}
+
 async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
     let started = Instant::now();
     // Snapshot what the merge reads: the sources and their deletions now.

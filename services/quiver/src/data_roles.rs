@@ -436,6 +436,9 @@ pub struct GatewayFileConfig {
     pub max_batch_searches: Option<usize>,
     /// Timeout of one call to an indexer or searcher.
     pub request_timeout_ms: Option<u64>,
+    /// How long an admin compaction request waits before answering `202`
+    /// (the compaction goes on); at most 80 % of `request_timeout_ms`.
+    pub compact_wait_ms: Option<u64>,
 }
 
 /// A gateway's settings from its flags and the config file, checked (TLS files
@@ -445,6 +448,7 @@ pub struct GatewaySettings {
     tls: Option<ServerTls>,
     limits: Limits,
     request_timeout: Option<Duration>,
+    compact_wait: Option<Duration>,
 }
 
 fn positive<T: PartialOrd + Default + std::fmt::Display>(
@@ -497,10 +501,13 @@ impl GatewaySettings {
         }
         let request_timeout =
             positive(file.request_timeout_ms, "request_timeout_ms")?.map(Duration::from_millis);
+        let compact_wait =
+            positive(file.compact_wait_ms, "compact_wait_ms")?.map(Duration::from_millis);
         Ok(GatewaySettings {
             tls,
             limits,
             request_timeout,
+            compact_wait,
         })
     }
 }
@@ -569,6 +576,9 @@ impl GatewayRole {
         config.limits = settings.limits.clone();
         if let Some(timeout) = settings.request_timeout {
             config.request_timeout = timeout;
+        }
+        if let Some(wait) = settings.compact_wait {
+            config.compact_wait = wait;
         }
         let server = GatewayServer::start(
             config,

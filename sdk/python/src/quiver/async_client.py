@@ -286,8 +286,18 @@ class AsyncClient:
         return await self._execute(_calls.collection_shards(name))
 
     async def compact(self, name: str) -> Dict[str, Any]:
-        """Asks the indexers to merge a collection's segments."""
-        return await self._execute(_calls.compact(name))
+        """Merges a collection's segments and waits until every shard is done.
+
+        See :meth:`quiver.Client.compact`: a ``"done": false`` answer (the
+        compaction outlasted one request) is asked again until every shard is done.
+        """
+        merges = 0
+        while True:
+            answer = await self._execute(_calls.compact(name))
+            merges += int(answer.get("merges", 0))
+            if answer.get("done", True) is not False:
+                answer["merges"] = merges
+                return answer
 
     async def drain_node(self, node_id: Union[str, int]) -> Dict[str, Any]:
         """Moves all work off a node before it is taken down."""

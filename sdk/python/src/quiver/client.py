@@ -364,8 +364,19 @@ class Client:
         return self._execute(_calls.collection_shards(name))
 
     def compact(self, name: str) -> Dict[str, Any]:
-        """Asks the indexers to merge a collection's segments; returns the server's answer."""
-        return self._execute(_calls.compact(name))
+        """Merges a collection's segments and waits until every shard is done.
+
+        A large shard compacts for longer than one request waits: the gateway then
+        answers ``{"done": false, "running_shards": [...]}`` while the compaction goes
+        on, and this asks again (joining it). The answer's ``merges`` counts them all.
+        """
+        merges = 0
+        while True:
+            answer = self._execute(_calls.compact(name))
+            merges += int(answer.get("merges", 0))
+            if answer.get("done", True) is not False:
+                answer["merges"] = merges
+                return answer
 
     def drain_node(self, node_id: Union[str, int]) -> Dict[str, Any]:
         """Moves all work off a node before it is taken down; returns the server's answer."""

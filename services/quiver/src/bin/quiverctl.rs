@@ -320,7 +320,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("row {row}\t{:.2} ms\t{}", result.took_ms, hits.join(" "));
             }
         }
-        Command::Compact { name } => print(&client.compact(&name).await?),
+        Command::Compact { name } => {
+            // Large shards compact for longer than one request waits: ask again
+            // (joining the running compaction) until every shard is done.
+            let started = std::time::Instant::now();
+            let mut merges = 0;
+            loop {
+                let mut answer = client.compact_once(&name).await?;
+                merges += answer["merges"].as_u64().unwrap_or(0);
+                if answer["done"] != serde_json::Value::Bool(false) {
+                    answer["merges"] = merges.into();
+                    print(&answer);
+                    break;
+                }
+                eprintln!(
+                    "compacting {name}: shards {} still running ({:.0} s)",
+                    answer["running_shards"],
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
         Command::Drain { node } => print(&client.drain(&node).await?),
         Command::Orphans => print(&client.orphans().await?),
         Command::Meta { command } => {

@@ -533,3 +533,110 @@ async fn api_keys_are_enforced_per_access_level() {
         "keys never logged"
     );
 }
+
+/// A compaction outlasting the gateway's wait answers `202 {"done": false}`
+/// and goes on; asking again joins it until `200 {"done": true}`; quiverctl
+/// does the asking by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_compaction_answers_202_and_goes_on() {
+    let directory = tempfile::tempdir().unwrap();
+    let config = directory.path().join("quiver.toml");
+    // Wait 1 ms for the merges (each takes longer: downloads, a build, an
+    // upload, a commit); flush every 200 ms; no background merges.
+    std::fs::write(
+        &config,
+        "[gateway]\ncompact_wait_ms = 1\n\n[indexer]\nflush_interval_ms = 200\nmerge_factor = 1000\n",
+    )
+    .unwrap();
+    let server = Standalone::start_with(
+        &directory.path().join("data"),
+        crate::support::StartOptions {
+            args: vec!["--config".into(), config.display().to_string()],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    create(&server, "long").await;
+    let described = || async {
+        let (_, body) = server.call("GET", "/v1/collections/long", None).await;
+        (
+            body["segments"].as_u64().unwrap(),
+            body["wal_tail_rows"].as_u64().unwrap(),
+        )
+    };
+    let wait_flushed = |at_least: u64| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (segments, unflushed) = described().await;
+            if segments >= at_least && unflushed == 0 {
+                return segments;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not flushed: {segments} segments, {unflushed} rows unflushed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let mut flushed = 0;
+    for round in 0..4u64 {
+        let (status, body) = upsert(&server, "long", round * 150..(round + 1) * 150).await;
+        assert_eq!(status, 200, "{body}");
+        flushed = wait_flushed(flushed + 1).await;
+    }
+    assert!(flushed >= 4, "{flushed} segments");
+
+    let (status, body) = server
+        .call("POST", "/admin/v1/collections/long/compact", None)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["done"], false);
+    assert!(
+        !body["running_shards"].as_array().unwrap().is_empty(),
+        "{body}"
+    );
+    let mut merges = body["merges"].as_u64().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = server
+            .call("POST", "/admin/v1/collections/long/compact", None)
+            .await;
+        merges += body["merges"].as_u64().unwrap();
+        if status == 200 {
+            assert_eq!(body["done"], true, "{body}");
+            break;
+        }
+        assert_eq!(status, 202, "{body}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "compaction never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every shard (4 segments each) merged down to one segment.
+    assert!(merges >= 2, "merges reported: {merges}");
+    assert_eq!(described().await.0, 2);
+    for id in [0, 299, 599] {
+        assert_eq!(top_hit(&server, "long", id).await, Some(id));
+    }
+
+    // quiverctl asks again by itself and prints the final answer.
+    let (status, body) = upsert(&server, "long", 600..900).await;
+    assert_eq!(status, 200, "{body}");
+    wait_flushed(3).await;
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quiverctl"))
+        .args(["--endpoint", &server.base_url(), "compact", "long"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(answer["done"], true, "{stdout}");
+    assert!(answer["merges"].as_u64().unwrap() >= 1, "{stdout}");
+    assert_eq!(described().await.0, 2);
+}
