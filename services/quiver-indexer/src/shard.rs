@@ -87,6 +87,12 @@ struct Shared {
     /// Serialises manifest changes (flushes, merges, resyncs) of this shard.
     manifest_lock: tokio::sync::Mutex<()>,
     flush_wanted: Notify,
+    /// Wakes the merge loop after a flush added a segment.
+    merge_wanted: Notify,
+    /// One merge plan at a time: the background merges and an admin
+    /// compaction would otherwise plan over the same segments, and the one
+    /// that commits second finds its sources gone.
+    merge_lock: tokio::sync::Mutex<()>,
     stopping: std::sync::atomic::AtomicBool,
 }
 
@@ -152,12 +158,15 @@ impl ShardWriter {
             state: Mutex::new(state),
             manifest_lock: tokio::sync::Mutex::new(()),
             flush_wanted: Notify::new(),
+            merge_wanted: Notify::new(),
+            merge_lock: tokio::sync::Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),
         });
         let (commit_sender, commit_receiver) = mpsc::channel(1024);
         let tasks = vec![
             tokio::spawn(commit_loop(shared.clone(), commit_receiver)),
             tokio::spawn(maintenance_loop(shared.clone())),
+            tokio::spawn(merge_loop(shared.clone())),
         ];
         Ok(ShardWriter {
             shared,
@@ -656,20 +665,48 @@ async fn maintenance_loop(shared: Arc<Shared>) {
         }
         let flushed = flush_once(&shared).await;
         shared.update_gauges();
-        if let Err(error) = flushed {
-            tracing::warn!(shard = %shared.shard, %error, "flush failed; will retry");
-            continue;
+        match flushed {
+            Ok(true) => shared.merge_wanted.notify_one(),
+            Ok(false) => {}
+            Err(error) => tracing::warn!(shard = %shared.shard, %error, "flush failed; will retry"),
         }
-        let plan = {
-            let state = shared.lock_state();
-            plan_merges(&state.index, &shared.config, false)
-        };
-        if let Some(plan) = plan
-            && let Err(error) = merge_once(&shared, plan).await
-        {
-            tracing::warn!(shard = %shared.shard, %error, "merge failed; will retry");
+    }
+}
+
+/// Merges in the background, beside the flushes: a merge of large segments
+/// takes minutes, and flushes waiting behind it would let unflushed rows pile
+/// up to the backpressure bound and refuse writes.
+async fn merge_loop(shared: Arc<Shared>) {
+    let interval = Duration::from_millis(shared.config.flush_interval_ms);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shared.merge_wanted.notified() => {}
         }
-        shared.update_gauges();
+        loop {
+            if shared.stopping() || shared.lock_state().fenced {
+                return;
+            }
+            if shared.lock_state().poisoned.is_some() {
+                break;
+            }
+            let _merging = shared.merge_lock.lock().await;
+            let plan = {
+                let state = shared.lock_state();
+                plan_merges(&state.index, &shared.config, false)
+            };
+            let Some(plan) = plan else { break };
+            let merged = merge_once(&shared, plan).await;
+            shared.update_gauges();
+            match merged {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(error) => {
+                    tracing::warn!(shard = %shared.shard, %error, "merge failed; will retry");
+                    break;
+                }
+            }
+        }
     }
 }
 
@@ -908,6 +945,8 @@ fn new_segment_id(through: WalPosition, level: &str) -> String {
 /// Flushes, then merges every segment it can, one merge after the other.
 async fn compact_all(shared: &Shared) -> IndexerResult<usize> {
     flush_once(shared).await?;
+    // Waits for a background merge in flight, and holds the others off.
+    let _merging = shared.merge_lock.lock().await;
     let mut merges = 0;
     loop {
         let plan = {
