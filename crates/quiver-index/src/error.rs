@@ -22,8 +22,12 @@ pub enum IndexError {
         actual: usize,
     },
     /// A vector contains NaN or an infinity.
-    #[error("vector for row {row} has a non-finite value at position {position}")]
-    NonFinite { row: usize, position: usize },
+    #[error("vector for row {row} has a non-finite value at position {position} ({value})")]
+    NonFinite {
+        row: usize,
+        position: usize,
+        value: f32,
+    },
     /// A parameter or input is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

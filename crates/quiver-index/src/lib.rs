@@ -34,5 +34,5 @@ pub use search::{Hit, RowFilter, SearchScratch, SearchStats, merge_hits};
 pub use source::{AccessPattern, ByteSource, DirectSession, MemorySource, MmapSource, ReadSession};
 pub use writer::{
     BuildProgress, BuildStage, PointId, SegmentHeader, SegmentSpec, SegmentSummary, SegmentWriter,
-    validate_point, validate_vector,
+    validate_id, validate_point, validate_vector,
 };

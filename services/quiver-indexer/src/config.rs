@@ -1,6 +1,15 @@
 //! Knobs of the write path.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Reads a size written as a number of bytes or as `64KiB`, `8MiB` (the form
+/// every other size of the config file takes).
+fn size_bytes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
+    let size = bytesize::ByteSize::deserialize(deserializer)?;
+    usize::try_from(size.as_u64()).map_err(|_| {
+        serde::de::Error::custom(format!("{} bytes do not fit this machine", size.as_u64()))
+    })
+}
 
 /// How an indexer batches, flushes and merges. Every field has a default that
 /// suits real workloads; the config file may override any of them.
@@ -15,6 +24,10 @@ pub struct IndexerConfig {
     pub flush_interval_ms: u64,
     /// ... or as soon as this many rows wait.
     pub flush_rows: usize,
+    /// A point whose payload (JSON text) is larger than this is refused
+    /// (INVALID_ARGUMENT); keep it equal to the gateway's `max_payload_bytes`.
+    #[serde(deserialize_with = "size_bytes")]
+    pub max_payload_bytes: usize,
     /// Writes are refused (RESOURCE_EXHAUSTED) while this many rows wait.
     pub max_unflushed_rows: usize,
     /// Segments of one size tier merged at once.
@@ -47,6 +60,7 @@ impl Default for IndexerConfig {
             commit_max_bytes: 8 << 20,
             flush_interval_ms: 5_000,
             flush_rows: 20_000,
+            max_payload_bytes: 64 << 10,
             max_unflushed_rows: 200_000,
             merge_factor: 8,
             max_segment_rows: 2_000_000,
@@ -65,6 +79,9 @@ impl IndexerConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.commit_max_bytes == 0 || self.flush_rows == 0 {
             return Err("commit_max_bytes and flush_rows must be positive".into());
+        }
+        if self.max_payload_bytes == 0 {
+            return Err("max_payload_bytes must be at least 1, got 0".into());
         }
         if self.max_unflushed_rows < self.flush_rows {
             return Err(format!(
@@ -88,5 +105,32 @@ impl IndexerConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_payload_bytes_takes_a_number_or_a_size_and_refuses_zero() {
+        let config: IndexerConfig =
+            serde_json::from_value(serde_json::json!({"max_payload_bytes": "1KiB"})).unwrap();
+        assert_eq!(config.max_payload_bytes, 1024);
+        let config: IndexerConfig =
+            serde_json::from_value(serde_json::json!({"max_payload_bytes": 2048})).unwrap();
+        assert_eq!(config.max_payload_bytes, 2048);
+        assert_eq!(IndexerConfig::default().max_payload_bytes, 64 << 10);
+        let error = serde_json::from_value::<IndexerConfig>(
+            serde_json::json!({"max_payload_bytes": "lots"}),
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("lots"), "{error}");
+        let zero = IndexerConfig {
+            max_payload_bytes: 0,
+            ..IndexerConfig::default()
+        };
+        let error = zero.validate().unwrap_err();
+        assert!(error.contains("max_payload_bytes"), "{error}");
     }
 }

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use quiver_index::{IdType, PointId};
 use quiver_meta::{MetaClient, NodeIdentity, keep_registered};
-use quiver_proto::convert::{point_id, segment_spec};
+use quiver_proto::convert::{point_id, segment_spec, shard_of};
 use quiver_proto::data::indexer_server::{Indexer, IndexerServer};
 use quiver_proto::data::{self, write_record};
 use quiver_proto::{ErrorCode, meta as pb};
@@ -30,6 +31,10 @@ use crate::shard::ShardWriter;
 
 /// Largest gRPC message accepted (a write batch).
 const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// How long a call for a shard this node does not write waits for the metadata
+/// service to say why.
+const EXPLAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Settings of an indexer node.
 #[derive(Clone, Debug)]
@@ -67,7 +72,37 @@ impl IndexerNodeConfig {
 
 struct OpenShard {
     writer: Arc<ShardWriter>,
+    /// What routes an id to this shard: `shard_of(id, shard_count)`, for ids of
+    /// the collection's type.
+    placement: Placement,
     last_renewal: Instant,
+}
+
+/// The collection facts a write's ids are checked against.
+#[derive(Clone, Copy)]
+struct Placement {
+    shard: u32,
+    shard_count: u32,
+    id_type: IdType,
+}
+
+impl Placement {
+    /// Refuses an id that hashes to another shard: written here, it would live
+    /// in two shards once written again through the gateway.
+    fn check(&self, index: usize, id: &PointId) -> Result<(), Status> {
+        let of_this_type = matches!(
+            (id, self.id_type),
+            (PointId::U64(_), IdType::U64) | (PointId::String(_), IdType::String)
+        );
+        let owner = shard_of(id, self.shard_count);
+        if of_this_type && owner != self.shard {
+            return Err(Status::invalid_argument(format!(
+                "records[{index}]: id {id} belongs to shard {owner} of the collection's {} shards, not to shard {} (hash of the id modulo the shard count)",
+                self.shard_count, self.shard
+            )));
+        }
+        Ok(())
+    }
 }
 
 struct NodeState {
@@ -273,6 +308,14 @@ async fn lease_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) 
                     continue;
                 }
             };
+            let placement = Placement {
+                shard: shard.shard,
+                shard_count: collection
+                    .spec
+                    .as_ref()
+                    .map_or(1, |spec| spec.shards.max(1)),
+                id_type: spec.id_type,
+            };
             let catalog = Arc::new(MetaCatalog::new(state.meta.clone()));
             match ShardWriter::open(
                 shard.clone(),
@@ -294,6 +337,7 @@ async fn lease_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) 
                             shard.clone(),
                             OpenShard {
                                 writer: Arc::new(writer),
+                                placement,
                                 last_renewal: Instant::now() - state.config.lease_ttl,
                             },
                         );
@@ -451,19 +495,89 @@ struct IndexerGrpc {
 }
 
 impl IndexerGrpc {
-    fn writer(&self, shard: Option<&pb::ShardRef>) -> Result<Arc<ShardWriter>, Status> {
+    async fn writer(&self, shard: Option<&pb::ShardRef>) -> Result<Arc<ShardWriter>, Status> {
+        self.open_shard(shard).await.map(|(writer, _)| writer)
+    }
+
+    async fn open_shard(
+        &self,
+        shard: Option<&pb::ShardRef>,
+    ) -> Result<(Arc<ShardWriter>, Placement), Status> {
         let shard = shard.ok_or_else(|| Status::invalid_argument("`shard` is required"))?;
-        let reference = shard_from_proto(shard);
-        let shards = self.state.shards.read().unwrap_or_else(|p| p.into_inner());
-        shards
-            .get(&reference)
-            .map(|open| open.writer.clone())
-            .ok_or_else(|| {
-                Status::unavailable(format!(
-                    "shard {reference} is not written by indexer `{}` (its lease is elsewhere or not open yet)",
-                    self.state.config.node_id
-                ))
-            })
+        let open = {
+            let shards = self.state.shards.read().unwrap_or_else(|p| p.into_inner());
+            shards
+                .get(&shard_from_proto(shard))
+                .map(|open| (open.writer.clone(), open.placement))
+        };
+        match open {
+            Some(open) => Ok(open),
+            None => Err(self.why_not_open(shard).await),
+        }
+    }
+
+    /// Says why this node has no writer for `shard`, from a fresh routing table:
+    /// the collection or shard does not exist (NOT_FOUND), another indexer holds
+    /// the lease (FAILED_PRECONDITION: the caller re-routes), or the lease is
+    /// this node's or nobody's and the writer is not open yet (UNAVAILABLE: retry).
+    async fn why_not_open(&self, shard: &pb::ShardRef) -> Status {
+        let node_id = &self.state.config.node_id;
+        let (collection_id, number) = (shard.collection_id, shard.shard);
+        let routing = match tokio::time::timeout(
+            EXPLAIN_TIMEOUT,
+            self.state.meta.get_routing("", true),
+        )
+        .await
+        {
+            Ok(Ok(routing)) => routing,
+            Ok(Err(error)) => {
+                return Status::unavailable(format!(
+                    "shard {number} of collection id {collection_id} is not open on indexer `{node_id}`, and the metadata service cannot say why: {error}"
+                ));
+            }
+            Err(_) => {
+                return Status::unavailable(format!(
+                    "shard {number} of collection id {collection_id} is not open on indexer `{node_id}`, and the metadata service did not answer within {} ms",
+                    EXPLAIN_TIMEOUT.as_millis()
+                ));
+            }
+        };
+        let Some(collection) = routing
+            .collections
+            .iter()
+            .find(|collection| collection.collection_id == collection_id)
+        else {
+            return Status::not_found(format!(
+                "collection id {collection_id} does not exist (never created, or dropped)"
+            ));
+        };
+        let (name, shard_count) = collection
+            .spec
+            .as_ref()
+            .map_or(("", 1), |spec| (spec.name.as_str(), spec.shards.max(1)));
+        if number >= shard_count {
+            return Status::not_found(format!(
+                "shard {number} of collection `{name}` (id {collection_id}) does not exist: the collection has {shard_count} shard(s), numbered from 0"
+            ));
+        }
+        let lease = routing
+            .shards
+            .iter()
+            .find(|routed| routed.shard.as_ref() == Some(shard))
+            .and_then(|routed| routed.lease.as_ref());
+        match lease {
+            Some(lease) if lease.holder != *node_id => Status::failed_precondition(format!(
+                "shard {number} of collection `{name}` (id {collection_id}) is leased to indexer `{}` at epoch {}, not to `{node_id}`",
+                lease.holder, lease.epoch
+            )),
+            Some(lease) => Status::unavailable(format!(
+                "shard {number} of collection `{name}` (id {collection_id}) is leased to this indexer `{node_id}` at epoch {}, but its writer is not open yet; retry shortly",
+                lease.epoch
+            )),
+            None => Status::unavailable(format!(
+                "shard {number} of collection `{name}` (id {collection_id}) has no indexer lease right now; retry shortly"
+            )),
+        }
     }
 }
 
@@ -474,26 +588,37 @@ impl Indexer for IndexerGrpc {
         request: Request<data::WriteRequest>,
     ) -> Result<Response<data::WriteResponse>, Status> {
         let request = request.into_inner();
-        let writer = self.writer(request.shard.as_ref())?;
+        let (writer, placement) = self.open_shard(request.shard.as_ref()).await?;
         let mut records = Vec::with_capacity(request.records.len());
         for (index, record) in request.records.into_iter().enumerate() {
             let record = match record.op {
                 Some(write_record::Op::Upsert(point)) => {
                     let id = point.id.as_ref().and_then(point_id).ok_or_else(|| {
-                        Status::invalid_argument(format!("point {index} has no id"))
+                        Status::invalid_argument(format!(
+                            "records[{index}].upsert has no id (set `num` or `text`)"
+                        ))
                     })?;
+                    placement.check(index, &id)?;
                     WalRecord::Upsert {
                         id,
                         vector: point.vector,
                         payload: point.payload_json,
                     }
                 }
-                Some(write_record::Op::Delete(id)) => WalRecord::Delete {
-                    id: point_id(&id).ok_or_else(|| {
-                        Status::invalid_argument(format!("delete {index} has no id"))
-                    })?,
-                },
-                None => return Err(Status::invalid_argument(format!("record {index} is empty"))),
+                Some(write_record::Op::Delete(id)) => {
+                    let id = point_id(&id).ok_or_else(|| {
+                        Status::invalid_argument(format!(
+                            "records[{index}].delete has no id (set `num` or `text`)"
+                        ))
+                    })?;
+                    placement.check(index, &id)?;
+                    WalRecord::Delete { id }
+                }
+                None => {
+                    return Err(Status::invalid_argument(format!(
+                        "records[{index}] has neither `upsert` nor `delete`"
+                    )));
+                }
             };
             records.push(record);
         }
@@ -511,7 +636,7 @@ impl Indexer for IndexerGrpc {
         &self,
         request: Request<data::ShardRequest>,
     ) -> Result<Response<data::FlushResponse>, Status> {
-        let writer = self.writer(request.get_ref().shard.as_ref())?;
+        let writer = self.writer(request.get_ref().shard.as_ref()).await?;
         let flushed = writer.flush().await.map_err(|error| status_of(&error))?;
         Ok(Response::new(data::FlushResponse { flushed }))
     }
@@ -520,7 +645,7 @@ impl Indexer for IndexerGrpc {
         &self,
         request: Request<data::ShardRequest>,
     ) -> Result<Response<data::CompactResponse>, Status> {
-        let writer = self.writer(request.get_ref().shard.as_ref())?;
+        let writer = self.writer(request.get_ref().shard.as_ref()).await?;
         let merges = writer.compact().await.map_err(|error| status_of(&error))?;
         Ok(Response::new(data::CompactResponse {
             merges: merges as u32,

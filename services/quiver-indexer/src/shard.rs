@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use quiver_index::{PointId, SegmentSpec, validate_point};
+use quiver_index::{PointId, SegmentSpec, validate_id, validate_point};
 use quiver_storage::{Storage, WalBatch, WalRecord, keys};
 use roaring::RoaringBitmap;
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -31,7 +31,6 @@ use crate::merge::{MergePlan, plan_merges};
 use crate::metrics::METRICS;
 use crate::segments::{
     RowRef, ShardIndex, build_segment, download_segment, encode_deletes, load_deletes,
-    parse_payload,
 };
 
 /// How often an ambiguous commit is re-checked against the manifest.
@@ -190,29 +189,7 @@ impl ShardWriter {
     /// with whatever else arrived in the same window, and returns the batch's
     /// position. Nothing of an invalid request is written.
     pub async fn write(&self, records: Vec<WalRecord>) -> IndexerResult<WalPosition> {
-        if records.is_empty() {
-            return Err(IndexerError::InvalidArgument(
-                "no points in the request".into(),
-            ));
-        }
-        let mut bytes = 0;
-        for (index, record) in records.iter().enumerate() {
-            if let WalRecord::Upsert {
-                id,
-                vector,
-                payload,
-            } = record
-            {
-                let parsed = parse_payload(payload).map_err(|_| {
-                    IndexerError::InvalidArgument(format!("payload of point {index} is not JSON"))
-                })?;
-                validate_point(&self.shared.spec, index, id, vector, parsed.as_ref())
-                    .map_err(|error| IndexerError::InvalidArgument(error.to_string()))?;
-                bytes += vector.len() * 4 + payload.len() + 16;
-            } else {
-                bytes += 16;
-            }
-        }
+        let bytes = self.validate(&records)?;
         {
             let state = self.shared.lock_state();
             self.shared.check_writable(&state)?;
@@ -240,6 +217,61 @@ impl ShardWriter {
         answer
             .await
             .map_err(|_| IndexerError::ShardClosed(self.shared.shard.clone()))?
+    }
+
+    /// Checks every record of a write against the collection and the limits;
+    /// returns the bytes the write adds to a WAL batch. Errors name the record
+    /// (by its index in the request), the field and the value or limit.
+    fn validate(&self, records: &[WalRecord]) -> IndexerResult<usize> {
+        if records.is_empty() {
+            return Err(IndexerError::InvalidArgument(
+                "the request has no records: an upsert needs at least one point, a delete at least one id"
+                    .into(),
+            ));
+        }
+        let spec = &self.shared.spec;
+        let max_payload_bytes = self.shared.config.max_payload_bytes;
+        let invalid = |error: quiver_index::IndexError| {
+            let text = error.to_string();
+            IndexerError::InvalidArgument(
+                text.strip_prefix("invalid argument: ")
+                    .map(str::to_string)
+                    .unwrap_or(text),
+            )
+        };
+        let mut bytes = 0;
+        for (index, record) in records.iter().enumerate() {
+            match record {
+                WalRecord::Upsert {
+                    id,
+                    vector,
+                    payload,
+                } => {
+                    if payload.len() > max_payload_bytes {
+                        return Err(IndexerError::InvalidArgument(format!(
+                            "payload of point {index} has {} bytes; the limit is {max_payload_bytes} bytes (max_payload_bytes)",
+                            payload.len()
+                        )));
+                    }
+                    let parsed: Option<serde_json::Value> = if payload.is_empty() {
+                        None
+                    } else {
+                        Some(serde_json::from_slice(payload).map_err(|error| {
+                            IndexerError::InvalidArgument(format!(
+                                "payload of point {index} is not JSON: {error}"
+                            ))
+                        })?)
+                    };
+                    validate_point(spec, index, id, vector, parsed.as_ref()).map_err(invalid)?;
+                    bytes += vector.len() * 4 + payload.len() + 16;
+                }
+                WalRecord::Delete { id } => {
+                    validate_id(spec, index, id).map_err(invalid)?;
+                    bytes += 16;
+                }
+            }
+        }
+        Ok(bytes)
     }
 
     /// Flushes every committed write now; returns true when something was flushed.

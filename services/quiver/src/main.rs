@@ -202,6 +202,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(section) = &file.searcher {
         section.validate()?;
     }
+    if let Some(section) = &file.indexer {
+        section
+            .validate()
+            .map_err(|reason| anyhow::anyhow!("[indexer] {reason}"))?;
+    }
     let meta_config = match &cli.command {
         RoleCommand::Meta { meta, .. } => Some(meta_config(meta, file.meta.clone())?),
         _ => None,

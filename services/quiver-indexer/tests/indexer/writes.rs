@@ -97,7 +97,7 @@ async fn bad_writes_are_refused_and_write_nothing() {
     let catalog = Arc::new(MemoryCatalog::default());
     let writer = open_writer(&storage, &catalog, 1, manual_config()).await;
     let cases: Vec<(Vec<WalRecord>, &str)> = vec![
-        (Vec::new(), "no points"),
+        (Vec::new(), "the request has no records"),
         (
             vec![
                 upsert(1, 0),
@@ -144,6 +144,23 @@ async fn bad_writes_are_refused_and_write_nothing() {
                 payload: b"{not json".to_vec(),
             }],
             "not JSON",
+        ),
+        (
+            vec![WalRecord::Upsert {
+                id: PointId::U64(2),
+                vector: vector(2, 0),
+                payload: format!(r#"{{"text": "{}"}}"#, "x".repeat(64 << 10)).into_bytes(),
+            }],
+            "has 65548 bytes; the limit is 65536 bytes (max_payload_bytes)",
+        ),
+        (
+            vec![
+                delete(1),
+                WalRecord::Delete {
+                    id: PointId::String("1".into()),
+                },
+            ],
+            "id \"1\" of row 1 is a string",
         ),
     ];
     for (records, message) in cases {

@@ -132,8 +132,9 @@ fn bad_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::Result<(
     Ok(())
 }
 
-/// The gateway and standalone roles: bad `[gateway]` sections and bad TLS files
-/// stop them at start with one line naming the key or the file.
+/// The gateway and standalone roles: bad `[gateway]`, `[searcher]` and
+/// `[indexer]` sections and bad TLS files stop them at start with one line
+/// naming the key or the file.
 #[test]
 fn bad_gateway_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::Result<()> {
     let directory = tempfile::tempdir()?;
@@ -155,6 +156,11 @@ fn bad_gateway_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::
     let searcher_backoff = write(
         "searcher_backoff.toml",
         "[searcher]\nwatch_initial_backoff_ms = 9000\nwatch_max_backoff_ms = 100\n",
+    )?;
+    let indexer_zero = write("indexer_zero.toml", "[indexer]\nmax_payload_bytes = 0\n")?;
+    let indexer_size = write(
+        "indexer_size.toml",
+        "[indexer]\nmax_payload_bytes = \"roomy\"\n",
     )?;
     let key_only = write(
         "key_only.toml",
@@ -220,6 +226,11 @@ fn bad_gateway_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::
             standalone(&["--config", &searcher_backoff]),
             "watch_initial_backoff_ms exceeds watch_max_backoff_ms",
         ),
+        (
+            standalone(&["--config", &indexer_zero]),
+            "[indexer] max_payload_bytes must be at least 1, got 0",
+        ),
+        (standalone(&["--config", &indexer_size]), "roomy"),
         (
             standalone(&["--config", &key_only]),
             "--tls-key needs --tls-cert",
