@@ -12,6 +12,14 @@
 //! (and the slot is not evicted) or sees the mark and takes the slow path. Region
 //! memory is written only while `Filling` (by the one filler) and read only while
 //! pinned `Ready` — so a slice handed to a reader never changes under it.
+//!
+//! Checksums follow the bytes: once a segment is open, its object carries the
+//! segment's chunk checksums, and each fill of a region is checked against them
+//! (every chunk lying in the region, completed from the neighbouring regions or the
+//! store) before the first reader of that object gets any of its bytes — once per
+//! fill, so a region fetched again after an eviction is checked again, and the hit
+//! path only reads one flag. A fill that fails is dropped and fetched once more;
+//! failing again, the read fails naming the object.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -20,9 +28,11 @@ use std::fs::OpenOptions;
 use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
-use quiver_index::{AccessPattern, ByteSource, IndexError, IndexResult, ReadSession};
+use quiver_index::{
+    AccessPattern, ByteSource, ChunkChecksums, IndexError, IndexResult, ReadSession, SegmentChunk,
+};
 use quiver_storage::Storage;
 use tokio::runtime::Handle;
 
@@ -102,6 +112,14 @@ impl FillSignal {
     }
 }
 
+/// A chunk that did not match its checksum while a region was checked.
+struct ChecksumMismatch {
+    chunk: SegmentChunk,
+    /// Cached neighbouring fills that held part of the chunk and were not checked
+    /// themselves: (region, slot, generation).
+    suspects: Vec<(u64, usize, u64)>,
+}
+
 enum SlotStatus {
     Free,
     Filling(Arc<FillSignal>),
@@ -146,6 +164,9 @@ struct SlotCounters {
     /// Set when a reader found the region's bytes damaged: the slot left the
     /// index, and sessions still holding it refuse to read from it.
     discarded: AtomicBool,
+    /// Set once the current fill passed its object's chunk checksums; cleared
+    /// whenever the slot changes hands, so every fill is checked anew.
+    verified: AtomicBool,
 }
 
 struct State {
@@ -362,6 +383,7 @@ impl BlobCache {
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
             hints: Mutex::new(Vec::new()),
+            checksums: OnceLock::new(),
         })
     }
 
@@ -386,6 +408,7 @@ impl BlobCache {
             boundary_copies: load(&counters.boundary_copies),
             fill_errors: load(&counters.fill_errors),
             discarded_regions: load(&counters.discards),
+            check_bytes_fetched: load(&counters.check_bytes_fetched),
             pinned_regions: {
                 let pinned = self.inner.pinned_regions();
                 METRICS.pinned_regions.set(pinned as i64);
@@ -572,6 +595,7 @@ impl Inner {
             counters.generation.fetch_add(1, Ordering::AcqRel);
             counters.frequency.store(0, Ordering::Relaxed);
             counters.discarded.store(false, Ordering::Release);
+            counters.verified.store(false, Ordering::Release);
             // A discarded slot left the index already; its key may name a newer fill.
             if let Some(key) = state.slots[victim].key.take()
                 && state.index.get(&key) == Some(&victim)
@@ -645,6 +669,7 @@ impl Inner {
             let counters = &self.slot_counters[slot];
             counters.pins.fetch_add(1, Ordering::AcqRel);
             counters.frequency.store(1, Ordering::Relaxed);
+            counters.verified.store(false, Ordering::Release);
             state.index.insert(key.clone(), slot);
             drop(state);
             return self.fill(&key, slot, &signal);
@@ -731,6 +756,12 @@ impl Inner {
     /// damaged): the next reader fetches it again; the old slot is recycled once
     /// its readers are gone, and sessions still holding it get an error.
     fn discard(&self, object: &Arc<ObjectIdentity>, region: u64) {
+        self.discard_fill(object, region, None);
+    }
+
+    /// Like [`Inner::discard`], but when `fill` (slot, generation) is given, only if
+    /// the region is still that fill (a newer fill was not found damaged).
+    fn discard_fill(&self, object: &Arc<ObjectIdentity>, region: u64, fill: Option<(usize, u64)>) {
         let key = RegionKey {
             object: object.clone(),
             region,
@@ -742,8 +773,13 @@ impl Inner {
         if !matches!(state.slots[slot].status, SlotStatus::Ready) {
             return;
         }
-        state.index.remove(&key);
         let counters = &self.slot_counters[slot];
+        if fill.is_some_and(|(expected_slot, generation)| {
+            expected_slot != slot || counters.generation.load(Ordering::Acquire) != generation
+        }) {
+            return;
+        }
+        state.index.remove(&key);
         counters.discarded.store(true, Ordering::Release);
         counters.generation.fetch_add(1, Ordering::AcqRel);
         counters.frequency.store(0, Ordering::Relaxed);
@@ -751,6 +787,164 @@ impl Inner {
         self.counters
             .add(&self.counters.discards, &METRICS.discards, 1);
         tracing::warn!(key = %object.key, region, "cached region failed its checksum; dropped, to be fetched again");
+    }
+
+    /// Pins region `region` of `object` if it is cached and ready, without filling
+    /// it or counting an access (a look at a neighbour of a region being checked).
+    /// Returns the guard and the fill's generation.
+    fn pin_resident(
+        &self,
+        object: &Arc<ObjectIdentity>,
+        region: u64,
+    ) -> Option<(RegionGuard<'_>, u64)> {
+        let key = RegionKey {
+            object: object.clone(),
+            region,
+        };
+        let state = self.lock();
+        let &slot = state.index.get(&key)?;
+        if !matches!(state.slots[slot].status, SlotStatus::Ready) {
+            return None;
+        }
+        // Under the lock nobody evicts, so this pin always holds.
+        let counters = &self.slot_counters[slot];
+        counters.pins.fetch_add(1, Ordering::AcqRel);
+        let generation = counters.generation.load(Ordering::Acquire);
+        drop(state);
+        let guard = RegionGuard {
+            inner: self,
+            slot,
+            length: counters.length.load(Ordering::Acquire),
+            filled: false,
+        };
+        Some((guard, generation))
+    }
+
+    /// Returns neighbour region `region` of `object` pinned, for a check that needs
+    /// `part_bytes` of it: when it is cached, or when the part is at least half a
+    /// region (small regions: the chunk spans several, and they are filled as
+    /// reading the chunk would) and a slot is free for it. `None`: fetch the part
+    /// alone. With the fill's generation.
+    fn neighbour_for_check(
+        &self,
+        object: &Arc<ObjectIdentity>,
+        region: u64,
+        part_bytes: u64,
+    ) -> CacheResult<Option<(RegionGuard<'_>, u64)>> {
+        if let Some(resident) = self.pin_resident(object, region) {
+            return Ok(Some(resident));
+        }
+        if part_bytes * 2 < self.region_bytes as u64 {
+            return Ok(None);
+        }
+        match self.acquire(object, region) {
+            Ok(guard) => {
+                let generation = self.slot_counters[guard.slot]
+                    .generation
+                    .load(Ordering::Acquire);
+                Ok(Some((guard, generation)))
+            }
+            Err(CacheError::Full { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Checks every chunk of `checksums` lying (partly) in region `region` of
+    /// `object`, whose fill `guard` pins. A chunk's parts outside the region are
+    /// read from the neighbouring regions (cached, or filled when they are small
+    /// next to the chunk), else fetched from the object store (and not kept).
+    /// Returns the first chunk that does not match, with the neighbours it was read
+    /// from that are not checked themselves (the damage may be theirs).
+    fn check_region(
+        &self,
+        object: &Arc<ObjectIdentity>,
+        region: u64,
+        guard: &RegionGuard<'_>,
+        checksums: &ChunkChecksums,
+    ) -> CacheResult<Option<ChecksumMismatch>> {
+        let region_bytes = self.region_bytes as u64;
+        let region_start = region * region_bytes;
+        let bytes = guard.bytes();
+        let region_end = region_start + bytes.len() as u64;
+        for chunk in checksums.overlapping(region_start..region_end) {
+            let mut crc = 0u32;
+            let mut suspects = Vec::new();
+            // Consecutive parts that are not cached, fetched in one request.
+            let mut to_fetch: Option<Range<u64>> = None;
+            let end = chunk.end.min(object.size);
+            let mut position = chunk.start;
+            while position < end {
+                let part_region = self.region_of(position);
+                let part_region_start = part_region * region_bytes;
+                let part_end = (part_region_start + region_bytes).min(end);
+                let local = (position - part_region_start) as usize
+                    ..(part_end - part_region_start) as usize;
+                let neighbour = if part_region == region {
+                    None
+                } else {
+                    self.neighbour_for_check(object, part_region, part_end - position)?
+                };
+                if part_region != region && neighbour.is_none() {
+                    to_fetch = Some(to_fetch.map_or(position, |range| range.start)..part_end);
+                    position = part_end;
+                    continue;
+                }
+                if let Some(range) = to_fetch.take() {
+                    crc = self.crc_of_fetched(object, crc, range)?;
+                }
+                match neighbour {
+                    None => crc = crc32c::crc32c_append(crc, &bytes[local]),
+                    Some((neighbour, generation)) => {
+                        crc = crc32c::crc32c_append(crc, &neighbour.bytes()[local]);
+                        if !self.slot_counters[neighbour.slot]
+                            .verified
+                            .load(Ordering::Acquire)
+                        {
+                            suspects.push((part_region, neighbour.slot, generation));
+                        }
+                    }
+                }
+                position = part_end;
+            }
+            if let Some(range) = to_fetch.take() {
+                crc = self.crc_of_fetched(object, crc, range)?;
+            }
+            if end != chunk.end || crc != chunk.crc {
+                return Ok(Some(ChecksumMismatch {
+                    chunk: *chunk,
+                    suspects,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Fetches `range` of `object` (part of a chunk being checked, not kept) and
+    /// returns `crc` extended with its bytes.
+    fn crc_of_fetched(
+        &self,
+        object: &ObjectIdentity,
+        crc: u32,
+        range: Range<u64>,
+    ) -> CacheResult<u32> {
+        let length = range.end - range.start;
+        let fetched = self
+            .block_on(self.storage.get_range(&object.key, range.clone()))
+            .map_err(|error| {
+                self.counters
+                    .add(&self.counters.fill_errors, &METRICS.fill_errors, 1);
+                CacheError::Fill {
+                    key: object.key.clone(),
+                    region: self.region_of(range.start),
+                    message: error.to_string(),
+                }
+            })?;
+        self.counters.add(
+            &self.counters.check_bytes_fetched,
+            &METRICS.check_bytes_fetched,
+            length,
+        );
+        Ok(crc32c::crc32c_append(crc, &fetched))
     }
 
     fn advise_region(&self, slot: usize, pattern: AccessPattern) {
@@ -839,6 +1033,9 @@ pub struct CachedObject {
     /// `(generation << 24 | slot) + 1` (0 = unknown); checked on use.
     region_slots: Vec<std::sync::atomic::AtomicU64>,
     hints: Mutex<Vec<(Range<u64>, AccessPattern)>>,
+    /// The segment's chunk checksums, once a segment is open on this object: from
+    /// then on, no byte of an unchecked fill is handed out.
+    checksums: OnceLock<Arc<ChunkChecksums>>,
 }
 
 impl CachedObject {
@@ -862,10 +1059,7 @@ impl CachedObject {
             return Err(self.out_of_range(offset, length));
         };
         if self.inner.map.is_none() {
-            return self
-                .inner
-                .read_direct(&self.identity.key, offset..end)
-                .map(CacheBytes::Copied);
+            return self.read_through(offset..end).map(CacheBytes::Copied);
         }
         let region_bytes = self.inner.region_bytes as u64;
         let first = self.inner.region_of(offset);
@@ -903,9 +1097,62 @@ impl CachedObject {
     }
 
     fn index_error(&self, error: CacheError) -> IndexError {
-        IndexError::Io {
-            object: self.identity.key.clone(),
-            source: std::io::Error::other(error.to_string()),
+        match error {
+            CacheError::Damaged { key, region, chunk } => IndexError::Corrupted {
+                object: key,
+                reason: format!(
+                    "checksum mismatch in {chunk} (cache region {region}), also when fetched again"
+                ),
+            },
+            error => IndexError::Io {
+                object: self.identity.key.clone(),
+                source: std::io::Error::other(error.to_string()),
+            },
+        }
+    }
+
+    /// Reads `range` straight from the object store (read-through mode). Once the
+    /// object has checksums, the whole chunks under the range are fetched and
+    /// checked, so no read-through byte is unchecked either.
+    fn read_through(&self, range: Range<u64>) -> CacheResult<Vec<u8>> {
+        let key = &self.identity.key;
+        let Some(checksums) = self.checksums.get() else {
+            return self.inner.read_direct(key, range);
+        };
+        let chunks = checksums.overlapping(range.clone());
+        let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
+            return self.inner.read_direct(key, range);
+        };
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let fetched_range =
+            range.start.min(first.start)..range.end.max(last.end).min(self.identity.size);
+        let mut attempts = 0;
+        loop {
+            let mut fetched = self.inner.read_direct(key, fetched_range.clone())?;
+            let damaged = chunks.iter().find(|chunk| {
+                let local = (chunk.start - fetched_range.start) as usize
+                    ..(chunk.end - fetched_range.start) as usize;
+                fetched.get(local).is_none_or(|bytes| !chunk.matches(bytes))
+            });
+            let Some(chunk) = damaged else {
+                fetched.truncate((range.end - fetched_range.start) as usize);
+                fetched.drain(..(range.start - fetched_range.start) as usize);
+                return Ok(fetched);
+            };
+            attempts += 1;
+            self.inner
+                .counters
+                .add(&self.inner.counters.discards, &METRICS.discards, 1);
+            tracing::warn!(%key, %chunk, attempts, "bytes read through failed their checksum");
+            if attempts == 2 {
+                return Err(CacheError::Damaged {
+                    key: key.clone(),
+                    region: self.inner.region_of(range.start),
+                    chunk: chunk.to_string(),
+                });
+            }
         }
     }
 
@@ -956,10 +1203,18 @@ impl CachedObject {
         if hint != 0 {
             let (slot, generation) = (((hint - 1) & SLOT_MASK) as usize, (hint - 1) >> SLOT_BITS);
             if let Some(guard) = self.inner.try_pin(slot, generation) {
-                return Ok(guard);
+                // A fill remembered before the checksums came (read while the
+                // segment was being opened) is checked like any other first.
+                if self.checksums.get().is_none()
+                    || self.inner.slot_counters[slot]
+                        .verified
+                        .load(Ordering::Acquire)
+                {
+                    return Ok(guard);
+                }
             }
         }
-        let guard = self.inner.acquire(&self.identity, region)?;
+        let guard = self.acquire_verified(region)?;
         if guard.filled {
             self.advise_filled(region, guard.slot);
         }
@@ -971,6 +1226,54 @@ impl CachedObject {
             Ordering::Release,
         );
         Ok(guard)
+    }
+
+    /// Returns region `region` pinned, filling it on a miss; once the object has
+    /// checksums, only after its current fill has passed them (checked by the first
+    /// reader of each fill). A fill that fails is dropped, with the cached
+    /// neighbours that may hold the damage, and fetched once more; failing again,
+    /// the read fails with [`CacheError::Damaged`].
+    fn acquire_verified(&self, region: u64) -> CacheResult<RegionGuard<'_>> {
+        let Some(checksums) = self.checksums.get() else {
+            return self.inner.acquire(&self.identity, region);
+        };
+        let mut attempts = 0;
+        loop {
+            let guard = self.inner.acquire(&self.identity, region)?;
+            let counters = &self.inner.slot_counters[guard.slot];
+            if counters.verified.load(Ordering::Acquire) {
+                return Ok(guard);
+            }
+            let generation = counters.generation.load(Ordering::Acquire);
+            let Some(mismatch) =
+                self.inner
+                    .check_region(&self.identity, region, &guard, checksums)?
+            else {
+                counters.verified.store(true, Ordering::Release);
+                return Ok(guard);
+            };
+            // Another reader passed this very fill meanwhile: the damage was in the
+            // bytes this check fetched or borrowed, not in the region.
+            if counters.verified.load(Ordering::Acquire) {
+                return Ok(guard);
+            }
+            attempts += 1;
+            tracing::warn!(key = %self.identity.key, region, chunk = %mismatch.chunk, attempts, "region failed its checksum");
+            self.inner
+                .discard_fill(&self.identity, region, Some((guard.slot, generation)));
+            for (suspect, slot, generation) in mismatch.suspects {
+                self.inner
+                    .discard_fill(&self.identity, suspect, Some((slot, generation)));
+            }
+            drop(guard);
+            if attempts == 2 {
+                return Err(CacheError::Damaged {
+                    key: self.identity.key.clone(),
+                    region,
+                    chunk: mismatch.chunk.to_string(),
+                });
+            }
+        }
     }
 
     /// Gives a freshly filled region the advice recorded for its range (once per
@@ -1115,6 +1418,12 @@ impl ByteSource for CachedObject {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((offset..offset + length as u64, pattern));
+    }
+
+    fn verify_with(&self, checksums: &Arc<ChunkChecksums>) -> bool {
+        // One segment opens one object; a second table would be the same one.
+        let _ = self.checksums.set(checksums.clone());
+        true
     }
 
     fn discard(&self, offset: u64, length: u64) {

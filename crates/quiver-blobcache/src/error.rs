@@ -30,6 +30,14 @@ pub enum CacheError {
     /// being fetched again; the query can be retried.
     #[error("region {region} of {key} failed its checksum and is being fetched again; retry")]
     Discarded { key: String, region: u64 },
+    /// A region (or a range read through) failed the segment's chunk checksums,
+    /// and again when fetched once more: the object, or the way to it, is damaged.
+    #[error("region {region} of {key} failed its checksum ({chunk}), also when fetched again")]
+    Damaged {
+        key: String,
+        region: u64,
+        chunk: String,
+    },
     /// A read outside the object.
     #[error("read of {length} bytes at {offset} is outside {key} ({size} bytes)")]
     OutOfRange {

@@ -11,6 +11,12 @@
 //! implements the index's byte-source trait, so segments are searched straight out
 //! of the cache. The cache starts empty on every start.
 //!
+//! A segment opened on a [`CachedObject`] hands it the segment's chunk checksums;
+//! from then on every fill of a region (the first, and each one after an eviction
+//! or a discard) is checked against them before any of its bytes reaches a reader
+//! — once per fill, not per read — and a fill that fails is dropped and fetched
+//! once more before the read fails naming the object.
+//!
 //! The cache file is preallocated when the cache starts, so a disk that fills up
 //! later never fails a region write. If the file cannot be created for lack of
 //! space, [`BlobCache::new_or_read_through`] gives a cache that reads every range

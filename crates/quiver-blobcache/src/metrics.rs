@@ -14,6 +14,7 @@ pub(crate) struct CacheMetrics {
     pub boundary_copies: IntCounter,
     pub fill_errors: IntCounter,
     pub discards: IntCounter,
+    pub check_bytes_fetched: IntCounter,
     pub fills_in_flight: IntGauge,
     pub pinned_regions: IntGauge,
     pub resident_regions: IntGauge,
@@ -55,7 +56,11 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
     ),
     discards: counter(
         "quiver_cache_discarded_regions_total",
-        "Cached regions dropped because a reader found them damaged (checksum); fetched again on the next read.",
+        "Region fills (or read-through reads) dropped because their bytes failed the segment's chunk checksums; fetched again.",
+    ),
+    check_bytes_fetched: counter(
+        "quiver_cache_check_bytes_fetched_total",
+        "Bytes fetched from the object store only to complete a chunk being checked, whose other part is in a region not cached (not kept).",
     ),
     fills_in_flight: gauge("quiver_cache_fills_in_flight", "Region fills in progress."),
     pinned_regions: gauge(
@@ -84,8 +89,11 @@ pub struct CacheStats {
     pub boundary_copies: u64,
     /// Failed fills.
     pub fill_errors: u64,
-    /// Regions dropped because a reader found them damaged.
+    /// Region fills (or read-through reads) dropped because they failed their
+    /// chunk checksums.
     pub discarded_regions: u64,
+    /// Bytes fetched only to complete a chunk being checked (not kept).
+    pub check_bytes_fetched: u64,
     /// Regions pinned right now.
     pub pinned_regions: u64,
     /// Regions holding data right now.
@@ -156,6 +164,7 @@ pub(crate) struct Counters {
     pub boundary_copies: AtomicU64,
     pub fill_errors: AtomicU64,
     pub discards: AtomicU64,
+    pub check_bytes_fetched: AtomicU64,
 }
 
 impl Counters {

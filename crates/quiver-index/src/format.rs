@@ -248,3 +248,152 @@ pub(crate) fn decode_footer(
     }
     Ok(entries)
 }
+
+/// One checksummed chunk of a segment: 1 MiB of one section (its last chunk may be
+/// shorter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentChunk {
+    /// Object offset of the chunk's first byte.
+    pub start: u64,
+    /// Object offset just past the chunk's last byte.
+    pub end: u64,
+    /// crc32c of the chunk's bytes.
+    pub crc: u32,
+    /// The section the chunk belongs to.
+    pub section: SectionKind,
+    /// The chunk's index inside its section.
+    pub index: u64,
+}
+
+impl std::fmt::Display for SegmentChunk {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "{} section, chunk {} (bytes {}..{})",
+            self.section.name(),
+            self.index,
+            self.start,
+            self.end
+        )
+    }
+}
+
+impl SegmentChunk {
+    /// Tells whether `bytes`, the chunk's whole range, match its checksum.
+    pub fn matches(&self, bytes: &[u8]) -> bool {
+        bytes.len() as u64 == self.end - self.start && crc32c::crc32c(bytes) == self.crc
+    }
+}
+
+/// Every checksummed chunk of one segment, in object order: what a byte source
+/// that keeps copies of a segment's bytes (a cache, which fetches them again after
+/// an eviction) needs to check each copy it makes. The chunk-checksum section
+/// itself, the footer and the trailer have their own checksums, checked when the
+/// segment is opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkChecksums {
+    /// Indexed by global chunk number (a section's `first_chunk` plus its chunk).
+    chunks: Vec<SegmentChunk>,
+}
+
+impl ChunkChecksums {
+    /// Builds the table from a checked footer (sections in increasing offset, their
+    /// `first_chunk` numbering consecutive) and the chunk-checksum section.
+    pub(crate) fn new(sections: &[SectionEntry], crcs: &[u32]) -> Self {
+        let chunks: Vec<SegmentChunk> = sections
+            .iter()
+            .filter(|section| section.kind != SectionKind::ChunkChecksums)
+            .flat_map(|section| {
+                (0..section.chunk_count()).map(move |index| {
+                    let start = section.offset + index * CHUNK_BYTES;
+                    SegmentChunk {
+                        start,
+                        end: (start + CHUNK_BYTES).min(section.offset + section.length),
+                        crc: crcs[section.first_chunk as usize + index as usize],
+                        section: section.kind,
+                        index,
+                    }
+                })
+            })
+            .collect();
+        debug_assert!(
+            chunks.windows(2).all(|pair| pair[0].end <= pair[1].start),
+            "chunks are in object order and do not overlap"
+        );
+        debug_assert_eq!(chunks.len(), crcs.len(), "one checksum per chunk");
+        ChunkChecksums { chunks }
+    }
+
+    /// Returns the chunk with global number `index`.
+    pub(crate) fn chunk(&self, index: usize) -> &SegmentChunk {
+        &self.chunks[index]
+    }
+
+    /// Returns the chunks overlapping the object range `range`, in object order.
+    pub fn overlapping(&self, range: std::ops::Range<u64>) -> &[SegmentChunk] {
+        let first = self
+            .chunks
+            .partition_point(|chunk| chunk.end <= range.start);
+        let end = self.chunks.partition_point(|chunk| chunk.start < range.end);
+        &self.chunks[first..end.max(first)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(kind: SectionKind, offset: u64, length: u64, first_chunk: u32) -> SectionEntry {
+        SectionEntry {
+            kind,
+            offset,
+            length,
+            crc: 0,
+            first_chunk,
+        }
+    }
+
+    #[test]
+    fn chunk_table_finds_exactly_the_chunks_under_a_range() {
+        // Codes: 2.5 MiB at 8 KiB (three chunks); raw vectors: 100 bytes at 3 MiB.
+        let sections = [
+            section(SectionKind::Header, 0, 100, 0),
+            section(SectionKind::Codes, 8192, 5 * CHUNK_BYTES / 2, 1),
+            section(SectionKind::RawVectors, 3 * CHUNK_BYTES, 100, 4),
+            section(SectionKind::ChunkChecksums, 3 * CHUNK_BYTES + 4096, 20, 0),
+        ];
+        let table = ChunkChecksums::new(&sections, &[10, 11, 12, 13, 14]);
+        let crcs = |chunks: &[SegmentChunk]| chunks.iter().map(|c| c.crc).collect::<Vec<_>>();
+        assert_eq!(crcs(table.overlapping(0..1)), [10]);
+        // Padding between sections belongs to no chunk.
+        assert!(table.overlapping(100..8192).is_empty());
+        assert_eq!(crcs(table.overlapping(99..8193)), [10, 11]);
+        assert_eq!(
+            crcs(table.overlapping(8192 + CHUNK_BYTES..8193 + CHUNK_BYTES)),
+            [12]
+        );
+        assert_eq!(
+            crcs(table.overlapping(8191 + CHUNK_BYTES..8193 + CHUNK_BYTES)),
+            [11, 12]
+        );
+        assert_eq!(
+            crcs(table.overlapping(0..4 * CHUNK_BYTES)),
+            [10, 11, 12, 13, 14]
+        );
+        assert!(
+            table
+                .overlapping(5 * CHUNK_BYTES..6 * CHUNK_BYTES)
+                .is_empty()
+        );
+        let last_codes = table.chunk(3);
+        assert_eq!(last_codes.end, 8192 + 5 * CHUNK_BYTES / 2);
+        assert_eq!(last_codes.index, 2);
+        assert_eq!(
+            last_codes.to_string(),
+            format!(
+                "codes section, chunk 2 (bytes {}..{})",
+                last_codes.start, last_codes.end
+            )
+        );
+    }
+}

@@ -24,7 +24,7 @@ pub use calibrate::{Calibration, CalibrationOptions, calibrate_nprobe};
 pub use error::{IndexError, IndexErrorKind, IndexResult};
 pub use fields::{FieldColumn, FieldKind, FieldSpec, FieldValue};
 pub use filter::{CompareOp, Filter, Literal, MAX_FILTER_DEPTH};
-pub use format::{FORMAT_VERSION, SectionEntry, SectionKind};
+pub use format::{ChunkChecksums, FORMAT_VERSION, SectionEntry, SectionKind, SegmentChunk};
 pub use params::{
     BuildParams, IdType, MAX_STRING_ID_BYTES, Metric, RawPrecision, SearchParams, default_nlist,
     default_nprobe,

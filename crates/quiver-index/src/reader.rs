@@ -1,14 +1,17 @@
 //! Segment reader: opens a segment through any [`ByteSource`] with two range reads
 //! (trailer, footer), keeps the small hot parts (header, centroids, list
 //! directory) decoded, and verifies every other chunk's checksum the first time it
-//! is read, so damaged bytes become an error naming the object, never an answer.
+//! is read — or, for a source that keeps copies it may fetch again (the cache),
+//! hands the checksums to the source, which checks every copy it makes — so
+//! damaged bytes become an error naming the object, never an answer.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{IndexError, IndexResult};
 use crate::fields::{self, FieldColumn};
-use crate::format::{self, CHUNK_BYTES, SectionEntry, SectionKind, TRAILER_BYTES};
+use crate::format::{self, CHUNK_BYTES, ChunkChecksums, SectionEntry, SectionKind, TRAILER_BYTES};
 use crate::params::{IdType, RawPrecision};
 use crate::rabitq::FACTOR_BLOCK_BYTES;
 use crate::rotation::{Rotation, padded_dimension};
@@ -28,7 +31,8 @@ pub struct Segment<S: ByteSource> {
     pub(crate) source: S,
     pub(crate) header: SegmentHeader,
     sections: Vec<SectionEntry>,
-    chunk_crcs: Vec<u32>,
+    checksums: Arc<ChunkChecksums>,
+    /// Chunks checked so far (all set when the source checks its own copies).
     verified_chunks: Vec<AtomicU64>,
     pub(crate) centroids: Vec<f32>,
     /// 1-bit codes of the centroids, to shortlist the lists to probe.
@@ -226,8 +230,13 @@ impl<S: ByteSource> Segment<S> {
                 return Err(error);
             }
         };
+        let checksums = Arc::new(ChunkChecksums::new(&sections, &chunk_crcs));
+        // A cache fetches a region again after evicting it, so a chunk checked once
+        // here could later be served from bytes nobody checked: a source that
+        // keeps copies checks each one itself, once per fetch.
+        let source_verifies = source.verify_with(&checksums);
         let verified_chunks = (0..chunk_crcs.len().div_ceil(64))
-            .map(|_| AtomicU64::new(0))
+            .map(|_| AtomicU64::new(if source_verifies { u64::MAX } else { 0 }))
             .collect();
         let rotation = Rotation::new(header.dim, header.rotation_seed);
         let probe_metric = if header.metric == crate::params::Metric::Dot {
@@ -248,7 +257,7 @@ impl<S: ByteSource> Segment<S> {
             source,
             header,
             sections,
-            chunk_crcs,
+            checksums,
             verified_chunks,
             centroids,
             list_codes,
@@ -382,7 +391,7 @@ impl<S: ByteSource> Segment<S> {
         let length = (entry.length - start).min(CHUNK_BYTES) as usize;
         let matches = || -> IndexResult<bool> {
             let bytes = self.source.read_at(entry.offset + start, length)?;
-            Ok(crc32c::crc32c(&bytes) == self.chunk_crcs[index])
+            Ok(self.checksums.chunk(index).matches(&bytes))
         };
         // A mismatch may be a transfer damaged on its way into a cache: the
         // source drops its copy and the chunk is read once more.

@@ -4,8 +4,10 @@
 use std::borrow::Cow;
 use std::ops::Deref;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::error::{IndexError, IndexResult};
+use crate::format::ChunkChecksums;
 
 /// How a range is about to be read, so a cache can advise the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +47,16 @@ pub trait ByteSource: Send + Sync {
     /// copies (a cache) drops them, so the next read fetches them again. Sources
     /// that read the object itself ignore it.
     fn discard(&self, _offset: u64, _length: u64) {}
+
+    /// Hands the source the segment's chunk checksums once the segment is open.
+    /// A source that keeps copies of the bytes it may fetch again later (a cache,
+    /// after an eviction) takes them and returns true: it then checks the chunks
+    /// under every copy it makes before handing out any of its bytes, so the
+    /// segment does not check reads itself. Sources whose bytes never change
+    /// return false, and the segment checks each chunk on its first read.
+    fn verify_with(&self, _checksums: &Arc<ChunkChecksums>) -> bool {
+        false
+    }
 
     /// A read session: many reads of one query against this source.
     type Session<'a>: ReadSession

@@ -51,6 +51,9 @@ impl SearcherError {
                 quiver_storage::StorageErrorKind::Unavailable => SearcherErrorKind::Unavailable,
                 quiver_storage::StorageErrorKind::InvalidArgument => SearcherErrorKind::Internal,
             },
+            SearcherError::Cache(quiver_blobcache::CacheError::Damaged { .. }) => {
+                SearcherErrorKind::DataLoss
+            }
             SearcherError::Cache(_) => SearcherErrorKind::Unavailable,
             SearcherError::Internal(_) => SearcherErrorKind::Internal,
         }

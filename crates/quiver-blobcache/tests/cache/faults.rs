@@ -1,6 +1,9 @@
-//! A store that fails, stalls and truncates on demand: reads fail cleanly with
-//! the object key, later reads succeed, and no half-filled region is ever served.
+//! A store that fails, stalls, truncates and damages on demand: reads fail
+//! cleanly with the object key, later reads succeed, no half-filled region is ever
+//! served, and no damaged bytes either — also when a region is fetched again after
+//! an eviction.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,9 +20,12 @@ use object_store::{
 };
 use quiver_storage::{Storage, StorageOptions};
 
-use quiver_index::{ByteSource, MemorySource, SearchParams, SearchScratch, Segment};
+use quiver_blobcache::{BlobCache, BlobCacheConfig, CachedObject};
+use quiver_index::{
+    ByteSource, Hit, IndexErrorKind, MemorySource, SearchParams, SearchScratch, Segment,
+};
 
-use crate::support::{cache, put, random_bytes, runtime};
+use crate::support::{TmpfsMount, cache, put, random_bytes, runtime};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Fault {
@@ -28,6 +34,12 @@ enum Fault {
     ShortBody,
     Stall,
     FlipByte,
+    /// Damages every ranged read of a range that was read before.
+    DamageRefetches,
+    /// Damages the next ranged read of a range that was read before, once.
+    DamageNextRefetch,
+    /// The damage itself: many bytes changed, the length kept.
+    Damage,
 }
 
 #[derive(Debug)]
@@ -35,6 +47,39 @@ struct FaultyStore {
     inner: object_store::memory::InMemory,
     fault: Mutex<Fault>,
     gets: AtomicUsize,
+    /// Ranged reads so far, by object and range.
+    reads_by_range: Mutex<HashMap<String, usize>>,
+    /// Ranged reads damaged so far.
+    damaged: AtomicUsize,
+}
+
+impl FaultyStore {
+    /// Returns the fault for the next ranged read of `range` of `location`.
+    fn fault_for(&self, location: &Path, range: &Option<object_store::GetRange>) -> Fault {
+        let Some(range) = range else {
+            return *self.fault.lock().unwrap();
+        };
+        let read_before = {
+            let mut reads = self.reads_by_range.lock().unwrap();
+            let count = reads.entry(format!("{location} {range:?}")).or_insert(0);
+            *count += 1;
+            *count > 1
+        };
+        let mut fault = self.fault.lock().unwrap();
+        let chosen = match *fault {
+            Fault::DamageRefetches | Fault::DamageNextRefetch if !read_before => Fault::None,
+            Fault::DamageRefetches => Fault::Damage,
+            Fault::DamageNextRefetch => {
+                *fault = Fault::None;
+                Fault::Damage
+            }
+            other => other,
+        };
+        if chosen == Fault::Damage {
+            self.damaged.fetch_add(1, Ordering::SeqCst);
+        }
+        chosen
+    }
 }
 
 impl fmt::Display for FaultyStore {
@@ -67,7 +112,7 @@ impl ObjectStore for FaultyStore {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        let fault = *self.fault.lock().unwrap();
+        let fault = self.fault_for(location, &options.range);
         let is_range = options.range.is_some();
         if is_range {
             self.gets.fetch_add(1, Ordering::SeqCst);
@@ -81,7 +126,7 @@ impl ObjectStore for FaultyStore {
                 tokio::time::sleep(Duration::from_secs(30)).await;
                 self.inner.get_opts(location, options).await
             }
-            Fault::ShortBody | Fault::FlipByte if is_range => {
+            Fault::ShortBody | Fault::FlipByte | Fault::Damage if is_range => {
                 let result = self.inner.get_opts(location, options).await?;
                 let (meta, range, attributes) = (
                     result.meta.clone(),
@@ -91,6 +136,12 @@ impl ObjectStore for FaultyStore {
                 let mut bytes = result.bytes().await?;
                 if fault == Fault::ShortBody {
                     bytes.truncate(bytes.len() / 2);
+                } else if fault == Fault::Damage {
+                    let mut damaged = bytes.to_vec();
+                    for byte in damaged.iter_mut().step_by(61) {
+                        *byte ^= 0xa5;
+                    }
+                    bytes = Bytes::from(damaged);
                 } else {
                     let mut flipped = bytes.to_vec();
                     let middle = flipped.len() / 2;
@@ -145,6 +196,8 @@ fn faulty_storage(timeout: Duration) -> (Arc<FaultyStore>, Storage) {
         inner: object_store::memory::InMemory::new(),
         fault: Mutex::new(Fault::None),
         gets: AtomicUsize::new(0),
+        reads_by_range: Mutex::new(HashMap::new()),
+        damaged: AtomicUsize::new(0),
     });
     let options = StorageOptions {
         operation_timeout: timeout,
@@ -313,4 +366,195 @@ fn a_region_damaged_on_its_way_in_is_dropped_and_fetched_again() {
         &bytes[100..108]
     );
     assert_eq!(cache.stats().pinned_regions, 0);
+}
+
+/// The outcome of every query on every segment, in turn: each query's search of
+/// one segment evicts the regions the other's search needed.
+fn search_in_turn(
+    segments: &[(&str, Segment<CachedObject>)],
+    queries: &[&[f32]],
+    params: &SearchParams,
+) -> Vec<(String, quiver_index::IndexResult<Vec<Hit>>)> {
+    let mut scratch = SearchScratch::new();
+    queries
+        .iter()
+        .flat_map(|query| segments.iter().map(move |segment| (query, segment)))
+        .map(|(query, (key, segment))| {
+            (
+                key.to_string(),
+                segment.search(query, params, None, &mut scratch),
+            )
+        })
+        .collect()
+}
+
+/// Checks that every search answered exactly `wanted` (per query, in turn) or
+/// failed as a damaged object naming its key; returns how many failed.
+fn answered_right_or_refused(
+    outcomes: Vec<(String, quiver_index::IndexResult<Vec<Hit>>)>,
+    wanted: &[Vec<Hit>],
+    per_query: usize,
+) -> usize {
+    let mut refused = 0;
+    for (index, (key, outcome)) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(hits) => assert_eq!(hits, wanted[index / per_query], "{key}, search {index}"),
+            Err(error) => {
+                assert_eq!(error.kind(), IndexErrorKind::Corrupted, "{key}: {error}");
+                assert!(error.to_string().contains(&key), "names {key}: {error}");
+                refused += 1;
+            }
+        }
+    }
+    refused
+}
+
+#[test]
+fn a_small_region_fetched_again_after_an_eviction_is_checked_again() {
+    // Regions much smaller than the 1 MiB chunks: a check reads the rest of a
+    // chunk from the neighbouring regions, filling them.
+    fetched_again_after_an_eviction_is_checked_again(2_000, 32, 16 << 10);
+}
+
+#[test]
+fn a_large_region_fetched_again_after_an_eviction_is_checked_again() {
+    // Regions of one chunk's size over sections of several chunks: a chunk's
+    // small part in a region not cached is fetched alone for the check.
+    fetched_again_after_an_eviction_is_checked_again(3_000, 256, 1 << 20);
+}
+
+fn fetched_again_after_an_eviction_is_checked_again(rows: usize, dim: usize, region_bytes: u64) {
+    let runtime = runtime();
+    let (faulty, storage) = faulty_storage(Duration::from_secs(5));
+    let (bytes, vectors) = crate::search::segment_bytes(rows, dim);
+    let keys = ["segments/first.qseg", "segments/second.qseg"];
+    for key in keys {
+        put(&runtime, &storage, key, &bytes);
+    }
+    // Room for one segment and a little more: searching one evicts the other.
+    let segment_regions = (bytes.len() as u64).div_ceil(region_bytes);
+    let directory = tempfile::tempdir().unwrap();
+    let cache = cache(
+        &runtime,
+        storage,
+        directory.path(),
+        segment_regions + 2,
+        region_bytes,
+    );
+    let segments: Vec<(&str, Segment<CachedObject>)> = keys
+        .iter()
+        .map(|key| {
+            (
+                *key,
+                Segment::open(cache.open_blocking(key).unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
+    let params = SearchParams {
+        nprobe: Some(8),
+        ..SearchParams::new(10)
+    };
+    let queries: Vec<&[f32]> = vectors.chunks_exact(dim).step_by(331).take(4).collect();
+    let mut scratch = SearchScratch::new();
+    let wanted: Vec<Vec<Hit>> = queries
+        .iter()
+        .map(|query| {
+            reference
+                .search(query, &params, None, &mut scratch)
+                .unwrap()
+        })
+        .collect();
+
+    // Healthy: right answers, and the two segments do evict each other.
+    let outcomes = search_in_turn(&segments, &queries, &params);
+    assert_eq!(answered_right_or_refused(outcomes, &wanted, 2), 0);
+    let healthy = cache.stats();
+    assert!(healthy.evictions > 0, "{healthy:?}");
+    assert_eq!(healthy.discarded_regions, 0, "{healthy:?}");
+
+    // One fetch-again damaged: that fill fails its check, is dropped and fetched
+    // once more, and every answer is still exactly right.
+    *faulty.fault.lock().unwrap() = Fault::DamageNextRefetch;
+    let outcomes = search_in_turn(&segments, &queries, &params);
+    assert_eq!(
+        faulty.damaged.load(Ordering::SeqCst),
+        1,
+        "a region was fetched again"
+    );
+    assert_eq!(answered_right_or_refused(outcomes, &wanted, 2), 0);
+    let healed = cache.stats();
+    assert!(
+        healed.discarded_regions > healthy.discarded_regions,
+        "the damaged fill was dropped: {healed:?}"
+    );
+
+    // Every fetch-again damaged: a search needing a region fetched again fails
+    // naming the segment (never answers from the damaged bytes).
+    *faulty.fault.lock().unwrap() = Fault::DamageRefetches;
+    let outcomes = search_in_turn(&segments, &queries, &params);
+    assert!(answered_right_or_refused(outcomes, &wanted, 2) > 0);
+    let damaged = cache.stats();
+    assert!(
+        damaged.discarded_regions >= healed.discarded_regions + 2,
+        "{damaged:?}"
+    );
+
+    // Healthy again: right answers from fresh copies.
+    *faulty.fault.lock().unwrap() = Fault::None;
+    let outcomes = search_in_turn(&segments, &queries, &params);
+    assert_eq!(answered_right_or_refused(outcomes, &wanted, 2), 0);
+    assert_eq!(cache.stats().pinned_regions, 0);
+}
+
+#[test]
+fn a_read_through_cache_checks_every_read() {
+    // A disk too small for the cache file: every read goes to the store.
+    let Some(mount) = TmpfsMount::new(64 << 10) else {
+        return;
+    };
+    let runtime = runtime();
+    let (faulty, storage) = faulty_storage(Duration::from_secs(5));
+    let dim = 32;
+    let (bytes, vectors) = crate::search::segment_bytes(1_000, dim);
+    let key = "segments/read-through.qseg";
+    put(&runtime, &storage, key, &bytes);
+    let config = BlobCacheConfig {
+        directory: mount.path().join("cache"),
+        capacity_bytes: 1 << 20,
+        region_bytes: 16 << 10,
+    };
+    let cache = BlobCache::new_or_read_through(&config, storage, runtime.handle().clone()).unwrap();
+    assert!(cache.is_read_through());
+    let segment = Segment::open(cache.open_blocking(key).unwrap()).unwrap();
+    let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
+    let params = SearchParams {
+        nprobe: Some(4),
+        ..SearchParams::new(5)
+    };
+    let query = &vectors[dim * 3..dim * 4];
+    let mut scratch = SearchScratch::new();
+    let wanted = reference
+        .search(query, &params, None, &mut scratch)
+        .unwrap();
+    assert_eq!(
+        segment.search(query, &params, None, &mut scratch).unwrap(),
+        wanted
+    );
+
+    // Every read is a fetch again: damaged once, it is fetched once more.
+    *faulty.fault.lock().unwrap() = Fault::DamageNextRefetch;
+    assert_eq!(
+        segment.search(query, &params, None, &mut scratch).unwrap(),
+        wanted
+    );
+    assert_eq!(faulty.damaged.load(Ordering::SeqCst), 1);
+    assert_eq!(cache.stats().discarded_regions, 1);
+
+    *faulty.fault.lock().unwrap() = Fault::DamageRefetches;
+    let error = segment
+        .search(query, &params, None, &mut scratch)
+        .unwrap_err();
+    assert_eq!(error.kind(), IndexErrorKind::Corrupted, "{error}");
+    assert!(error.to_string().contains(key), "{error}");
 }
