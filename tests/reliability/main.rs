@@ -2,7 +2,8 @@
 //! `indexer`, `searcher` and `gateway` as separate processes on loopback ports,
 //! objects in a real S3 server), a concurrent workload whose every request is
 //! recorded, a checker of that record, and faults: kill -9 (at random moments
-//! and at precise crash points of the indexer), SIGSTOP, restarts.
+//! and at precise crash points of the indexer), SIGSTOP, restarts, network
+//! partitions, full disks, and a misbehaving object store.
 //!
 //! Profiles: quick by default (CI); `QUIVER_RELIABILITY_PROFILE=long` runs many
 //! more iterations. Scenarios run one at a time (each starts its own cluster).
@@ -24,6 +25,7 @@ mod replace_and_delete;
 mod searcher_kills;
 
 mod disk_full;
+mod object_store;
 mod partitions;
 mod soak;
 

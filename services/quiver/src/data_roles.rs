@@ -38,15 +38,120 @@ pub struct StoreArgs {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataFileConfig {
-    /// `[storage]`: S3 settings (the AWS_* variables override).
+    /// `[storage]`: S3 settings (the AWS_* variables override), timeouts and retries.
     #[serde(default)]
-    pub storage: Option<S3Settings>,
+    pub storage: Option<StorageFileConfig>,
     /// `[indexer]`: write-path knobs.
     #[serde(default)]
     pub indexer: Option<IndexerConfig>,
     /// `[searcher]`: read-path knobs.
     #[serde(default)]
     pub searcher: Option<SearcherFileConfig>,
+}
+
+/// The `[storage]` section of the config file: how to reach S3 (the `AWS_*`
+/// variables override these keys) and how long to wait for it. Unset timeouts
+/// keep the defaults of [`StorageOptions`].
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageFileConfig {
+    /// Endpoint URL of an S3-compatible server.
+    pub endpoint: Option<String>,
+    /// Region (default `us-east-1`).
+    pub region: Option<String>,
+    /// Access key id.
+    pub access_key_id: Option<String>,
+    /// Secret access key.
+    pub secret_access_key: Option<String>,
+    /// Session token of temporary credentials.
+    pub session_token: Option<String>,
+    /// Virtual-hosted-style requests instead of path style.
+    #[serde(default)]
+    pub virtual_hosted_style: bool,
+    /// Bound on one HTTP request, body included (ms; default 30000).
+    pub request_timeout_ms: Option<u64>,
+    /// Bound on connecting (ms; default 5000).
+    pub connect_timeout_ms: Option<u64>,
+    /// Bound on one operation, retries included (ms; default 120000).
+    pub operation_timeout_ms: Option<u64>,
+    /// Retries of a failed request (default 5).
+    pub max_retries: Option<usize>,
+    /// First retry delay, doubling after each retry (ms; default 100).
+    pub initial_backoff_ms: Option<u64>,
+}
+
+impl std::fmt::Debug for StorageFileConfig {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("StorageFileConfig")
+            .field("settings", &self.settings())
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("operation_timeout_ms", &self.operation_timeout_ms)
+            .field("max_retries", &self.max_retries)
+            .field("initial_backoff_ms", &self.initial_backoff_ms)
+            .finish()
+    }
+}
+
+impl StorageFileConfig {
+    /// Returns the S3 connection settings of the section.
+    pub fn settings(&self) -> S3Settings {
+        S3Settings {
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+            access_key_id: self.access_key_id.clone(),
+            secret_access_key: self.secret_access_key.clone(),
+            session_token: self.session_token.clone(),
+            virtual_hosted_style: self.virtual_hosted_style,
+        }
+    }
+
+    /// Returns the timeouts and retries of the section over the defaults;
+    /// refuses zero timeouts and a request timeout beyond the operation timeout.
+    pub fn options(&self) -> anyhow::Result<StorageOptions> {
+        let mut options = StorageOptions::default();
+        for (key, value, field) in [
+            (
+                "request_timeout_ms",
+                self.request_timeout_ms,
+                &mut options.request_timeout,
+            ),
+            (
+                "connect_timeout_ms",
+                self.connect_timeout_ms,
+                &mut options.connect_timeout,
+            ),
+            (
+                "operation_timeout_ms",
+                self.operation_timeout_ms,
+                &mut options.operation_timeout,
+            ),
+            (
+                "initial_backoff_ms",
+                self.initial_backoff_ms,
+                &mut options.initial_backoff,
+            ),
+        ] {
+            if let Some(ms) = value {
+                if ms == 0 {
+                    bail!("[storage] {key} must be positive");
+                }
+                *field = Duration::from_millis(ms);
+            }
+        }
+        if let Some(retries) = self.max_retries {
+            options.max_retries = retries;
+        }
+        if options.request_timeout > options.operation_timeout {
+            bail!(
+                "[storage] request_timeout_ms ({} ms) exceeds operation_timeout_ms ({} ms)",
+                options.request_timeout.as_millis(),
+                options.operation_timeout.as_millis()
+            );
+        }
+        Ok(options)
+    }
 }
 
 /// The `[searcher]` section of the config file (flags win over the cache keys).
@@ -124,13 +229,15 @@ async fn open_storage(url: &str, file: &DataFileConfig) -> anyhow::Result<Storag
     let url: StoreUrl = url
         .parse()
         .with_context(|| format!("--object-store `{url}`"))?;
-    let settings = S3Settings::from_env().or(file.storage.clone().unwrap_or_default());
+    let section = file.storage.clone().unwrap_or_default();
+    let options = section.options()?;
+    let settings = S3Settings::from_env().or(section.settings());
     if let StoreUrl::S3 { bucket, .. } = &url {
         quiver_storage::ensure_bucket(&settings, bucket)
             .await
             .with_context(|| format!("bucket `{bucket}`"))?;
     }
-    Ok(Storage::open(&url, &settings, StorageOptions::default())?)
+    Ok(Storage::open(&url, &settings, options)?)
 }
 
 async fn bind(address: &str, flag: &str) -> anyhow::Result<TcpListener> {

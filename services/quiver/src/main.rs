@@ -18,6 +18,7 @@ use serde::Deserialize;
 use crate::data_roles::{
     DataFileConfig, GatewayArgs, GatewayFileConfig, GatewayRole, GatewaySettings, IndexerArgs,
     IndexerRole, SearcherArgs, SearcherFileConfig, SearcherRole, StandaloneArgs, StandaloneRole,
+    StorageFileConfig,
 };
 use crate::lifecycle::{Role, shutdown_signal};
 use crate::meta_role::{MetaArgs, MetaRole, meta_config};
@@ -100,7 +101,7 @@ struct FileConfig {
     log_format: Option<LogFormat>,
     http_listen: Option<String>,
     meta: Option<quiver_meta::MetaConfig>,
-    storage: Option<quiver_storage::S3Settings>,
+    storage: Option<StorageFileConfig>,
     indexer: Option<quiver_indexer::IndexerConfig>,
     searcher: Option<SearcherFileConfig>,
     gateway: Option<GatewayFileConfig>,
@@ -206,6 +207,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         section
             .validate()
             .map_err(|reason| anyhow::anyhow!("[indexer] {reason}"))?;
+    }
+    if let Some(section) = &file.storage {
+        section.options()?;
     }
     let meta_config = match &cli.command {
         RoleCommand::Meta { meta, .. } => Some(meta_config(meta, file.meta.clone())?),

@@ -162,6 +162,12 @@ fn bad_gateway_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::
         "indexer_size.toml",
         "[indexer]\nmax_payload_bytes = \"roomy\"\n",
     )?;
+    let storage_unknown = write("storage_unknown.toml", "[storage]\ntimeout_ms = 1\n")?;
+    let storage_zero = write("storage_zero.toml", "[storage]\nrequest_timeout_ms = 0\n")?;
+    let storage_order = write(
+        "storage_order.toml",
+        "[storage]\nrequest_timeout_ms = 5000\noperation_timeout_ms = 1000\n",
+    )?;
     let key_only = write(
         "key_only.toml",
         "[gateway]\ntls_key = \"/nowhere/key.pem\"\n",
@@ -231,6 +237,18 @@ fn bad_gateway_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::
             "[indexer] max_payload_bytes must be at least 1, got 0",
         ),
         (standalone(&["--config", &indexer_size]), "roomy"),
+        (
+            standalone(&["--config", &storage_unknown]),
+            "unknown field `timeout_ms`",
+        ),
+        (
+            standalone(&["--config", &storage_zero]),
+            "[storage] request_timeout_ms must be positive",
+        ),
+        (
+            standalone(&["--config", &storage_order]),
+            "request_timeout_ms (5000 ms) exceeds operation_timeout_ms (1000 ms)",
+        ),
         (
             standalone(&["--config", &key_only]),
             "--tls-key needs --tls-cert",
