@@ -192,7 +192,14 @@ struct Inner {
     /// `log2(region_bytes)` when it is a power of two (the default is).
     region_shift: Option<u32>,
     counters: Counters,
+    /// Read-through mode only: chunks fetched whole and checked, kept in
+    /// memory (bounded) so that the many small reads of a query do not each
+    /// fetch and check a whole chunk again.
+    verified_chunks: Option<moka::sync::Cache<(String, u64), Arc<Vec<u8>>>>,
 }
+
+/// Memory for checked chunks in read-through mode.
+const READ_THROUGH_CHUNK_BYTES: u64 = 64 << 20;
 
 /// A region cache over one object store. Cheap to clone.
 #[derive(Clone)]
@@ -293,6 +300,7 @@ impl BlobCache {
                     .is_power_of_two()
                     .then(|| config.region_bytes.trailing_zeros()),
                 counters: Counters::default(),
+                verified_chunks: None,
             }),
         })
     }
@@ -352,6 +360,14 @@ impl BlobCache {
                 exported_hits: std::sync::atomic::AtomicU64::new(0),
                 region_shift: None,
                 counters: Counters::default(),
+                verified_chunks: Some(
+                    moka::sync::Cache::builder()
+                        .max_capacity(READ_THROUGH_CHUNK_BYTES)
+                        .weigher(|_, bytes: &Arc<Vec<u8>>| {
+                            u32::try_from(bytes.len()).unwrap_or(u32::MAX)
+                        })
+                        .build(),
+                ),
             }),
         }
     }
@@ -1113,34 +1129,71 @@ impl CachedObject {
 
     /// Reads `range` straight from the object store (read-through mode). Once the
     /// object has checksums, the whole chunks under the range are fetched and
-    /// checked, so no read-through byte is unchecked either.
+    /// checked, so no read-through byte is unchecked either; checked chunks stay
+    /// in a bounded memory cache for the next reads.
     fn read_through(&self, range: Range<u64>) -> CacheResult<Vec<u8>> {
         let key = &self.identity.key;
         let Some(checksums) = self.checksums.get() else {
             return self.inner.read_direct(key, range);
         };
         let chunks = checksums.overlapping(range.clone());
-        let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
+        if chunks.is_empty() {
             return self.inner.read_direct(key, range);
-        };
+        }
         if range.is_empty() {
             return Ok(Vec::new());
         }
-        let fetched_range =
-            range.start.min(first.start)..range.end.max(last.end).min(self.identity.size);
+        let mut out = Vec::with_capacity((range.end - range.start) as usize);
+        let mut at = range.start;
+        for chunk in chunks {
+            if at < chunk.start {
+                // Bytes no checksum covers (none in a well-formed segment).
+                out.extend(
+                    self.inner
+                        .read_direct(key, at..chunk.start.min(range.end))?,
+                );
+                at = chunk.start.min(range.end);
+            }
+            let bytes = self.checked_chunk(chunk)?;
+            let to = range.end.min(chunk.end);
+            if at < to {
+                out.extend_from_slice(
+                    &bytes[(at - chunk.start) as usize..(to - chunk.start) as usize],
+                );
+                at = to;
+            }
+        }
+        if at < range.end {
+            out.extend(self.inner.read_direct(key, at..range.end)?);
+        }
+        Ok(out)
+    }
+
+    /// One chunk, whole and checked: from memory, or fetched (once more if it
+    /// arrives damaged, then an error naming the object).
+    fn checked_chunk(&self, chunk: &quiver_index::SegmentChunk) -> CacheResult<Arc<Vec<u8>>> {
+        let key = &self.identity.key;
+        let cache_key = (key.clone(), chunk.start);
+        if let Some(bytes) = self
+            .inner
+            .verified_chunks
+            .as_ref()
+            .and_then(|chunks| chunks.get(&cache_key))
+        {
+            return Ok(bytes);
+        }
         let mut attempts = 0;
         loop {
-            let mut fetched = self.inner.read_direct(key, fetched_range.clone())?;
-            let damaged = chunks.iter().find(|chunk| {
-                let local = (chunk.start - fetched_range.start) as usize
-                    ..(chunk.end - fetched_range.start) as usize;
-                fetched.get(local).is_none_or(|bytes| !chunk.matches(bytes))
-            });
-            let Some(chunk) = damaged else {
-                fetched.truncate((range.end - fetched_range.start) as usize);
-                fetched.drain(..(range.start - fetched_range.start) as usize);
-                return Ok(fetched);
-            };
+            let fetched = self
+                .inner
+                .read_direct(key, chunk.start..chunk.end.min(self.identity.size))?;
+            if chunk.matches(&fetched) {
+                let bytes = Arc::new(fetched);
+                if let Some(chunks) = &self.inner.verified_chunks {
+                    chunks.insert(cache_key, bytes.clone());
+                }
+                return Ok(bytes);
+            }
             attempts += 1;
             self.inner
                 .counters
@@ -1149,7 +1202,7 @@ impl CachedObject {
             if attempts == 2 {
                 return Err(CacheError::Damaged {
                     key: key.clone(),
-                    region: self.inner.region_of(range.start),
+                    region: self.inner.region_of(chunk.start),
                     chunk: chunk.to_string(),
                 });
             }

@@ -524,9 +524,15 @@ fn a_read_through_cache_checks_every_read() {
         capacity_bytes: 1 << 20,
         region_bytes: 16 << 10,
     };
-    let cache = BlobCache::new_or_read_through(&config, storage, runtime.handle().clone()).unwrap();
-    assert!(cache.is_read_through());
-    let segment = Segment::open(cache.open_blocking(key).unwrap()).unwrap();
+    let open = || {
+        let cache =
+            BlobCache::new_or_read_through(&config, storage.clone(), runtime.handle().clone())
+                .unwrap();
+        assert!(cache.is_read_through());
+        let segment = Segment::open(cache.open_blocking(key).unwrap()).unwrap();
+        (cache, segment)
+    };
+    let (_, segment) = open();
     let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
     let params = SearchParams {
         nprobe: Some(4),
@@ -542,7 +548,19 @@ fn a_read_through_cache_checks_every_read() {
         wanted
     );
 
-    // Every read is a fetch again: damaged once, it is fetched once more.
+    // Checked chunks stay in memory: searching again fetches nothing, so
+    // nothing can be damaged.
+    *faulty.fault.lock().unwrap() = Fault::DamageRefetches;
+    assert_eq!(
+        segment.search(query, &params, None, &mut scratch).unwrap(),
+        wanted
+    );
+    assert_eq!(faulty.damaged.load(Ordering::SeqCst), 0);
+
+    // Another read-through cache fetches the chunks again: damaged once, a
+    // chunk is fetched once more.
+    *faulty.fault.lock().unwrap() = Fault::None;
+    let (cache, segment) = open();
     *faulty.fault.lock().unwrap() = Fault::DamageNextRefetch;
     assert_eq!(
         segment.search(query, &params, None, &mut scratch).unwrap(),
@@ -551,6 +569,8 @@ fn a_read_through_cache_checks_every_read() {
     assert_eq!(faulty.damaged.load(Ordering::SeqCst), 1);
     assert_eq!(cache.stats().discarded_regions, 1);
 
+    *faulty.fault.lock().unwrap() = Fault::None;
+    let (_, segment) = open();
     *faulty.fault.lock().unwrap() = Fault::DamageRefetches;
     let error = segment
         .search(query, &params, None, &mut scratch)
