@@ -195,8 +195,11 @@ struct Inner {
     /// Read-through mode only: chunks fetched whole and checked, kept in
     /// memory (bounded) so that the many small reads of a query do not each
     /// fetch and check a whole chunk again.
-    verified_chunks: Option<moka::sync::Cache<(String, u64), Arc<Vec<u8>>>>,
+    verified_chunks: Option<CheckedChunks>,
 }
+
+/// Checked chunks by (object key, chunk start).
+type CheckedChunks = moka::sync::Cache<(String, u64), Arc<Vec<u8>>>;
 
 /// Memory for checked chunks in read-through mode.
 const READ_THROUGH_CHUNK_BYTES: u64 = 64 << 20;
