@@ -106,10 +106,15 @@ async fn queries_read_through_when_the_cache_disk_is_full() {
                 .search_with_cost(&read_through, &request(query, 10, filter), &mut scratch)
                 .unwrap();
             assert_eq!(hits, wanted, "query {index}");
-            assert!(
-                cost.cache_regions_missed > 0 && cost.bytes_fetched > 0,
-                "{cost:?}"
-            );
+            // No region is cached; the first query fetches from the store, and
+            // later ones reuse the checked chunks read-through mode keeps in
+            // memory (bounded), so they may fetch nothing.
+            if index == 0 {
+                assert!(
+                    cost.cache_regions_missed > 0 && cost.bytes_fetched > 0,
+                    "{cost:?}"
+                );
+            }
             assert_eq!(cost.cache_regions_hit, 0, "{cost:?}");
         }
     })
