@@ -83,9 +83,10 @@ impl GatewayServer {
             .local_addr()
             .map_err(|error| GatewayError::unavailable(format!("grpc listener: {error}")))?;
         let routing = Arc::new(Router::new(meta.clone(), config.request_timeout));
-        let compact_wait = config.compact_wait.min(config.request_timeout.mul_f64(0.8));
+        // Gateway::compact caps the wait below the request timeout itself.
         let gateway = Arc::new(
-            Gateway::new(routing.clone(), config.limits.clone()).with_compact_wait(compact_wait),
+            Gateway::new(routing.clone(), config.limits.clone())
+                .with_compact_wait(config.compact_wait),
         );
         let ready = Arc::new(AtomicBool::new(false));
         let ready_probe = ready.clone();
