@@ -13,7 +13,10 @@ pub mod convert;
 mod error;
 mod trace;
 
-pub use error::{ErrorCode, LEADER_ADDRESS_HEADER, LEADER_ID_HEADER};
+pub use error::{
+    ErrorCode, LEADER_ADDRESS_HEADER, LEADER_ID_HEADER, RETRY_AFTER_MS_HEADER, ServiceError,
+    retry_after_of_status, status_of,
+};
 pub use trace::{MAX_REQUEST_ID_BYTES, REQUEST_ID_HEADER, request_span, valid_request_id};
 
 /// The metadata service's messages and its tonic client and server (`quiver.v1.meta`).
