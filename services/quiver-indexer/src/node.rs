@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use quiver_index::{IdType, PointId};
-use quiver_meta::{MetaClient, NodeIdentity, keep_registered};
+use quiver_meta_client::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::convert::{point_id, segment_spec, shard_of};
 use quiver_proto::data::indexer_server::{Indexer, IndexerServer};
 use quiver_proto::data::{self, write_record};

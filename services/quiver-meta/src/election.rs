@@ -63,7 +63,7 @@ use tonic::transport::Channel;
 
 use crate::log_store::LogStore;
 use crate::metrics::MetaMetrics;
-use crate::network::lazy_channel;
+use quiver_meta_client::lazy_channel;
 use crate::raft_types::MetaNodeId;
 use crate::raft_types::typ::{LogId, Raft};
 

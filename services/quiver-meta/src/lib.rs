@@ -15,7 +15,6 @@
 //!   live indexers and keeps each shard's searchers assigned by rendezvous hashing.
 
 mod catalog;
-mod client;
 mod clock;
 mod config;
 mod control;
@@ -24,7 +23,6 @@ mod disk;
 mod election;
 mod error;
 mod log_store;
-mod membership;
 mod metrics;
 mod model;
 mod network;
@@ -34,12 +32,15 @@ mod service;
 mod state_machine;
 
 pub use catalog::Catalog;
-pub use client::{MetaClient, MetaClientConfig};
 pub use config::MetaConfig;
 pub use error::{MetaError, MetaResult};
 pub use log_store::LogStore;
-pub use membership::{NodeIdentity, keep_registered};
 pub use metrics::MetaMetrics;
+// The client lives in `quiver-meta-client` (no Raft, no redb); re-exported for
+// the callers that link the server anyway.
+pub use quiver_meta_client::{
+    MetaClient, MetaClientConfig, MetaClientError, NodeIdentity, keep_registered,
+};
 pub use model::{
     Collection, CollectionSpec, Command, DeletesRef, FieldKind, IdType, IndexParams, Lease,
     Manifest, ManifestChange, MetaRequest, MetaResponse, Metric, NodeRecord, NodeRole, NodeState,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use quiver_blobcache::CachedObject;
 use quiver_index::{Filter, SearchScratch, SectionKind, Segment, SegmentSpec};
-use quiver_meta::{MetaClient, NodeIdentity, keep_registered};
+use quiver_meta_client::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::convert::{manifest_from_proto, point_id, segment_spec, wire_point_id};
 use quiver_proto::data::searcher_server::{Searcher, SearcherServer};
 use quiver_proto::data::{self};
