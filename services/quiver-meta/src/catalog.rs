@@ -7,13 +7,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use quiver_model::manifest::{ChangeOutcome, WalCommit, added_keys, apply_change};
+use quiver_model::{WalEntry, WalPosition};
 use quiver_proto::ErrorCode;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    Collection, CollectionSpec, Command, DeletesRef, Lease, ManifestChange, MetaRequest,
-    NodeRecord, NodeRole, NodeState, OrphanCandidate, OrphanRecord, Outcome, Rejection, ShardKey,
-    ShardRecord, WalEntry,
+    Collection, CollectionSpec, Command, Lease, MetaRequest, NodeRecord, NodeRole, NodeState,
+    OrphanCandidate, OrphanRecord, Outcome, Rejection, ShardKey, ShardManifestChange,
+    ShardRecord,
 };
 
 /// Dropped collection ids remembered for watchers that lag behind.
@@ -141,19 +143,10 @@ impl Catalog {
 
     /// Returns every object key some manifest references.
     fn referenced_keys(&self) -> BTreeSet<&str> {
-        let mut keys = BTreeSet::new();
-        for record in self.shards.values() {
-            for segment in record.manifest.segments.values() {
-                keys.insert(segment.object_key.as_str());
-                if let Some(deletes) = &segment.deletes {
-                    keys.insert(deletes.object_key.as_str());
-                }
-            }
-            for entry in &record.manifest.wal_tail {
-                keys.insert(entry.object_key.as_str());
-            }
-        }
-        keys
+        self.shards
+            .values()
+            .flat_map(|record| record.manifest.referenced_keys())
+            .collect()
     }
 
     fn report_orphans(
@@ -269,23 +262,7 @@ impl Catalog {
                 change,
                 gc_grace_ms,
             } => {
-                let added = change
-                    .add_segments
-                    .iter()
-                    .flat_map(|segment| {
-                        std::iter::once(segment.object_key.as_str()).chain(
-                            segment
-                                .deletes
-                                .iter()
-                                .map(|deletes| deletes.object_key.as_str()),
-                        )
-                    })
-                    .chain(
-                        change
-                            .set_deletes
-                            .iter()
-                            .map(|(_, deletes)| deletes.object_key.as_str()),
-                    );
+                let added = added_keys(&change.change);
                 self.check_not_orphaned(change.shard, added)?;
                 self.commit_manifest_change(change, now_ms.saturating_add(*gc_grace_ms))
             }
@@ -387,14 +364,14 @@ impl Catalog {
             .collect();
         for shard_key in shard_keys {
             if let Some(record) = self.shards.remove(&shard_key) {
-                for segment in record.manifest.segments.into_values() {
-                    self.gc.insert(segment.object_key, delete_after_ms);
+                for segment in record.manifest.segments {
+                    self.gc.insert(segment.key, delete_after_ms);
                     if let Some(deletes) = segment.deletes {
-                        self.gc.insert(deletes.object_key, delete_after_ms);
+                        self.gc.insert(deletes.key, delete_after_ms);
                     }
                 }
                 for wal_entry in record.manifest.wal_tail {
-                    self.gc.insert(wal_entry.object_key, delete_after_ms);
+                    self.gc.insert(wal_entry.key, delete_after_ms);
                 }
             }
         }
@@ -623,139 +600,53 @@ impl Catalog {
         object_key: &str,
         rows: u64,
     ) -> ApplyResult {
-        if object_key.is_empty() {
-            return Err(Rejection::new(
-                ErrorCode::InvalidArgument,
-                format!("wal commit for shard {shard} has an empty object key"),
-            ));
-        }
         let version = self.version + 1;
+        let gc = &self.gc;
         let record = shard_entry(&mut self.shards, shard)?;
         check_epoch(shard, record, epoch)?;
-        let position = (epoch, seq);
-        if let Some(last_position) = record.last_wal
-            && position <= last_position
-        {
-            if let Some(existing) = record
-                .manifest
-                .wal_tail
-                .iter()
-                .find(|entry| entry.position() == position)
-            {
-                if existing.object_key == object_key {
-                    return Ok(Outcome::WalCommitted {
-                        manifest_version: record.manifest.version,
-                        duplicate: true,
-                    });
-                }
-                return Err(Rejection::new(
-                    ErrorCode::FailedPrecondition,
-                    format!(
-                        "wal position (epoch {epoch}, seq {seq}) of shard {shard} was committed with object `{}`, not `{object_key}`",
-                        existing.object_key
-                    ),
-                ));
-            }
-            if record
-                .wal_trimmed_through
-                .is_some_and(|trimmed| position <= trimmed)
-            {
-                // Committed, then folded into a segment: a late retry.
-                return Ok(Outcome::WalCommitted {
-                    manifest_version: record.manifest.version,
-                    duplicate: true,
-                });
-            }
-            return Err(Rejection::new(
-                ErrorCode::FailedPrecondition,
-                format!(
-                    "wal position (epoch {epoch}, seq {seq}) of shard {shard} is behind the last committed position (epoch {}, seq {})",
-                    last_position.0, last_position.1
-                ),
-            ));
-        }
-        if self.gc.contains_key(object_key) {
-            return Err(Rejection::new(
-                ErrorCode::FailedPrecondition,
-                format!("wal object `{object_key}` of shard {shard} is on the gc list"),
-            ));
-        }
-        record.manifest.wal_tail.push(WalEntry {
-            epoch,
-            seq,
-            object_key: object_key.to_owned(),
-            rows,
-        });
-        record.last_wal = Some(position);
-        record.manifest.version += 1;
-        record.changed_at_version = version;
+        let entry = WalEntry {
+            position: WalPosition {
+                epoch,
+                sequence: seq,
+            },
+            key: object_key.to_owned(),
+            rows: u32::try_from(rows).unwrap_or(u32::MAX),
+        };
+        let commit = record
+            .manifest
+            .commit_wal(&shard, entry, |key| gc.contains_key(key))?;
         let manifest_version = record.manifest.version;
-        self.version = version;
+        if commit == WalCommit::Appended {
+            record.changed_at_version = version;
+            self.version = version;
+        }
         Ok(Outcome::WalCommitted {
             manifest_version,
-            duplicate: false,
+            duplicate: commit == WalCommit::Duplicate,
         })
     }
 
     fn commit_manifest_change(
         &mut self,
-        change: &ManifestChange,
+        change: &ShardManifestChange,
         delete_after_ms: u64,
     ) -> ApplyResult {
         let shard = change.shard;
         let version = self.version + 1;
+        let gc = &self.gc;
         let record = shard_entry(&mut self.shards, shard)?;
         check_epoch(shard, record, change.epoch)?;
-        if is_repeated_change(record, change) {
+        let outcome = apply_change(&mut record.manifest, &shard, &change.change, |key| {
+            gc.contains_key(key)
+        })?;
+        let manifest_version = record.manifest.version;
+        let ChangeOutcome::Applied { retired_keys } = outcome else {
             return Ok(Outcome::ManifestCommitted {
-                manifest_version: record.manifest.version,
+                manifest_version,
                 duplicate: true,
             });
-        }
-        validate_manifest_change(shard, record, change, &self.gc)?;
-
-        // Validated: from here on nothing can fail, so the change is all-or-nothing.
-        let mut retired_keys: Vec<String> = Vec::new();
-        for segment_id in &change.remove_segment_ids {
-            if let Some(segment) = record.manifest.segments.remove(segment_id) {
-                retired_keys.push(segment.object_key);
-                if let Some(deletes) = segment.deletes {
-                    retired_keys.push(deletes.object_key);
-                }
-            }
-        }
-        for segment in &change.add_segments {
-            record
-                .manifest
-                .segments
-                .insert(segment.segment_id.clone(), segment.clone());
-        }
-        for (segment_id, deletes) in &change.set_deletes {
-            if let Some(segment) = record.manifest.segments.get_mut(segment_id)
-                && let Some(previous) = segment.deletes.replace(deletes.clone())
-                && previous.object_key != deletes.object_key
-            {
-                retired_keys.push(previous.object_key);
-            }
-        }
-        if let Some(trim_position) = change.trim_wal_through {
-            record.manifest.wal_tail.retain(|entry| {
-                let keep = entry.position() > trim_position;
-                if !keep {
-                    retired_keys.push(entry.object_key.clone());
-                }
-                keep
-            });
-            record.wal_trimmed_through = Some(
-                record
-                    .wal_trimmed_through
-                    .map_or(trim_position, |trimmed| trimmed.max(trim_position)),
-            );
-        }
-        retired_keys.extend(change.gc_keys.iter().cloned());
-        record.manifest.version += 1;
+        };
         record.changed_at_version = version;
-        let manifest_version = record.manifest.version;
         self.version = version;
         for key in retired_keys {
             // The GC list owns it now (it has its own grace period).
@@ -959,202 +850,6 @@ fn check_epoch(shard: ShardKey, record: &ShardRecord, epoch: u64) -> Result<(), 
     Ok(())
 }
 
-/// Tells whether every effect of `change` is already in the manifest, so the change
-/// is a client's retry of a committed change. Only changes that add segments can be
-/// recognised (segment ids are never reused).
-fn is_repeated_change(record: &ShardRecord, change: &ManifestChange) -> bool {
-    if change.add_segments.is_empty() {
-        return false;
-    }
-    let segments = &record.manifest.segments;
-    let added_present = change.add_segments.iter().all(|segment| {
-        segments
-            .get(&segment.segment_id)
-            .is_some_and(|live| live.object_key == segment.object_key)
-    });
-    let removed_absent = change
-        .remove_segment_ids
-        .iter()
-        .all(|segment_id| !segments.contains_key(segment_id));
-    let trim_done = change.trim_wal_through.is_none_or(|trim_position| {
-        record
-            .wal_trimmed_through
-            .is_some_and(|trimmed| trimmed >= trim_position)
-    });
-    added_present && removed_absent && trim_done
-}
-
-fn validate_manifest_change(
-    shard: ShardKey,
-    record: &ShardRecord,
-    change: &ManifestChange,
-    gc: &BTreeMap<String, u64>,
-) -> Result<(), Rejection> {
-    let failed = |message: String| Err(Rejection::new(ErrorCode::FailedPrecondition, message));
-    let invalid = |message: String| Err(Rejection::new(ErrorCode::InvalidArgument, message));
-    let segments = &record.manifest.segments;
-
-    let mut added_ids = BTreeSet::new();
-    for segment in &change.add_segments {
-        if segment.segment_id.is_empty() || segment.object_key.is_empty() {
-            return invalid(format!(
-                "segment added to shard {shard} needs a segment id and an object key"
-            ));
-        }
-        if !added_ids.insert(segment.segment_id.as_str()) {
-            return invalid(format!(
-                "segment `{}` is added twice to shard {shard}",
-                segment.segment_id
-            ));
-        }
-        if segments.contains_key(&segment.segment_id) {
-            return failed(format!(
-                "segment `{}` is already in the manifest of shard {shard}",
-                segment.segment_id
-            ));
-        }
-    }
-    let mut removed_ids = BTreeSet::new();
-    for segment_id in &change.remove_segment_ids {
-        if !segments.contains_key(segment_id) {
-            return failed(format!(
-                "segment `{segment_id}` to remove is not in the manifest of shard {shard}"
-            ));
-        }
-        if added_ids.contains(segment_id.as_str()) || !removed_ids.insert(segment_id.as_str()) {
-            return invalid(format!(
-                "segment `{segment_id}` is removed twice or both added and removed in shard {shard}"
-            ));
-        }
-    }
-    let mut deletes_targets = BTreeSet::new();
-    for (segment_id, deletes) in &change.set_deletes {
-        if deletes.object_key.is_empty() {
-            return invalid(format!(
-                "deletion bitmap of segment `{segment_id}` in shard {shard} has an empty object key"
-            ));
-        }
-        if !deletes_targets.insert(segment_id.as_str()) {
-            return invalid(format!(
-                "deletion bitmap of segment `{segment_id}` is set twice in shard {shard}"
-            ));
-        }
-        let current_deletes: Option<&DeletesRef> = if added_ids.contains(segment_id.as_str()) {
-            change
-                .add_segments
-                .iter()
-                .find(|segment| &segment.segment_id == segment_id)
-                .and_then(|segment| segment.deletes.as_ref())
-        } else if removed_ids.contains(segment_id.as_str()) {
-            return failed(format!(
-                "deletion bitmap set for segment `{segment_id}` that is removed from shard {shard}"
-            ));
-        } else {
-            match segments.get(segment_id) {
-                Some(segment) => segment.deletes.as_ref(),
-                None => {
-                    return failed(format!(
-                        "deletion bitmap set for segment `{segment_id}` that is not in shard {shard}"
-                    ));
-                }
-            }
-        };
-        if let Some(current) = current_deletes
-            && deletes.version <= current.version
-        {
-            return failed(format!(
-                "deletion bitmap version {} of segment `{segment_id}` in shard {shard} is not newer than version {}",
-                deletes.version, current.version
-            ));
-        }
-    }
-    if let Some(trim_position) = change.trim_wal_through
-        && record.last_wal.is_none_or(|last| trim_position > last)
-    {
-        return failed(format!(
-            "wal trim of shard {shard} through (epoch {}, seq {}) goes past the last committed position {:?}",
-            trim_position.0, trim_position.1, record.last_wal
-        ));
-    }
-    // A key to collect must not be one the manifest still references afterwards,
-    // and a key waiting for deletion must not come back to life.
-    let live_after: BTreeSet<&str> = live_keys_after(record, change);
-    let new_keys = change
-        .add_segments
-        .iter()
-        .flat_map(|segment| {
-            std::iter::once(segment.object_key.as_str()).chain(
-                segment
-                    .deletes
-                    .iter()
-                    .map(|deletes| deletes.object_key.as_str()),
-            )
-        })
-        .chain(
-            change
-                .set_deletes
-                .iter()
-                .map(|(_, deletes)| deletes.object_key.as_str()),
-        );
-    for key in new_keys {
-        if gc.contains_key(key) {
-            return failed(format!(
-                "object `{key}` added to shard {shard} is on the gc list"
-            ));
-        }
-    }
-    if let Some(key) = change
-        .gc_keys
-        .iter()
-        .find(|key| live_after.contains(key.as_str()))
-    {
-        return invalid(format!(
-            "object `{key}` is still referenced by shard {shard} and cannot go on the gc list"
-        ));
-    }
-    Ok(())
-}
-
-fn live_keys_after<'a>(record: &'a ShardRecord, change: &'a ManifestChange) -> BTreeSet<&'a str> {
-    let removed: BTreeSet<&str> = change
-        .remove_segment_ids
-        .iter()
-        .map(String::as_str)
-        .collect();
-    // A segment whose bitmap the change replaces no longer references the old one.
-    let bitmap_replaced: BTreeSet<&str> = change
-        .set_deletes
-        .iter()
-        .map(|(segment_id, _)| segment_id.as_str())
-        .collect();
-    let mut keys = BTreeSet::new();
-    let kept = record
-        .manifest
-        .segments
-        .values()
-        .filter(|segment| !removed.contains(segment.segment_id.as_str()));
-    for segment in kept.chain(change.add_segments.iter()) {
-        keys.insert(segment.object_key.as_str());
-        if let Some(deletes) = &segment.deletes
-            && !bitmap_replaced.contains(segment.segment_id.as_str())
-        {
-            keys.insert(deletes.object_key.as_str());
-        }
-    }
-    for (_, deletes) in &change.set_deletes {
-        keys.insert(deletes.object_key.as_str());
-    }
-    for entry in &record.manifest.wal_tail {
-        let trimmed = change
-            .trim_wal_through
-            .is_some_and(|trim_position| entry.position() <= trim_position);
-        if !trimmed {
-            keys.insert(entry.object_key.as_str());
-        }
-    }
-    keys
-}
-
 /// Checks a spec and fills its defaults (0 shards or replication = 1).
 fn normalize_spec(spec: &CollectionSpec) -> Result<CollectionSpec, Rejection> {
     let invalid = |message: String| Err(Rejection::new(ErrorCode::InvalidArgument, message));
@@ -1283,14 +978,14 @@ mod shard_map {
 
 /// Returns a live segment entry; for tests and tools.
 #[cfg(test)]
-pub(crate) fn segment(segment_id: &str, rows: u64) -> crate::model::SegmentEntry {
-    crate::model::SegmentEntry {
+pub(crate) fn segment(segment_id: &str, rows: u32) -> quiver_model::SegmentEntry {
+    quiver_model::SegmentEntry {
         segment_id: segment_id.to_owned(),
-        object_key: format!("segments/{segment_id}.qseg"),
+        key: format!("segments/{segment_id}.qseg"),
         rows,
-        size_bytes: rows * 16,
+        size_bytes: u64::from(rows) * 16,
         deletes: None,
-        default_nprobe: 0,
+        default_nprobe: None,
     }
 }
 

@@ -42,10 +42,14 @@ pub use quiver_meta_client::{
     MetaClient, MetaClientConfig, MetaClientError, NodeIdentity, keep_registered,
 };
 pub use model::{
-    Collection, CollectionSpec, Command, DeletesRef, FieldKind, IdType, IndexParams, Lease,
-    Manifest, ManifestChange, MetaRequest, MetaResponse, Metric, NodeRecord, NodeRole, NodeState,
-    OrphanCandidate, OrphanRecord, Outcome, PayloadField, Rejection, SegmentEntry, ShardKey,
-    ShardRecord, VectorPrecision, WalEntry,
+    Command, Lease, MetaRequest, MetaResponse, NodeRecord, NodeRole, NodeState, OrphanCandidate,
+    OrphanRecord, Outcome, Rejection, ShardManifestChange, ShardRecord,
+};
+// The collection and manifest types are the shared model's.
+pub use quiver_model::{
+    Collection, CollectionSpec, DeletesEntry, FieldKind, IdType, IndexParams, Manifest,
+    ManifestChange, Metric, PayloadField, SegmentEntry, ShardKey, VectorPrecision, WalEntry,
+    WalPosition,
 };
 pub use raft_types::{MetaNode, MetaNodeId, TypeConfig, typ};
 pub use server::{MetaServer, run_single_node};

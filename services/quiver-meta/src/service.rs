@@ -13,6 +13,7 @@ use std::time::Instant;
 use futures_util::Stream;
 use openraft::ChangeMembers;
 use openraft::error::{ClientWriteError, RaftError};
+use quiver_model::ManifestChange;
 use quiver_proto::ErrorCode;
 use quiver_proto::meta as pb;
 use quiver_proto::meta::meta_service_server::MetaService;
@@ -26,7 +27,7 @@ use crate::convert;
 use crate::error::{MetaError, MetaResult};
 use crate::log_store::LogStore;
 use crate::metrics::MetaMetrics;
-use crate::model::{Command, ManifestChange, MetaRequest, NodeRole, Outcome, ShardKey};
+use crate::model::{Command, MetaRequest, NodeRole, Outcome, ShardKey, ShardManifestChange};
 use crate::raft_types::typ::{Raft, RaftMetrics};
 use crate::raft_types::{MetaNode, MetaNodeId};
 use crate::state_machine::CatalogHandle;
@@ -397,11 +398,7 @@ pub(crate) fn watch_event(
         })
         .map(|(key, record)| pb::ShardUpdate {
             routing: Some(convert::routing_to_proto(*key, record)),
-            manifest: Some(convert::manifest_to_proto(
-                *key,
-                &record.manifest,
-                record.last_wal,
-            )),
+            manifest: Some(convert::manifest_to_proto(*key, &record.manifest)),
         })
         .collect();
     let collections = if catalog.collections_changed_at_version() > after_version {
@@ -439,7 +436,7 @@ impl MetaService for MetaGrpc {
         request: Request<pb::CreateCollectionRequest>,
     ) -> GrpcResult<pb::CreateCollectionResponse> {
         self.observed("create_collection", async {
-            let spec = convert::collection_spec_from_proto(request.into_inner().spec)?;
+            let spec = convert::collection_spec(request.into_inner().spec)?;
             match self
                 .context
                 .propose(Command::CreateCollection { spec })
@@ -672,33 +669,27 @@ impl MetaService for MetaGrpc {
     ) -> GrpcResult<pb::CommitManifestChangeResponse> {
         self.observed("commit_manifest_change", async {
             let request = request.into_inner();
-            let change = ManifestChange {
+            let change = ShardManifestChange {
                 shard: convert::shard_key(request.shard.as_ref(), "shard")?,
                 epoch: request.epoch,
-                add_segments: request
-                    .add_segments
-                    .into_iter()
-                    .map(convert::segment_from_proto)
-                    .collect(),
-                remove_segment_ids: request.remove_segment_ids,
-                set_deletes: request
-                    .set_deletes
-                    .into_iter()
-                    .map(|update| {
-                        (
-                            update.segment_id,
-                            crate::model::DeletesRef {
-                                object_key: update.deletes_key,
-                                version: update.deletes_version,
-                                deleted_rows: update.deleted_rows,
-                            },
-                        )
-                    })
-                    .collect(),
-                trim_wal_through: request
-                    .trim_wal_through
-                    .map(|position| (position.epoch, position.seq)),
-                gc_keys: request.gc_keys,
+                change: ManifestChange {
+                    add_segments: request
+                        .add_segments
+                        .iter()
+                        .map(convert::segment_from_proto)
+                        .collect(),
+                    remove_segments: request.remove_segment_ids,
+                    set_deletes: request
+                        .set_deletes
+                        .iter()
+                        .map(convert::deletes_from_proto)
+                        .collect(),
+                    trim_wal_through: request
+                        .trim_wal_through
+                        .as_ref()
+                        .map(convert::wal_position_from_proto),
+                    retire_keys: request.gc_keys,
+                },
             };
             let command = Command::CommitManifestChange {
                 change,
@@ -731,11 +722,7 @@ impl MetaService for MetaGrpc {
                     message: format!("shard {shard} not found"),
                 })?;
                 Ok(pb::GetManifestResponse {
-                    manifest: Some(convert::manifest_to_proto(
-                        shard,
-                        &record.manifest,
-                        record.last_wal,
-                    )),
+                    manifest: Some(convert::manifest_to_proto(shard, &record.manifest)),
                 })
             })
             .await
