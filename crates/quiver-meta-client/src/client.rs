@@ -294,13 +294,16 @@ impl MetaClient {
                 async move { client.get_collection(request).await }
             })
             .await?;
-        response
-            .collection
-            .ok_or_else(|| MetaClientError::Protocol(format!("collection `{name}` answered without a body")))
+        response.collection.ok_or_else(|| {
+            MetaClientError::Protocol(format!("collection `{name}` answered without a body"))
+        })
     }
 
     /// Lists collections.
-    pub async fn list_collections(&self, linearizable: bool) -> MetaClientResult<Vec<pb::Collection>> {
+    pub async fn list_collections(
+        &self,
+        linearizable: bool,
+    ) -> MetaClientResult<Vec<pb::Collection>> {
         let response = self
             .call("list_collections", true, |mut client| async move {
                 client
@@ -312,7 +315,10 @@ impl MetaClient {
     }
 
     /// Drops a collection. Not retried when the outcome is unknown.
-    pub async fn drop_collection(&self, name: &str) -> MetaClientResult<pb::DropCollectionResponse> {
+    pub async fn drop_collection(
+        &self,
+        name: &str,
+    ) -> MetaClientResult<pb::DropCollectionResponse> {
         self.call("drop_collection", false, |mut client| {
             let request = pb::DropCollectionRequest {
                 name: name.to_owned(),
@@ -333,9 +339,9 @@ impl MetaClient {
                 async move { client.register_node(request).await }
             })
             .await?;
-        response
-            .node
-            .ok_or_else(|| MetaClientError::Protocol("register_node answered without a node".into()))
+        response.node.ok_or_else(|| {
+            MetaClientError::Protocol("register_node answered without a node".into())
+        })
     }
 
     /// Sends a heartbeat (with a searcher's ready shards).
@@ -367,16 +373,19 @@ impl MetaClient {
     }
 
     /// Acquires a shard's lease (the holder acquiring again keeps its epoch).
-    pub async fn acquire_lease(&self, request: pb::AcquireLeaseRequest) -> MetaClientResult<pb::Lease> {
+    pub async fn acquire_lease(
+        &self,
+        request: pb::AcquireLeaseRequest,
+    ) -> MetaClientResult<pb::Lease> {
         let response = self
             .call("acquire_lease", true, |mut client| {
                 let request = request.clone();
                 async move { client.acquire_lease(request).await }
             })
             .await?;
-        response
-            .lease
-            .ok_or_else(|| MetaClientError::Protocol("acquire_lease answered without a lease".into()))
+        response.lease.ok_or_else(|| {
+            MetaClientError::Protocol("acquire_lease answered without a lease".into())
+        })
     }
 
     /// Renews a lease held at `epoch`.
@@ -433,9 +442,9 @@ impl MetaClient {
                 async move { client.get_manifest(request).await }
             })
             .await?;
-        response
-            .manifest
-            .ok_or_else(|| MetaClientError::Protocol("get_manifest answered without a manifest".into()))
+        response.manifest.ok_or_else(|| {
+            MetaClientError::Protocol("get_manifest answered without a manifest".into())
+        })
     }
 
     /// Returns the routing table (all collections for an empty name).
@@ -490,7 +499,10 @@ impl MetaClient {
 
     /// Returns the keys of `object_keys` that no manifest references and the GC
     /// list does not hold.
-    pub async fn find_unreferenced(&self, object_keys: Vec<String>) -> MetaClientResult<Vec<String>> {
+    pub async fn find_unreferenced(
+        &self,
+        object_keys: Vec<String>,
+    ) -> MetaClientResult<Vec<String>> {
         let response = self
             .call("find_unreferenced", true, |mut client| {
                 let request = pb::FindUnreferencedRequest {
@@ -520,7 +532,10 @@ impl MetaClient {
     }
 
     /// Returns the reported orphans.
-    pub async fn list_orphans(&self, linearizable: bool) -> MetaClientResult<Vec<pb::OrphanObject>> {
+    pub async fn list_orphans(
+        &self,
+        linearizable: bool,
+    ) -> MetaClientResult<Vec<pb::OrphanObject>> {
         let response = self
             .call("list_orphans", true, |mut client| async move {
                 client
@@ -545,7 +560,11 @@ impl MetaClient {
     }
 
     /// Adds a metadata node as a learner and waits until it has caught up.
-    pub async fn add_learner(&self, id: u64, address: &str) -> MetaClientResult<Vec<pb::MetaMember>> {
+    pub async fn add_learner(
+        &self,
+        id: u64,
+        address: &str,
+    ) -> MetaClientResult<Vec<pb::MetaMember>> {
         let response = self
             .call("add_learner", true, |mut client| {
                 let request = pb::AddLearnerRequest {
@@ -587,7 +606,10 @@ impl MetaClient {
     }
 
     /// Returns the cluster status as seen by the node at `address` (no redirection).
-    pub async fn cluster_status_of(&self, address: &str) -> MetaClientResult<pb::ClusterStatusResponse> {
+    pub async fn cluster_status_of(
+        &self,
+        address: &str,
+    ) -> MetaClientResult<pb::ClusterStatusResponse> {
         let mut client = MetaServiceClient::new(self.channel(address)?);
         let attempt = client.cluster_status(pb::ClusterStatusRequest {});
         match tokio::time::timeout(self.inner.config.attempt_timeout, attempt).await {
@@ -612,8 +634,14 @@ mod tests {
         ));
         if let Some((address, id)) = leader {
             let metadata = status.metadata_mut();
-            metadata.insert(quiver_proto::LEADER_ADDRESS_HEADER, address.parse().unwrap());
-            metadata.insert(quiver_proto::LEADER_ID_HEADER, id.to_string().parse().unwrap());
+            metadata.insert(
+                quiver_proto::LEADER_ADDRESS_HEADER,
+                address.parse().unwrap(),
+            );
+            metadata.insert(
+                quiver_proto::LEADER_ID_HEADER,
+                id.to_string().parse().unwrap(),
+            );
         }
         status
     }
@@ -630,9 +658,8 @@ mod tests {
                 leader_address: None
             }
         ));
-        let timed_out = tonic::Status::unavailable(
-            "commit_wal was not committed within 5000 ms (no quorum?)",
-        );
+        let timed_out =
+            tonic::Status::unavailable("commit_wal was not committed within 5000 ms (no quorum?)");
         assert!(matches!(classify(&timed_out), Retry::Ambiguous));
         assert!(matches!(
             classify(&tonic::Status::deadline_exceeded("late")),

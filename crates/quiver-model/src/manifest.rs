@@ -46,11 +46,7 @@ impl From<WalPosition> for (u64, u64) {
 
 impl Display for WalPosition {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            formatter,
-            "(epoch {}, seq {})",
-            self.epoch, self.sequence
-        )
+        write!(formatter, "(epoch {}, seq {})", self.epoch, self.sequence)
     }
 }
 

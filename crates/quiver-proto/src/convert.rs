@@ -300,7 +300,10 @@ pub fn manifest_from_proto(manifest: &meta::Manifest) -> Manifest {
                 rows: saturating_u32(entry.rows),
             })
             .collect(),
-        last_committed: manifest.last_committed.as_ref().map(wal_position_from_proto),
+        last_committed: manifest
+            .last_committed
+            .as_ref()
+            .map(wal_position_from_proto),
         // Not on the wire: only catalogs need it (to recognise late retries).
         wal_trimmed_through: None,
     }
@@ -416,7 +419,10 @@ mod tests {
         };
         let wire = manifest_to_proto(shard, &manifest);
         assert_eq!(manifest_from_proto(&wire), manifest);
-        assert_eq!(shard_from_proto(wire.shard.as_ref().unwrap()), ShardRef::from(shard));
+        assert_eq!(
+            shard_from_proto(wire.shard.as_ref().unwrap()),
+            ShardRef::from(shard)
+        );
         assert_eq!(
             shard_to_proto(&ShardRef::from(shard)),
             Ok(shard_key_to_proto(shard))

@@ -10,7 +10,6 @@ pub use quiver_storage::manifest::{
     apply_change,
 };
 
-
 /// Why the catalog refused or failed a call.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {

@@ -96,7 +96,12 @@ mod tests {
 
     #[test]
     fn a_create_request_needs_a_valid_spec() {
-        assert!(collection_spec(None).unwrap_err().to_string().contains("spec"));
+        assert!(
+            collection_spec(None)
+                .unwrap_err()
+                .to_string()
+                .contains("spec")
+        );
         let spec = pb::CollectionSpec {
             name: "docs".into(),
             dimension: 4,

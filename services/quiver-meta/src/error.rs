@@ -1,6 +1,6 @@
 //! The metadata service's error type.
 
-use quiver_proto::ErrorCode;
+use quiver_proto::{ErrorCode, ServiceError};
 
 use crate::model::Rejection;
 
@@ -63,11 +63,11 @@ impl MetaError {
         }
     }
 
-    /// Converts the error into a gRPC status; `NotLeader` carries the leader in the
-    /// `x-quiver-leader` / `x-quiver-leader-id` metadata.
+    /// Converts the error into a gRPC status ([`quiver_proto::status_of`]);
+    /// `NotLeader` carries the leader in the `x-quiver-leader` /
+    /// `x-quiver-leader-id` metadata, where the client finds it.
     pub fn into_status(self) -> tonic::Status {
-        let code = self.kind();
-        let mut status = code.to_status(self.to_string());
+        let mut status = quiver_proto::status_of(&self);
         if let MetaError::NotLeader {
             leader_id,
             leader_address,
@@ -87,7 +87,12 @@ impl MetaError {
         }
         status
     }
+}
 
+impl ServiceError for MetaError {
+    fn error_code(&self) -> ErrorCode {
+        self.kind()
+    }
 }
 
 impl From<Rejection> for MetaError {

@@ -17,6 +17,7 @@
 mod catalog;
 mod clock;
 mod config;
+mod context;
 mod control;
 mod convert;
 mod disk;
@@ -38,12 +39,12 @@ pub use log_store::LogStore;
 pub use metrics::MetaMetrics;
 // The client lives in `quiver-meta-client` (no Raft, no redb); re-exported for
 // the callers that link the server anyway.
-pub use quiver_meta_client::{
-    MetaClient, MetaClientConfig, MetaClientError, NodeIdentity, keep_registered,
-};
 pub use model::{
     Command, Lease, MetaRequest, MetaResponse, NodeRecord, NodeRole, NodeState, OrphanCandidate,
     OrphanRecord, Outcome, Rejection, ShardManifestChange, ShardRecord,
+};
+pub use quiver_meta_client::{
+    MetaClient, MetaClientConfig, MetaClientError, NodeIdentity, keep_registered,
 };
 // The collection and manifest types are the shared model's.
 pub use quiver_model::{

@@ -436,7 +436,11 @@ mod tests {
 
         let change = r#"{"CommitManifestChange":{"change":{"shard":{"collection_id":3,"shard":1},"epoch":2,"add_segments":[],"remove_segment_ids":["s1"],"set_deletes":[["s2",{"object_key":"deletes/s2-1.del","version":1,"deleted_rows":4}]],"trim_wal_through":[2,6],"gc_keys":["x"]},"gc_grace_ms":1000}}"#;
         let command: Command = serde_json::from_str(change).expect("old command");
-        let Command::CommitManifestChange { change: shard_change, .. } = &command else {
+        let Command::CommitManifestChange {
+            change: shard_change,
+            ..
+        } = &command
+        else {
             panic!("{command:?}");
         };
         assert_eq!(shard_change.change.remove_segments, ["s1"]);

@@ -14,12 +14,12 @@ use openraft::AnyError;
 use openraft::error::{NetworkError, RemoteError, Unreachable};
 use openraft::network::Backoff;
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use quiver_meta_client::lazy_channel;
 use quiver_proto::raft::RaftPayload;
 use quiver_proto::raft::raft_service_client::RaftServiceClient;
 use quiver_proto::raft::raft_service_server::RaftService;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use quiver_meta_client::lazy_channel;
 use tonic::transport::Channel;
 
 use crate::election::{Elections, PreVoteRequest};

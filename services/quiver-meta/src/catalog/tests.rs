@@ -1,7 +1,10 @@
+use std::collections::BTreeSet;
+
 use proptest::prelude::*;
+use quiver_model::{DeletesEntry, IdType, IndexParams, ManifestChange, Metric, WalPosition};
 
 use super::*;
-use quiver_model::{DeletesEntry, IdType, IndexParams, ManifestChange, Metric};
+use crate::model::{CollectionSpec, NodeRole, NodeState, ShardManifestChange};
 
 const LEASE_TTL_MS: u64 = 10_000;
 const NODE_TIMEOUT_MS: u64 = 5_000;
@@ -241,8 +244,8 @@ fn stale_epoch_commits_are_rejected_naming_both_epochs() {
                 shard,
                 epoch: 1,
                 change: ManifestChange {
-                add_segments: vec![segment("s1", 10)],
-                ..ManifestChange::default()
+                    add_segments: vec![segment("s1", 10)],
+                    ..ManifestChange::default()
                 },
             },
             gc_grace_ms: 0,
@@ -305,9 +308,9 @@ fn commit_wal_is_idempotent_for_a_repeated_position() {
                 shard,
                 epoch: 1,
                 change: ManifestChange {
-                add_segments: vec![segment("s1", 10)],
-                trim_wal_through: Some(WalPosition::from((1, 1))),
-                ..ManifestChange::default()
+                    add_segments: vec![segment("s1", 10)],
+                    trim_wal_through: Some(WalPosition::from((1, 1))),
+                    ..ManifestChange::default()
                 },
             },
             gc_grace_ms: 60_000,
@@ -341,9 +344,9 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
         shard,
         epoch: 1,
         change: ManifestChange {
-        add_segments: vec![segment("s1", 20)],
-        trim_wal_through: Some(WalPosition::from((1, 2))),
-        ..ManifestChange::default()
+            add_segments: vec![segment("s1", 20)],
+            trim_wal_through: Some(WalPosition::from((1, 2))),
+            ..ManifestChange::default()
         },
     };
     let flushed = run(
@@ -402,9 +405,9 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
                 shard,
                 epoch: 1,
                 change: ManifestChange {
-                add_segments: vec![segment("s2", 5)],
-                remove_segments: vec!["missing".into()],
-                ..ManifestChange::default()
+                    add_segments: vec![segment("s2", 5)],
+                    remove_segments: vec!["missing".into()],
+                    ..ManifestChange::default()
                 },
             },
             gc_grace_ms: 0,
@@ -422,17 +425,17 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
                 shard,
                 epoch: 1,
                 change: ManifestChange {
-                add_segments: vec![segment("s2", 20)],
-                remove_segments: vec!["s1".into()],
-                set_deletes: vec![(
-                    "s2".into(),
-                    DeletesEntry {
-                        key: "deletes/s2-1.del".into(),
-                        version: 1,
-                        deleted_rows: 0,
-                    },
-                )],
-                ..ManifestChange::default()
+                    add_segments: vec![segment("s2", 20)],
+                    remove_segments: vec!["s1".into()],
+                    set_deletes: vec![(
+                        "s2".into(),
+                        DeletesEntry {
+                            key: "deletes/s2-1.del".into(),
+                            version: 1,
+                            deleted_rows: 0,
+                        },
+                    )],
+                    ..ManifestChange::default()
                 },
             },
             gc_grace_ms: 0,
@@ -447,15 +450,15 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
                 shard,
                 epoch: 1,
                 change: ManifestChange {
-                set_deletes: vec![(
-                    "s2".into(),
-                    DeletesEntry {
-                        key: "deletes/s2-0.del".into(),
-                        version: 1,
-                        deleted_rows: 0,
-                    },
-                )],
-                ..ManifestChange::default()
+                    set_deletes: vec![(
+                        "s2".into(),
+                        DeletesEntry {
+                            key: "deletes/s2-0.del".into(),
+                            version: 1,
+                            deleted_rows: 0,
+                        },
+                    )],
+                    ..ManifestChange::default()
                 },
             },
             gc_grace_ms: 0,
@@ -471,16 +474,16 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
                 shard,
                 epoch: 1,
                 change: ManifestChange {
-                set_deletes: vec![(
-                    "s2".into(),
-                    DeletesEntry {
-                        key: "deletes/s2-2.del".into(),
-                        version: 2,
-                        deleted_rows: 1,
-                    },
-                )],
-                retire_keys: vec!["deletes/s2-1.del".into()],
-                ..ManifestChange::default()
+                    set_deletes: vec![(
+                        "s2".into(),
+                        DeletesEntry {
+                            key: "deletes/s2-2.del".into(),
+                            version: 2,
+                            deleted_rows: 1,
+                        },
+                    )],
+                    retire_keys: vec!["deletes/s2-1.del".into()],
+                    ..ManifestChange::default()
                 },
             },
             gc_grace_ms: 0,
@@ -495,8 +498,8 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
                 shard,
                 epoch: 1,
                 change: ManifestChange {
-                retire_keys: vec!["deletes/s2-2.del".into()],
-                ..ManifestChange::default()
+                    retire_keys: vec!["deletes/s2-2.del".into()],
+                    ..ManifestChange::default()
                 },
             },
             gc_grace_ms: 0,
@@ -521,8 +524,8 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
                 shard,
                 epoch: 1,
                 change: ManifestChange {
-                retire_keys: vec!["segments/s2.qseg".into()],
-                ..ManifestChange::default()
+                    retire_keys: vec!["segments/s2.qseg".into()],
+                    ..ManifestChange::default()
                 },
             },
             gc_grace_ms: 0,
@@ -688,6 +691,49 @@ fn rendezvous_scores_are_stable() {
     let top3 = rendezvous_top(&nodes, shard, 3);
     let top2 = rendezvous_top(&nodes, shard, 2);
     assert_eq!(&top3[..2], &top2[..]);
+    // Pinned values.
+    assert_eq!(
+        rendezvous_score(
+            "searcher-0",
+            ShardKey {
+                collection_id: 7,
+                shard: 3
+            }
+        ),
+        0xd675_b50c_9644_dc0c
+    );
+    assert_eq!(rendezvous_score("indexer-a", shard), 0x821f_e936_31de_39c4);
+}
+
+/// The score as first written (FNV-1a and the splitmix64 finalizer inline), the
+/// reference the shared hashes must reproduce bit for bit.
+fn reference_rendezvous_score(node_id: &str, shard: ShardKey) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let bytes = node_id
+        .as_bytes()
+        .iter()
+        .copied()
+        .chain([0xff])
+        .chain(shard.collection_id.to_le_bytes())
+        .chain(shard.shard.to_le_bytes());
+    for byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash = (hash ^ (hash >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash = (hash ^ (hash >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^ (hash >> 31)
+}
+
+proptest! {
+    #[test]
+    fn rendezvous_scores_match_the_reference(node_id in ".{0,40}", collection_id: u64, shard: u32) {
+        let shard = ShardKey { collection_id, shard };
+        prop_assert_eq!(
+            rendezvous_score(&node_id, shard),
+            reference_rendezvous_score(&node_id, shard)
+        );
+    }
 }
 
 #[test]
@@ -732,7 +778,9 @@ fn orphans_are_reported_kept_and_due_only_while_nothing_references_them() {
     register(&mut catalog, "indexer-a", NodeRole::Indexer, 1);
     acquire(&mut catalog, shard, "indexer-a", 1).expect("lease");
     commit_wal(&mut catalog, shard, 1, 1).expect("wal");
-    let live_wal = catalog.shard(shard).unwrap().manifest.wal_tail[0].key.clone();
+    let live_wal = catalog.shard(shard).unwrap().manifest.wal_tail[0]
+        .key
+        .clone();
     // A flush retires the WAL object to the GC list and adds a segment.
     run(
         &mut catalog,
@@ -742,9 +790,9 @@ fn orphans_are_reported_kept_and_due_only_while_nothing_references_them() {
                 shard,
                 epoch: 1,
                 change: ManifestChange {
-                add_segments: vec![segment("s1", 5)],
-                trim_wal_through: Some(WalPosition::from((1, 1))),
-                ..ManifestChange::default()
+                    add_segments: vec![segment("s1", 5)],
+                    trim_wal_through: Some(WalPosition::from((1, 1))),
+                    ..ManifestChange::default()
                 },
             },
             gc_grace_ms: 1_000,
@@ -793,8 +841,8 @@ fn orphans_are_reported_kept_and_due_only_while_nothing_references_them() {
                 shard,
                 epoch: 1,
                 change: ManifestChange {
-                add_segments: vec![segment("lost", 5)],
-                ..ManifestChange::default()
+                    add_segments: vec![segment("lost", 5)],
+                    ..ManifestChange::default()
                 },
             },
             gc_grace_ms: 1_000,

@@ -59,7 +59,11 @@ pub fn manual_config() -> quiver_indexer::IndexerConfig {
 
 /// A searcher's read context over `storage`, its cache in `directory` with
 /// 256 regions of `region_bytes`.
-pub fn context(storage: &Storage, directory: &std::path::Path, region_bytes: u64) -> Arc<ReadContext> {
+pub fn context(
+    storage: &Storage,
+    directory: &std::path::Path,
+    region_bytes: u64,
+) -> Arc<ReadContext> {
     let cache = quiver_blobcache::BlobCache::new(
         &quiver_blobcache::BlobCacheConfig {
             directory: directory.to_path_buf(),
