@@ -74,3 +74,9 @@ impl IndexError {
 
 /// Result alias of this crate.
 pub type IndexResult<T> = Result<T, IndexError>;
+
+impl From<quiver_model::ParseMetricError> for IndexError {
+    fn from(error: quiver_model::ParseMetricError) -> Self {
+        IndexError::InvalidArgument(error.to_string())
+    }
+}

@@ -9,19 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{IndexError, IndexResult};
 
-/// Type of a filterable field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FieldKind {
-    /// Exact-match strings.
-    Keyword,
-    /// 64-bit signed integers.
-    Integer,
-    /// 64-bit floats.
-    Float,
-    /// Booleans.
-    Bool,
-}
+pub use quiver_model::FieldKind;
 
 /// One declared filterable field.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -2,60 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{IndexError, IndexResult};
+use crate::fields::FieldSpec;
 
-/// Similarity measure of a collection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Metric {
-    /// Cosine similarity; vectors are normalised on the way in, higher is better.
-    Cosine,
-    /// Inner product, higher is better.
-    Dot,
-    /// Squared Euclidean distance, lower is better.
-    L2,
-}
-
-impl Metric {
-    /// Returns the lowercase name used in APIs (`cosine`, `dot`, `l2`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::Cosine => "cosine",
-            Metric::Dot => "dot",
-            Metric::L2 => "l2",
-        }
-    }
-
-    /// Returns true when a higher score is a better match.
-    pub fn higher_is_better(self) -> bool {
-        !matches!(self, Metric::L2)
-    }
-}
-
-impl std::str::FromStr for Metric {
-    type Err = IndexError;
-
-    fn from_str(text: &str) -> IndexResult<Self> {
-        match text {
-            "cosine" => Ok(Metric::Cosine),
-            "dot" | "ip" => Ok(Metric::Dot),
-            "l2" | "euclidean" => Ok(Metric::L2),
-            other => Err(IndexError::InvalidArgument(format!(
-                "unknown metric {other:?}: expected cosine, dot or l2"
-            ))),
-        }
-    }
-}
-
-/// Kind of the point ids in a segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IdType {
-    /// Unsigned 64-bit integers.
-    U64,
-    /// UTF-8 strings of at most [`MAX_STRING_ID_BYTES`] bytes.
-    String,
-}
+// The collection-level enums are the model's, shared with every role.
+pub use quiver_model::{IdType, Metric};
 
 /// Longest string id accepted.
 pub const MAX_STRING_ID_BYTES: usize = 128;
@@ -157,5 +107,80 @@ impl SearchParams {
 impl Default for SearchParams {
     fn default() -> Self {
         SearchParams::new(10)
+    }
+}
+
+impl crate::writer::SegmentSpec {
+    /// Returns the spec every segment of `collection` is built with: its
+    /// dimension, metric, id type, payload fields and raw-vector precision, and
+    /// its name and id recorded in the header.
+    pub fn for_collection(collection: &quiver_model::Collection) -> Self {
+        let spec = &collection.spec;
+        let mut segment_spec = Self::new(spec.dimension as usize, spec.metric, spec.id_type);
+        segment_spec.fields = spec
+            .payload_schema
+            .iter()
+            .map(|field| FieldSpec {
+                name: field.name.clone(),
+                kind: field.kind,
+            })
+            .collect();
+        segment_spec.build = BuildParams {
+            raw_precision: match spec.index.raw_precision {
+                quiver_model::VectorPrecision::F32 => RawPrecision::F32,
+                quiver_model::VectorPrecision::Bf16 => RawPrecision::Bf16,
+            },
+            ..BuildParams::default()
+        };
+        segment_spec.collection = serde_json::json!({
+            "name": spec.name,
+            "collection_id": collection.collection_id,
+        });
+        segment_spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quiver_model::{
+        Collection, CollectionSpec, FieldKind, IndexParams, PayloadField, VectorPrecision,
+    };
+
+    use super::*;
+    use crate::writer::SegmentSpec;
+
+    #[test]
+    fn collection_specs_become_segment_specs() {
+        let collection = Collection {
+            collection_id: 7,
+            spec: CollectionSpec {
+                name: "docs".into(),
+                dimension: 384,
+                metric: Metric::Cosine,
+                id_type: IdType::String,
+                shards: 1,
+                replication: 1,
+                index: IndexParams {
+                    raw_precision: VectorPrecision::Bf16,
+                    ..IndexParams::default()
+                },
+                payload_schema: vec![PayloadField {
+                    name: "lang".into(),
+                    kind: FieldKind::Keyword,
+                }],
+            },
+            created_at_ms: 0,
+        };
+        let spec = SegmentSpec::for_collection(&collection);
+        assert_eq!(spec.dim, 384);
+        assert_eq!(spec.metric, Metric::Cosine);
+        assert_eq!(spec.id_type, IdType::String);
+        assert_eq!(spec.fields[0].kind, FieldKind::Keyword);
+        assert_eq!(spec.fields[0].name, "lang");
+        assert_eq!(spec.build.raw_precision, RawPrecision::Bf16);
+        assert_eq!(
+            spec.collection,
+            serde_json::json!({"name": "docs", "collection_id": 7})
+        );
     }
 }

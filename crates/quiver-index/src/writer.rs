@@ -18,24 +18,7 @@ use crate::params::{
 use crate::rabitq::{self, FACTOR_BLOCK_BYTES, RowFactors};
 use crate::rotation::{Rotation, padded_dimension};
 
-/// A point id.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum PointId {
-    /// An unsigned integer id.
-    U64(u64),
-    /// A string id.
-    String(String),
-}
-
-impl std::fmt::Display for PointId {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PointId::U64(id) => write!(formatter, "{id}"),
-            PointId::String(id) => write!(formatter, "{id:?}"),
-        }
-    }
-}
+pub use quiver_model::PointId;
 
 /// What every segment of a collection shares.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

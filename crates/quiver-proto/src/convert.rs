@@ -1,70 +1,156 @@
-//! Conversions between the wire messages and the engine's types: a collection's
-//! spec as a segment spec, point ids, and shard manifests.
+//! Conversions between the wire messages and the model (`quiver-model`):
+//! collections and their specs, point ids, shards, segments and manifests.
+//! Engine types are built from the model where the engine is (e.g.
+//! `quiver_index::SegmentSpec::for_collection`).
 
-use quiver_index::{
-    BuildParams, FieldKind, FieldSpec, IdType, Metric, PointId, RawPrecision, SegmentSpec,
-};
-
-use quiver_storage::manifest::{
-    DeletesEntry, Manifest, SegmentEntry, ShardRef, WalEntry, WalPosition,
+use quiver_model::{
+    Collection, CollectionSpec, DeletesEntry, FieldKind, IdType, IndexParams, Manifest, Metric,
+    PayloadField, PointId, SegmentEntry, ShardKey, ShardRef, VectorPrecision, WalEntry,
+    WalPosition,
 };
 
 use crate::{data, meta};
 
-/// Returns the segment spec every segment of `collection` is built with.
-pub fn segment_spec(collection: &meta::Collection) -> Result<SegmentSpec, String> {
-    let spec = collection
-        .spec
-        .as_ref()
-        .ok_or_else(|| format!("collection {} has no spec", collection.collection_id))?;
+/// Routing of an id to its shard (the model's; re-exported under its old path).
+pub use quiver_model::shard_of;
+
+/// Returns the model form of a wire collection spec, or what is wrong with it
+/// (an unknown metric, id type, precision or field kind).
+pub fn collection_spec_from_proto(spec: &meta::CollectionSpec) -> Result<CollectionSpec, String> {
     let metric = match meta::Metric::try_from(spec.metric) {
         Ok(meta::Metric::Cosine) => Metric::Cosine,
         Ok(meta::Metric::Dot) => Metric::Dot,
         Ok(meta::Metric::L2) => Metric::L2,
-        _ => return Err(format!("collection `{}` has no valid metric", spec.name)),
+        _ => {
+            return Err(format!(
+                "metric of collection `{}` must be cosine, dot or l2",
+                spec.name
+            ));
+        }
     };
     let id_type = match meta::IdType::try_from(spec.id_type) {
+        Ok(meta::IdType::Unspecified | meta::IdType::U64) => IdType::U64,
         Ok(meta::IdType::String) => IdType::String,
-        _ => IdType::U64,
+        Err(_) => {
+            return Err(format!(
+                "id_type {} of collection `{}` is unknown",
+                spec.id_type, spec.name
+            ));
+        }
     };
-    let mut segment_spec = SegmentSpec::new(spec.dimension as usize, metric, id_type);
-    segment_spec.fields = spec
-        .payload_schema
-        .iter()
-        .map(|field| {
-            let kind = match meta::FieldKind::try_from(field.kind) {
-                Ok(meta::FieldKind::Keyword) => FieldKind::Keyword,
-                Ok(meta::FieldKind::Integer) => FieldKind::Integer,
-                Ok(meta::FieldKind::Float) => FieldKind::Float,
-                Ok(meta::FieldKind::Bool) => FieldKind::Bool,
-                _ => return Err(format!("payload field `{}` has no valid type", field.name)),
-            };
-            Ok(FieldSpec {
-                name: field.name.clone(),
-                kind,
-            })
-        })
-        .collect::<Result<_, String>>()?;
-    let raw_precision = match spec
-        .index
-        .as_ref()
-        .map(|index| meta::VectorPrecision::try_from(index.raw_precision))
-    {
-        Some(Ok(meta::VectorPrecision::Bf16)) => RawPrecision::Bf16,
-        _ => RawPrecision::F32,
+    let index = match &spec.index {
+        None => IndexParams::default(),
+        Some(index) => IndexParams {
+            extended_bits: index.extended_bits,
+            raw_precision: match meta::VectorPrecision::try_from(index.raw_precision) {
+                Ok(meta::VectorPrecision::Unspecified | meta::VectorPrecision::F32) => {
+                    VectorPrecision::F32
+                }
+                Ok(meta::VectorPrecision::Bf16) => VectorPrecision::Bf16,
+                Err(_) => {
+                    return Err(format!(
+                        "index.raw_precision of collection `{}` is unknown",
+                        spec.name
+                    ));
+                }
+            },
+            target_segment_size_bytes: index.target_segment_size_bytes,
+        },
     };
-    segment_spec.build = BuildParams {
-        raw_precision,
-        ..BuildParams::default()
-    };
-    segment_spec.collection = serde_json::json!({
-        "name": spec.name,
-        "collection_id": collection.collection_id,
-    });
-    Ok(segment_spec)
+    let mut payload_schema = Vec::with_capacity(spec.payload_schema.len());
+    for field in &spec.payload_schema {
+        let kind = match meta::FieldKind::try_from(field.kind) {
+            Ok(meta::FieldKind::Keyword) => FieldKind::Keyword,
+            Ok(meta::FieldKind::Integer) => FieldKind::Integer,
+            Ok(meta::FieldKind::Float) => FieldKind::Float,
+            Ok(meta::FieldKind::Bool) => FieldKind::Bool,
+            _ => {
+                return Err(format!(
+                    "payload field `{}` of collection `{}` needs a kind (keyword, integer, float, bool)",
+                    field.name, spec.name
+                ));
+            }
+        };
+        payload_schema.push(PayloadField {
+            name: field.name.clone(),
+            kind,
+        });
+    }
+    Ok(CollectionSpec {
+        name: spec.name.clone(),
+        dimension: spec.dimension,
+        metric,
+        id_type,
+        shards: spec.shards,
+        replication: spec.replication,
+        index,
+        payload_schema,
+    })
 }
 
-/// Returns the engine's id for a wire id (`None` when the id is unset).
+/// Returns the wire form of a collection spec.
+pub fn collection_spec_to_proto(spec: &CollectionSpec) -> meta::CollectionSpec {
+    meta::CollectionSpec {
+        name: spec.name.clone(),
+        dimension: spec.dimension,
+        metric: match spec.metric {
+            Metric::Cosine => meta::Metric::Cosine,
+            Metric::Dot => meta::Metric::Dot,
+            Metric::L2 => meta::Metric::L2,
+        } as i32,
+        id_type: match spec.id_type {
+            IdType::U64 => meta::IdType::U64,
+            IdType::String => meta::IdType::String,
+        } as i32,
+        shards: spec.shards,
+        replication: spec.replication,
+        index: Some(meta::IndexParams {
+            extended_bits: spec.index.extended_bits,
+            raw_precision: match spec.index.raw_precision {
+                VectorPrecision::F32 => meta::VectorPrecision::F32,
+                VectorPrecision::Bf16 => meta::VectorPrecision::Bf16,
+            } as i32,
+            target_segment_size_bytes: spec.index.target_segment_size_bytes,
+        }),
+        payload_schema: spec
+            .payload_schema
+            .iter()
+            .map(|field| meta::PayloadField {
+                name: field.name.clone(),
+                kind: match field.kind {
+                    FieldKind::Keyword => meta::FieldKind::Keyword,
+                    FieldKind::Integer => meta::FieldKind::Integer,
+                    FieldKind::Float => meta::FieldKind::Float,
+                    FieldKind::Bool => meta::FieldKind::Bool,
+                } as i32,
+            })
+            .collect(),
+    }
+}
+
+/// Returns the model form of a wire collection, or what is wrong with it.
+pub fn collection_from_proto(collection: &meta::Collection) -> Result<Collection, String> {
+    let spec = collection
+        .spec
+        .as_ref()
+        .ok_or_else(|| format!("collection {} has no spec", collection.collection_id))?;
+    Ok(Collection {
+        collection_id: collection.collection_id,
+        spec: collection_spec_from_proto(spec)?,
+        created_at_ms: collection.created_at_ms,
+    })
+}
+
+/// Returns the wire form of a collection.
+pub fn collection_to_proto(collection: &Collection) -> meta::Collection {
+    meta::Collection {
+        collection_id: collection.collection_id,
+        spec: Some(collection_spec_to_proto(&collection.spec)),
+        created_at_ms: collection.created_at_ms,
+    }
+}
+
+/// Returns the model's id for a wire id (`None` when the id is unset).
 pub fn point_id(id: &data::PointId) -> Option<PointId> {
     match &id.kind {
         Some(data::point_id::Kind::Num(number)) => Some(PointId::U64(*number)),
@@ -73,7 +159,7 @@ pub fn point_id(id: &data::PointId) -> Option<PointId> {
     }
 }
 
-/// Returns the wire id of an engine id.
+/// Returns the wire id of a model id.
 pub fn wire_point_id(id: &PointId) -> data::PointId {
     data::PointId {
         kind: Some(match id {
@@ -83,22 +169,28 @@ pub fn wire_point_id(id: &PointId) -> data::PointId {
     }
 }
 
-/// Returns the wire form of a shard reference.
+/// Returns the wire form of a shard reference (its collection id must be a number).
 pub fn shard_to_proto(shard: &ShardRef) -> Result<meta::ShardRef, String> {
-    let collection_id = shard
-        .collection_id
-        .parse()
-        .map_err(|_| format!("collection id `{}` is not a number", shard.collection_id))?;
-    Ok(meta::ShardRef {
-        collection_id,
-        shard: shard.shard,
-    })
+    Ok(shard_key_to_proto(shard.key()?))
 }
 
 /// Returns the model form of a wire shard reference.
 pub fn shard_from_proto(shard: &meta::ShardRef) -> ShardRef {
-    ShardRef {
-        collection_id: shard.collection_id.to_string(),
+    ShardRef::from(shard_key_from_proto(shard))
+}
+
+/// Returns the catalog key of a wire shard reference.
+pub fn shard_key_from_proto(shard: &meta::ShardRef) -> ShardKey {
+    ShardKey {
+        collection_id: shard.collection_id,
+        shard: shard.shard,
+    }
+}
+
+/// Returns the wire form of a catalog shard key.
+pub fn shard_key_to_proto(shard: ShardKey) -> meta::ShardRef {
+    meta::ShardRef {
+        collection_id: shard.collection_id,
         shard: shard.shard,
     }
 }
@@ -108,22 +200,23 @@ pub fn segment_from_proto(segment: &meta::Segment) -> SegmentEntry {
     SegmentEntry {
         segment_id: segment.segment_id.clone(),
         key: segment.object_key.clone(),
-        rows: segment.rows as u32,
+        rows: saturating_u32(segment.rows),
         size_bytes: segment.size_bytes,
         deletes: (!segment.deletes_key.is_empty()).then(|| DeletesEntry {
             key: segment.deletes_key.clone(),
             version: segment.deletes_version,
-            deleted_rows: segment.deleted_rows as u32,
+            deleted_rows: saturating_u32(segment.deleted_rows),
         }),
         default_nprobe: (segment.default_nprobe > 0).then_some(segment.default_nprobe),
     }
 }
 
+/// Returns the wire form of a segment.
 pub fn segment_to_proto(segment: &SegmentEntry) -> meta::Segment {
     meta::Segment {
         segment_id: segment.segment_id.clone(),
         object_key: segment.key.clone(),
-        rows: segment.rows as u64,
+        rows: u64::from(segment.rows),
         size_bytes: segment.size_bytes,
         deletes_key: segment
             .deletes
@@ -137,8 +230,56 @@ pub fn segment_to_proto(segment: &SegmentEntry) -> meta::Segment {
         deleted_rows: segment
             .deletes
             .as_ref()
-            .map_or(0, |deletes| deletes.deleted_rows as u64),
+            .map_or(0, |deletes| u64::from(deletes.deleted_rows)),
         default_nprobe: segment.default_nprobe.unwrap_or(0),
+    }
+}
+
+/// Returns the model form of a wire deletion bitmap update `(segment id, bitmap)`.
+pub fn deletes_from_proto(update: &meta::DeletesUpdate) -> (String, DeletesEntry) {
+    (
+        update.segment_id.clone(),
+        DeletesEntry {
+            key: update.deletes_key.clone(),
+            version: update.deletes_version,
+            deleted_rows: saturating_u32(update.deleted_rows),
+        },
+    )
+}
+
+/// Returns the wire form of a deletion bitmap update.
+pub fn deletes_to_proto(segment_id: &str, deletes: &DeletesEntry) -> meta::DeletesUpdate {
+    meta::DeletesUpdate {
+        segment_id: segment_id.to_owned(),
+        deletes_key: deletes.key.clone(),
+        deletes_version: deletes.version,
+        deleted_rows: u64::from(deletes.deleted_rows),
+    }
+}
+
+/// Returns the model form of a wire WAL position.
+pub fn wal_position_from_proto(position: &meta::WalPosition) -> WalPosition {
+    WalPosition {
+        epoch: position.epoch,
+        sequence: position.seq,
+    }
+}
+
+/// Returns the wire form of a WAL position.
+pub fn wal_position_to_proto(position: WalPosition) -> meta::WalPosition {
+    meta::WalPosition {
+        epoch: position.epoch,
+        seq: position.sequence,
+    }
+}
+
+/// Returns the wire form of a WAL tail entry.
+pub fn wal_entry_to_proto(entry: &WalEntry) -> meta::WalEntry {
+    meta::WalEntry {
+        epoch: entry.position.epoch,
+        seq: entry.position.sequence,
+        object_key: entry.key.clone(),
+        rows: u64::from(entry.rows),
     }
 }
 
@@ -156,64 +297,84 @@ pub fn manifest_from_proto(manifest: &meta::Manifest) -> Manifest {
                     sequence: entry.seq,
                 },
                 key: entry.object_key.clone(),
-                rows: entry.rows as u32,
+                rows: saturating_u32(entry.rows),
             })
             .collect(),
-        last_committed: manifest.last_committed.map(|position| WalPosition {
-            epoch: position.epoch,
-            sequence: position.seq,
-        }),
+        last_committed: manifest
+            .last_committed
+            .as_ref()
+            .map(wal_position_from_proto),
+        // Not on the wire: only catalogs need it (to recognise late retries).
+        wal_trimmed_through: None,
     }
 }
 
-/// Returns the shard of `id` among `shards`: a fixed hash (splitmix64 of u64 ids,
-/// FNV-1a of string ids) modulo the shard count, so every gateway routes alike.
-pub fn shard_of(id: &PointId, shards: u32) -> u32 {
-    let hash = match id {
-        PointId::U64(number) => {
-            let mut z = number.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        PointId::String(text) => text.bytes().fold(0xCBF2_9CE4_8422_2325u64, |hash, byte| {
-            (hash ^ byte as u64).wrapping_mul(0x0100_0000_01B3)
-        }),
-    };
-    (hash % shards.max(1) as u64) as u32
+/// Returns the wire form of the manifest of `shard`.
+pub fn manifest_to_proto(shard: ShardKey, manifest: &Manifest) -> meta::Manifest {
+    meta::Manifest {
+        shard: Some(shard_key_to_proto(shard)),
+        version: manifest.version,
+        segments: manifest.segments.iter().map(segment_to_proto).collect(),
+        wal_tail: manifest.wal_tail.iter().map(wal_entry_to_proto).collect(),
+        last_committed: manifest.last_committed.map(wal_position_to_proto),
+    }
+}
+
+fn saturating_u32(value: u64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn spec() -> CollectionSpec {
+        CollectionSpec {
+            name: "docs".into(),
+            dimension: 384,
+            metric: Metric::L2,
+            id_type: IdType::String,
+            shards: 4,
+            replication: 2,
+            index: IndexParams {
+                extended_bits: 3,
+                raw_precision: VectorPrecision::Bf16,
+                target_segment_size_bytes: 1 << 30,
+            },
+            payload_schema: vec![PayloadField {
+                name: "lang".into(),
+                kind: FieldKind::Keyword,
+            }],
+        }
+    }
+
     #[test]
-    fn collection_specs_become_segment_specs() {
-        let collection = meta::Collection {
+    fn specs_round_trip_and_unknown_metrics_are_rejected() {
+        let spec = spec();
+        let round_trip = collection_spec_from_proto(&collection_spec_to_proto(&spec)).unwrap();
+        assert_eq!(round_trip, spec);
+        let mut unknown = collection_spec_to_proto(&spec);
+        unknown.metric = 0;
+        let error = collection_spec_from_proto(&unknown).unwrap_err();
+        assert!(error.contains("metric"), "{error}");
+        let collection = Collection {
             collection_id: 7,
-            spec: Some(meta::CollectionSpec {
-                name: "docs".into(),
-                dimension: 384,
-                metric: meta::Metric::Cosine as i32,
-                id_type: meta::IdType::String as i32,
-                payload_schema: vec![meta::PayloadField {
-                    name: "lang".into(),
-                    kind: meta::FieldKind::Keyword as i32,
-                }],
-                index: Some(meta::IndexParams {
-                    raw_precision: meta::VectorPrecision::Bf16 as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            created_at_ms: 0,
+            spec,
+            created_at_ms: 5,
         };
-        let spec = segment_spec(&collection).unwrap();
-        assert_eq!(spec.dim, 384);
-        assert_eq!(spec.metric, Metric::Cosine);
-        assert_eq!(spec.id_type, IdType::String);
-        assert_eq!(spec.fields[0].kind, FieldKind::Keyword);
-        assert_eq!(spec.build.raw_precision, RawPrecision::Bf16);
+        assert_eq!(
+            collection_from_proto(&collection_to_proto(&collection)),
+            Ok(collection)
+        );
+        let no_spec = meta::Collection {
+            collection_id: 9,
+            ..Default::default()
+        };
+        assert!(collection_from_proto(&no_spec).unwrap_err().contains('9'));
+    }
+
+    #[test]
+    fn ids_round_trip() {
         for id in [PointId::U64(5), PointId::String("a".into())] {
             assert_eq!(point_id(&wire_point_id(&id)), Some(id));
         }
@@ -221,23 +382,56 @@ mod tests {
     }
 
     #[test]
-    fn ids_spread_over_shards_and_stay_put() {
-        let mut counts = [0u32; 4];
-        for id in 0..4000u64 {
-            counts[shard_of(&PointId::U64(id), 4) as usize] += 1;
-        }
-        assert!(
-            counts.iter().all(|&count| (800..1200).contains(&count)),
-            "{counts:?}"
+    fn manifests_round_trip() {
+        let segment = SegmentEntry {
+            segment_id: "s".into(),
+            key: "k".into(),
+            rows: 1,
+            size_bytes: 2,
+            deletes: Some(DeletesEntry {
+                key: "d".into(),
+                version: 3,
+                deleted_rows: 1,
+            }),
+            default_nprobe: None,
+        };
+        assert_eq!(segment_from_proto(&segment_to_proto(&segment)), segment);
+        let manifest = Manifest {
+            version: 4,
+            segments: vec![segment],
+            wal_tail: vec![WalEntry {
+                position: WalPosition {
+                    epoch: 2,
+                    sequence: 9,
+                },
+                key: "w".into(),
+                rows: 3,
+            }],
+            last_committed: Some(WalPosition {
+                epoch: 2,
+                sequence: 9,
+            }),
+            wal_trimmed_through: None,
+        };
+        let shard = ShardKey {
+            collection_id: 7,
+            shard: 1,
+        };
+        let wire = manifest_to_proto(shard, &manifest);
+        assert_eq!(manifest_from_proto(&wire), manifest);
+        assert_eq!(
+            shard_from_proto(wire.shard.as_ref().unwrap()),
+            ShardRef::from(shard)
         );
         assert_eq!(
-            shard_of(&PointId::U64(12345), 4),
-            shard_of(&PointId::U64(12345), 4)
+            shard_to_proto(&ShardRef::from(shard)),
+            Ok(shard_key_to_proto(shard))
         );
-        assert_eq!(shard_of(&PointId::String("doc".into()), 1), 0);
-        // Pinned values: changing the hash would move every stored point.
-        assert_eq!(shard_of(&PointId::U64(1), 1000), 465);
-        assert_eq!(shard_of(&PointId::U64(42), 7), 5);
-        assert_eq!(shard_of(&PointId::String("doc".into()), 1000), 437);
+        let (segment_id, deletes) = deletes_from_proto(&deletes_to_proto(
+            "s",
+            manifest.segments[0].deletes.as_ref().unwrap(),
+        ));
+        assert_eq!(segment_id, "s");
+        assert_eq!(Some(&deletes), manifest.segments[0].deletes.as_ref());
     }
 }

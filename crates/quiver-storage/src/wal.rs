@@ -18,7 +18,7 @@
 //! in every error: a damaged object is an error, never wrong data.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use quiver_index::PointId;
+use quiver_model::PointId;
 use roaring::RoaringBitmap;
 
 use crate::error::{StorageError, StorageResult};

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use quiver_index::{Filter, Metric, PointId, SegmentSpec, validate_point};
-use quiver_proto::convert::{point_id, segment_spec, shard_of, wire_point_id};
+use quiver_proto::convert::{collection_from_proto, point_id, shard_of, wire_point_id};
 use quiver_proto::data::indexer_client::IndexerClient;
 use quiver_proto::data::searcher_client::SearcherClient;
 use quiver_proto::data::{self, write_record};
@@ -283,7 +283,8 @@ impl Gateway {
     }
 
     fn spec_of(route: &CollectionRoute) -> GatewayResult<SegmentSpec> {
-        segment_spec(&route.collection)
+        collection_from_proto(&route.collection)
+            .map(|collection| SegmentSpec::for_collection(&collection))
             .map_err(|error| GatewayError::new(ErrorCode::Internal, error))
     }
 

@@ -94,13 +94,12 @@ fn transport_detail(status: &tonic::Status) -> String {
     detail
 }
 
-impl From<quiver_meta::MetaError> for GatewayError {
-    fn from(error: quiver_meta::MetaError) -> Self {
+impl From<quiver_meta_client::MetaClientError> for GatewayError {
+    fn from(error: quiver_meta_client::MetaClientError) -> Self {
         // A refusal carries the catalog's own message ("collection `x` not
         // found"); show it without the transport's wording around it.
         let message = match &error {
-            quiver_meta::MetaError::Rejected { message, .. }
-            | quiver_meta::MetaError::Remote { message, .. } => message.clone(),
+            quiver_meta_client::MetaClientError::Remote { message, .. } => message.clone(),
             other => other.to_string(),
         };
         GatewayError::new(error.kind(), message)

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use quiver_meta::MetaClient;
+use quiver_meta_client::MetaClient;
 use quiver_proto::meta as pb;
 use tonic::transport::{Channel, Endpoint};
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use quiver_meta::{MetaClient, NodeIdentity, keep_registered};
+use quiver_meta_client::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::client::quiver_server::QuiverServer;
 use quiver_proto::meta as pb;
 use tokio::net::TcpListener;

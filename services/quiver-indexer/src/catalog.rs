@@ -1,7 +1,8 @@
 //! What the write path needs from the metadata service: a shard's manifest and
 //! the two fenced commits. The cluster implements [`Catalog`] over meta's gRPC
-//! client; tests use an in-memory one. The manifest model itself lives in
-//! `quiver-storage` (searchers read it too).
+//! client; tests use an in-memory one that applies the metadata service's own
+//! manifest rules. The manifest model and those rules live in `quiver-model`
+//! (re-exported by `quiver-storage`; searchers read manifests too).
 
 use async_trait::async_trait;
 pub use quiver_storage::manifest::{
@@ -77,23 +78,19 @@ mod memory {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+    use quiver_storage::manifest::ChangeOutcome;
+
     use super::*;
 
     type Shards = HashMap<ShardRef, (u64, Manifest)>;
 
     /// Returns every object key `manifest` references.
     pub fn manifest_keys(manifest: &Manifest) -> BTreeSet<String> {
-        let mut keys = BTreeSet::new();
-        for segment in &manifest.segments {
-            keys.insert(segment.key.clone());
-            if let Some(deletes) = &segment.deletes {
-                keys.insert(deletes.key.clone());
-            }
-        }
-        for entry in &manifest.wal_tail {
-            keys.insert(entry.key.clone());
-        }
-        keys
+        manifest
+            .referenced_keys()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// An in-memory catalog for tests: manifests and epochs, with switches to
@@ -188,20 +185,11 @@ mod memory {
             let version = {
                 let mut shards = self.check(shard, epoch)?;
                 let manifest = &mut shards.get_mut(shard).expect("checked").1;
-                if !manifest.wal_tail.contains(&entry) {
-                    if manifest
-                        .last_committed
-                        .is_some_and(|last| last >= entry.position)
-                    {
-                        return Err(CatalogError::Rejected(format!(
-                            "WAL position {:?} is not after the tail",
-                            entry.position
-                        )));
-                    }
-                    manifest.last_committed = Some(entry.position);
-                    manifest.wal_tail.push(entry);
-                    manifest.version += 1;
-                }
+                let gc = self.gc.lock().expect("gc lock");
+                // The metadata service's own rules (`quiver-model`).
+                manifest
+                    .commit_wal(shard, entry, |key| gc.contains_key(key))
+                    .map_err(|error| CatalogError::Rejected(error.message))?;
                 manifest.version
             };
             self.outcome(version)
@@ -216,30 +204,20 @@ mod memory {
             let manifest = {
                 let mut shards = self.check(shard, epoch)?;
                 let manifest = &mut shards.get_mut(shard).expect("checked").1;
-                let before = manifest_keys(manifest);
-                let mut after = manifest.clone();
-                apply_change(&mut after, &change).map_err(CatalogError::Rejected)?;
-                let live = manifest_keys(&after);
                 let mut gc = self.gc.lock().expect("gc lock");
-                // The metadata service's rules: what leaves the manifest, plus the
-                // keys the writer names, waits out the grace period; a key still
-                // live cannot be retired, and a retired key cannot come back.
-                if let Some(key) = change.retire_keys.iter().find(|key| live.contains(*key)) {
-                    return Err(CatalogError::Rejected(format!(
-                        "object {key} is still referenced and cannot be retired"
-                    )));
+                // The metadata service's own rules (`quiver-model`): what leaves
+                // the manifest, plus the keys the writer names, waits out the
+                // grace period; a key still live cannot be retired, and a retired
+                // key cannot come back.
+                let outcome = apply_change(manifest, shard, &change, |key| gc.contains_key(key))
+                    .map_err(|error| CatalogError::Rejected(error.message))?;
+                if let ChangeOutcome::Applied { retired_keys } = outcome {
+                    let delete_after = self.now_ms.load(Ordering::Relaxed)
+                        + self.gc_grace_ms.load(Ordering::Relaxed);
+                    for key in retired_keys {
+                        gc.insert(key, delete_after);
+                    }
                 }
-                if let Some(key) = live.difference(&before).find(|key| gc.contains_key(*key)) {
-                    return Err(CatalogError::Rejected(format!(
-                        "object {key} is on the gc list"
-                    )));
-                }
-                let delete_after =
-                    self.now_ms.load(Ordering::Relaxed) + self.gc_grace_ms.load(Ordering::Relaxed);
-                for key in before.difference(&live).chain(change.retire_keys.iter()) {
-                    gc.entry(key.clone()).or_insert(delete_after);
-                }
-                *manifest = after;
                 manifest.clone()
             };
             self.outcome(manifest)

@@ -2,7 +2,7 @@
 //! follows the Raft leader and retries idempotent calls.
 
 use async_trait::async_trait;
-use quiver_meta::{MetaClient, MetaError};
+use quiver_meta_client::{MetaClient, MetaClientError as MetaError};
 use quiver_proto::ErrorCode;
 use quiver_proto::meta as pb;
 

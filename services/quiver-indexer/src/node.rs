@@ -10,8 +10,8 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use quiver_index::{IdType, PointId};
-use quiver_meta::{MetaClient, NodeIdentity, keep_registered};
-use quiver_proto::convert::{point_id, segment_spec, shard_of};
+use quiver_meta_client::{MetaClient, NodeIdentity, keep_registered};
+use quiver_proto::convert::{collection_from_proto, point_id, shard_of};
 use quiver_proto::data::indexer_server::{Indexer, IndexerServer};
 use quiver_proto::data::{self, write_record};
 use quiver_proto::{ErrorCode, meta as pb};
@@ -301,7 +301,9 @@ async fn lease_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) 
             if open {
                 continue;
             }
-            let spec = match segment_spec(collection) {
+            let spec = match collection_from_proto(collection)
+                .map(|collection| quiver_index::SegmentSpec::for_collection(&collection))
+            {
                 Ok(spec) => spec,
                 Err(error) => {
                     tracing::error!(%shard, %error, "collection spec unusable");

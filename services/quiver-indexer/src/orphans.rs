@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use quiver_meta::MetaClient;
+use quiver_meta_client::MetaClient;
 use quiver_proto::meta as pb;
 use quiver_storage::{Storage, keys};
 

@@ -134,11 +134,12 @@ impl LeaderClock {
 mod tests {
     use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+    use quiver_model::{IdType, IndexParams, Metric};
+
     use super::*;
     use crate::catalog::Catalog;
     use crate::model::{
-        CollectionSpec, Command, IdType, IndexParams, MetaRequest, Metric, NodeRole, NodeState,
-        Outcome, ShardKey,
+        CollectionSpec, Command, MetaRequest, NodeRole, NodeState, Outcome, ShardKey,
     };
 
     /// A clock whose wall and monotonic readings the test moves by hand.

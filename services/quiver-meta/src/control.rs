@@ -12,15 +12,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
+use crate::context::MetaContext;
 use crate::model::{Command, Outcome};
-use crate::service::MetaContext;
 
-pub(crate) async fn run_control_loop(
-    context: Arc<MetaContext>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+pub(crate) async fn run_control_loop(context: Arc<MetaContext>, shutdown: CancellationToken) {
     let config = &context.config;
     let mut ticker = tokio::time::interval(Duration::from_millis(config.control_interval_ms));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -28,7 +25,7 @@ pub(crate) async fn run_control_loop(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.changed() => break,
+            () = shutdown.cancelled() => break,
         }
         // While the disk is full nothing can be proposed, heartbeats included:
         // once it has room again, nodes get the same grace as after an election.

@@ -6,19 +6,13 @@
 //! that does not write (reads, read-index rounds, heartbeats of the Raft
 //! leader) goes on.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// Returns the bytes an unprivileged writer may still use on the filesystem of
 /// `path`, or `None` if the filesystem cannot be asked.
 pub(crate) fn free_disk_bytes(path: &Path) -> Option<u64> {
-    let path = CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: a zeroed statvfs is a valid out-parameter and the path is a valid
-    // NUL-terminated string for the duration of the call.
-    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    let status = unsafe { libc::statvfs(path.as_ptr(), &mut stats) };
-    (status == 0).then(|| (stats.f_bavail as u64).saturating_mul(stats.f_frsize as u64))
+    let stats = rustix::fs::statvfs(path).ok()?;
+    Some(stats.f_bavail.saturating_mul(stats.f_frsize))
 }
 
 #[cfg(test)]

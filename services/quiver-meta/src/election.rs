@@ -55,15 +55,15 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use openraft::ServerState;
 use openraft::storage::RaftLogStorage;
+use quiver_meta_client::lazy_channel;
 use quiver_proto::raft::RaftPayload;
 use quiver_proto::raft::raft_service_client::RaftServiceClient;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 use crate::log_store::LogStore;
 use crate::metrics::MetaMetrics;
-use crate::network::lazy_channel;
 use crate::raft_types::MetaNodeId;
 use crate::raft_types::typ::{LogId, Raft};
 
@@ -464,7 +464,7 @@ async fn ask_for_pre_vote(
 
 /// Starts elections on this node, each only after a quorum granted a pre-vote (see
 /// the module documentation); runs until `shutdown`.
-pub(crate) async fn run_elections(elections: Arc<Elections>, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn run_elections(elections: Arc<Elections>, shutdown: CancellationToken) {
     let config = &elections.raft_config;
     let tick_ms = config
         .heartbeat_interval
@@ -481,7 +481,7 @@ pub(crate) async fn run_elections(elections: Arc<Elections>, mut shutdown: watch
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.changed() => break,
+            () = shutdown.cancelled() => break,
         }
         let Some(own) = elections.own_state().await else {
             // Raft stopped (shutdown or a fatal storage error, logged by openraft).

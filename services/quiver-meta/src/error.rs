@@ -1,13 +1,13 @@
 //! The metadata service's error type.
 
-use quiver_proto::ErrorCode;
+use quiver_proto::{ErrorCode, ServiceError};
 
 use crate::model::Rejection;
 
 /// Result of a metadata service operation.
 pub type MetaResult<T> = Result<T, MetaError>;
 
-/// Everything that can go wrong in the metadata service or its client.
+/// Everything that can go wrong in the metadata service.
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
     /// The catalog refused the request (bad input, stale epoch, missing object…).
@@ -43,21 +43,13 @@ pub enum MetaError {
     /// Raft failed in a way that is not a leadership question.
     #[error("raft error: {0}")]
     Raft(String),
-    /// A remote metadata node answered with an error status.
-    #[error("metadata rpc failed: {code}: {message}")]
-    Remote {
-        /// The mapped error code.
-        code: ErrorCode,
-        /// The remote message.
-        message: String,
-    },
 }
 
 impl MetaError {
     /// Returns the error's code in the shared vocabulary.
     pub fn kind(&self) -> ErrorCode {
         match self {
-            MetaError::Rejected { code, .. } | MetaError::Remote { code, .. } => *code,
+            MetaError::Rejected { code, .. } => *code,
             MetaError::NotLeader { .. } | MetaError::Unavailable(_) => ErrorCode::Unavailable,
             MetaError::Config(_) => ErrorCode::InvalidArgument,
             MetaError::Storage { .. } | MetaError::Raft(_) => ErrorCode::Internal,
@@ -71,11 +63,11 @@ impl MetaError {
         }
     }
 
-    /// Converts the error into a gRPC status; `NotLeader` carries the leader in the
-    /// `x-quiver-leader` / `x-quiver-leader-id` metadata.
+    /// Converts the error into a gRPC status ([`quiver_proto::status_of`]);
+    /// `NotLeader` carries the leader in the `x-quiver-leader` /
+    /// `x-quiver-leader-id` metadata, where the client finds it.
     pub fn into_status(self) -> tonic::Status {
-        let code = self.kind();
-        let mut status = code.to_status(self.to_string());
+        let mut status = quiver_proto::status_of(&self);
         if let MetaError::NotLeader {
             leader_id,
             leader_address,
@@ -95,29 +87,11 @@ impl MetaError {
         }
         status
     }
+}
 
-    /// Converts a received gRPC status back into an error.
-    pub fn from_status(status: &tonic::Status) -> Self {
-        let leader_address = status
-            .metadata()
-            .get(quiver_proto::LEADER_ADDRESS_HEADER)
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned);
-        if status.code() == tonic::Code::Unavailable && leader_address.is_some() {
-            let leader_id = status
-                .metadata()
-                .get(quiver_proto::LEADER_ID_HEADER)
-                .and_then(|value| value.to_str().ok())
-                .and_then(|value| value.parse().ok());
-            return MetaError::NotLeader {
-                leader_id,
-                leader_address,
-            };
-        }
-        MetaError::Remote {
-            code: ErrorCode::from_grpc_code(status.code()),
-            message: status.message().to_owned(),
-        }
+impl ServiceError for MetaError {
+    fn error_code(&self) -> ErrorCode {
+        self.kind()
     }
 }
 
@@ -148,8 +122,8 @@ mod tests {
         }
         .into_status();
         assert_eq!(status.code(), tonic::Code::Unavailable);
-        match MetaError::from_status(&status) {
-            MetaError::NotLeader {
+        match quiver_meta_client::MetaClientError::from_status(&status) {
+            quiver_meta_client::MetaClientError::NotLeader {
                 leader_id,
                 leader_address,
             } => {

@@ -15,16 +15,15 @@
 //!   live indexers and keeps each shard's searchers assigned by rendezvous hashing.
 
 mod catalog;
-mod client;
 mod clock;
 mod config;
+mod context;
 mod control;
 mod convert;
 mod disk;
 mod election;
 mod error;
 mod log_store;
-mod membership;
 mod metrics;
 mod model;
 mod network;
@@ -34,17 +33,24 @@ mod service;
 mod state_machine;
 
 pub use catalog::Catalog;
-pub use client::{MetaClient, MetaClientConfig};
 pub use config::MetaConfig;
 pub use error::{MetaError, MetaResult};
 pub use log_store::LogStore;
-pub use membership::{NodeIdentity, keep_registered};
 pub use metrics::MetaMetrics;
+// The client lives in `quiver-meta-client` (no Raft, no redb); re-exported for
+// the callers that link the server anyway.
 pub use model::{
-    Collection, CollectionSpec, Command, DeletesRef, FieldKind, IdType, IndexParams, Lease,
-    Manifest, ManifestChange, MetaRequest, MetaResponse, Metric, NodeRecord, NodeRole, NodeState,
-    OrphanCandidate, OrphanRecord, Outcome, PayloadField, Rejection, SegmentEntry, ShardKey,
-    ShardRecord, VectorPrecision, WalEntry,
+    Command, Lease, MetaRequest, MetaResponse, NodeRecord, NodeRole, NodeState, OrphanCandidate,
+    OrphanRecord, Outcome, Rejection, ShardManifestChange, ShardRecord,
+};
+pub use quiver_meta_client::{
+    MetaClient, MetaClientConfig, MetaClientError, NodeIdentity, keep_registered,
+};
+// The collection and manifest types are the shared model's.
+pub use quiver_model::{
+    Collection, CollectionSpec, DeletesEntry, FieldKind, IdType, IndexParams, Manifest,
+    ManifestChange, Metric, PayloadField, SegmentEntry, ShardKey, VectorPrecision, WalEntry,
+    WalPosition,
 };
 pub use raft_types::{MetaNode, MetaNodeId, TypeConfig, typ};
 pub use server::{MetaServer, run_single_node};

@@ -1,121 +1,18 @@
 //! The catalog's data model and the commands replicated through the Raft log.
 //!
 //! Everything here is serialized into the log and into snapshots, so field changes
-//! must stay backward compatible (add fields with `#[serde(default)]`).
+//! must stay backward compatible (add fields with `#[serde(default)]`). The
+//! collection and manifest types are the shared model's (`quiver-model`), whose
+//! serde forms are this log's.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
+use quiver_model::{Manifest, ManifestChange, WalPosition};
 use quiver_proto::ErrorCode;
 use serde::{Deserialize, Serialize};
 
-/// Similarity of a collection's vectors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    /// Cosine similarity.
-    Cosine,
-    /// Inner product.
-    Dot,
-    /// Squared Euclidean distance.
-    L2,
-}
-
-/// The form of a collection's point ids.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum IdType {
-    /// Unsigned 64-bit integers.
-    U64,
-    /// Strings of at most 128 bytes.
-    String,
-}
-
-/// The type of a filterable payload field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FieldKind {
-    /// Exact-match strings.
-    Keyword,
-    /// Signed 64-bit integers.
-    Integer,
-    /// 64-bit floats.
-    Float,
-    /// Booleans.
-    Bool,
-}
-
-/// Precision of the raw vectors kept for rescoring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VectorPrecision {
-    /// 32-bit floats.
-    F32,
-    /// bfloat16.
-    Bf16,
-}
-
-/// One filterable field of a collection's payload schema.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PayloadField {
-    /// Field name inside the point's payload object.
-    pub name: String,
-    /// Field type.
-    pub kind: FieldKind,
-}
-
-/// Index parameters of a collection.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IndexParams {
-    /// Extra bits per dimension for extended RaBitQ codes (0 = 1-bit codes only).
-    pub extended_bits: u32,
-    /// Precision of the stored raw vectors.
-    pub raw_precision: VectorPrecision,
-    /// Target size of a merged segment in bytes (0 = the indexer's default).
-    pub target_segment_size_bytes: u64,
-}
-
-impl Default for IndexParams {
-    fn default() -> Self {
-        IndexParams {
-            extended_bits: 0,
-            raw_precision: VectorPrecision::F32,
-            target_segment_size_bytes: 0,
-        }
-    }
-}
-
-/// What a client asks for when it creates a collection.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CollectionSpec {
-    /// Collection name (`[A-Za-z0-9_-]`, 1–255 bytes).
-    pub name: String,
-    /// Vector dimension.
-    pub dimension: u32,
-    /// Similarity metric.
-    pub metric: Metric,
-    /// Point id form.
-    pub id_type: IdType,
-    /// Shard count, fixed at creation.
-    pub shards: u32,
-    /// Searchers serving each shard.
-    pub replication: u32,
-    /// Index parameters.
-    pub index: IndexParams,
-    /// Filterable payload fields.
-    pub payload_schema: Vec<PayloadField>,
-}
-
-/// A collection in the catalog.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Collection {
-    /// Unique for the life of the cluster (a recreated name gets a new id).
-    pub collection_id: u64,
-    /// The collection's definition.
-    pub spec: CollectionSpec,
-    /// Creation time (leader clock, ms since the Unix epoch).
-    pub created_at_ms: u64,
-}
+pub use quiver_model::{Collection, CollectionSpec, ShardKey};
 
 /// The role a data node plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,23 +56,6 @@ pub struct NodeRecord {
     pub changed_at_version: u64,
 }
 
-/// Names one shard: the collection's id and the shard number.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-pub struct ShardKey {
-    /// The collection's id (not its name).
-    pub collection_id: u64,
-    /// Shard number, `0..shards`.
-    pub shard: u32,
-}
-
-impl fmt::Display for ShardKey {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(formatter, "{}/{}", self.collection_id, self.shard)
-    }
-}
-
 /// The right of one indexer to write a shard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
@@ -187,103 +67,78 @@ pub struct Lease {
     pub expires_at_ms: u64,
 }
 
-/// A deletion bitmap object of a segment.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeletesRef {
-    /// Object key of the bitmap.
-    pub object_key: String,
-    /// Version; each replacement must increase it.
-    pub version: u64,
-    /// Rows the bitmap marks deleted.
-    #[serde(default)]
-    pub deleted_rows: u64,
-}
-
-/// One live segment of a shard.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SegmentEntry {
-    /// Segment id (unique within the shard, never reused).
-    pub segment_id: String,
-    /// Object key of the segment file.
-    pub object_key: String,
-    /// Rows in the segment (deleted ones included).
-    pub rows: u64,
-    /// Size of the segment file.
-    pub size_bytes: u64,
-    /// The segment's deletion bitmap, if any.
-    pub deletes: Option<DeletesRef>,
-    /// Calibrated default `nprobe` (0 = none recorded).
-    #[serde(default)]
-    pub default_nprobe: u32,
-}
-
-/// One committed WAL object not yet folded into a segment.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WalEntry {
-    /// Lease epoch of the writer.
-    pub epoch: u64,
-    /// Sequence number within the epoch.
-    pub seq: u64,
-    /// Object key of the WAL file.
-    pub object_key: String,
-    /// Rows in the WAL file.
-    pub rows: u64,
-}
-
-impl WalEntry {
-    /// Returns the entry's position `(epoch, seq)`, the order of the WAL.
-    pub fn position(&self) -> (u64, u64) {
-        (self.epoch, self.seq)
-    }
-}
-
-/// Which objects make up a shard right now.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// Strictly increases with every change.
-    pub version: u64,
-    /// Live segments by id.
-    pub segments: BTreeMap<String, SegmentEntry>,
-    /// Committed WAL objects in `(epoch, seq)` order.
-    pub wal_tail: Vec<WalEntry>,
-}
-
 /// Everything the catalog knows about one shard.
+///
+/// Serialized as before the manifest carried its WAL positions: `last_wal` and
+/// `wal_trimmed_through` beside the manifest.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "ShardRecordForm", into = "ShardRecordForm")]
 pub struct ShardRecord {
     /// The current writer, if any.
     pub lease: Option<Lease>,
     /// The highest epoch ever granted (0 = never leased).
     pub epoch: u64,
-    /// Position of the last committed WAL object.
-    pub last_wal: Option<(u64, u64)>,
-    /// Highest position trimmed from the WAL tail.
-    pub wal_trimmed_through: Option<(u64, u64)>,
     /// Assigned searchers and whether each reported the shard ready.
     pub searchers: BTreeMap<String, bool>,
-    /// The shard's manifest.
+    /// The shard's manifest, with its last committed and highest trimmed WAL
+    /// positions.
     pub manifest: Manifest,
     /// Catalog version of the last change (lease, assignments or manifest).
     pub changed_at_version: u64,
 }
 
-/// Changes one shard's manifest atomically.
+#[derive(Serialize, Deserialize)]
+struct ShardRecordForm {
+    lease: Option<Lease>,
+    epoch: u64,
+    last_wal: Option<WalPosition>,
+    wal_trimmed_through: Option<WalPosition>,
+    searchers: BTreeMap<String, bool>,
+    manifest: Manifest,
+    changed_at_version: u64,
+}
+
+impl From<ShardRecordForm> for ShardRecord {
+    fn from(form: ShardRecordForm) -> Self {
+        let mut manifest = form.manifest;
+        manifest.last_committed = manifest.last_committed.or(form.last_wal);
+        manifest.wal_trimmed_through = manifest.wal_trimmed_through.or(form.wal_trimmed_through);
+        ShardRecord {
+            lease: form.lease,
+            epoch: form.epoch,
+            searchers: form.searchers,
+            manifest,
+            changed_at_version: form.changed_at_version,
+        }
+    }
+}
+
+impl From<ShardRecord> for ShardRecordForm {
+    fn from(record: ShardRecord) -> Self {
+        let mut manifest = record.manifest;
+        ShardRecordForm {
+            lease: record.lease,
+            epoch: record.epoch,
+            last_wal: manifest.last_committed.take(),
+            wal_trimmed_through: manifest.wal_trimmed_through.take(),
+            searchers: record.searchers,
+            manifest,
+            changed_at_version: record.changed_at_version,
+        }
+    }
+}
+
+/// Changes one shard's manifest atomically: the change, the shard and the
+/// writer's lease epoch (serialized flat, as one object).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ManifestChange {
+pub struct ShardManifestChange {
     /// The shard.
     pub shard: ShardKey,
     /// The writer's lease epoch (stale epochs are rejected).
     pub epoch: u64,
-    /// Segments to add.
-    pub add_segments: Vec<SegmentEntry>,
-    /// Ids of live segments to remove (their objects go on the GC list).
-    pub remove_segment_ids: Vec<String>,
-    /// New deletion bitmaps `(segment id, bitmap)`; the replaced bitmap goes on the GC list.
-    pub set_deletes: Vec<(String, DeletesRef)>,
-    /// Drop WAL tail entries at or before this position.
-    pub trim_wal_through: Option<(u64, u64)>,
-    /// More object keys to delete after the grace period.
-    pub gc_keys: Vec<String>,
+    /// The change.
+    #[serde(flatten)]
+    pub change: ManifestChange,
 }
 
 /// An object found in object storage that no manifest and no GC entry names (a
@@ -383,7 +238,7 @@ pub enum Command {
     /// Changes a manifest atomically.
     CommitManifestChange {
         /// The change.
-        change: ManifestChange,
+        change: ShardManifestChange,
         /// Grace period before replaced objects may be deleted.
         gc_grace_ms: u64,
     },
@@ -521,6 +376,15 @@ pub struct Rejection {
     pub message: String,
 }
 
+impl From<quiver_model::ManifestError> for Rejection {
+    fn from(error: quiver_model::ManifestError) -> Self {
+        Rejection {
+            code: error.code,
+            message: error.message,
+        }
+    }
+}
+
 impl Rejection {
     pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Rejection {
@@ -537,5 +401,54 @@ pub struct MetaResponse(pub Result<Outcome, Rejection>);
 impl Default for MetaResponse {
     fn default() -> Self {
         MetaResponse(Ok(Outcome::Nothing))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard record and two commands as the catalog wrote them before the
+    /// model was shared (field for field, in declaration order): old logs and
+    /// snapshots still read, and are written back byte for byte.
+    #[test]
+    fn the_log_and_snapshot_format_is_unchanged() {
+        let record = r#"{"lease":{"holder":"indexer-a","epoch":2,"expires_at_ms":900},"epoch":2,"last_wal":[2,7],"wal_trimmed_through":[2,5],"searchers":{"searcher-a":true},"manifest":{"version":9,"segments":{"s1":{"segment_id":"s1","object_key":"segments/s1.qseg","rows":20,"size_bytes":320,"deletes":{"object_key":"deletes/s1-1.del","version":1,"deleted_rows":2},"default_nprobe":0},"s2":{"segment_id":"s2","object_key":"segments/s2.qseg","rows":5,"size_bytes":80,"deletes":null,"default_nprobe":12}},"wal_tail":[{"epoch":2,"seq":6,"object_key":"wal/6.wal","rows":3},{"epoch":2,"seq":7,"object_key":"wal/7.wal","rows":1}]},"changed_at_version":14}"#;
+        let decoded: ShardRecord = serde_json::from_str(record).expect("old record");
+        assert_eq!(
+            decoded.manifest.last_committed,
+            Some(WalPosition {
+                epoch: 2,
+                sequence: 7
+            })
+        );
+        assert_eq!(
+            decoded.manifest.wal_trimmed_through,
+            Some(WalPosition {
+                epoch: 2,
+                sequence: 5
+            })
+        );
+        assert_eq!(decoded.manifest.segments[0].default_nprobe, None);
+        assert_eq!(decoded.manifest.segments[1].default_nprobe, Some(12));
+        assert_eq!(decoded.manifest.wal_tail[1].key, "wal/7.wal");
+        assert_eq!(serde_json::to_string(&decoded).unwrap(), record);
+
+        let change = r#"{"CommitManifestChange":{"change":{"shard":{"collection_id":3,"shard":1},"epoch":2,"add_segments":[],"remove_segment_ids":["s1"],"set_deletes":[["s2",{"object_key":"deletes/s2-1.del","version":1,"deleted_rows":4}]],"trim_wal_through":[2,6],"gc_keys":["x"]},"gc_grace_ms":1000}}"#;
+        let command: Command = serde_json::from_str(change).expect("old command");
+        let Command::CommitManifestChange {
+            change: shard_change,
+            ..
+        } = &command
+        else {
+            panic!("{command:?}");
+        };
+        assert_eq!(shard_change.change.remove_segments, ["s1"]);
+        assert_eq!(shard_change.change.retire_keys, ["x"]);
+        assert_eq!(serde_json::to_string(&command).unwrap(), change);
+
+        let create = r#"{"CreateCollection":{"spec":{"name":"docs","dimension":4,"metric":"l2","id_type":"string","shards":2,"replication":1,"index":{"extended_bits":0,"raw_precision":"bf16","target_segment_size_bytes":0},"payload_schema":[{"name":"lang","kind":"keyword"}]}}}"#;
+        let command: Command = serde_json::from_str(create).expect("old command");
+        assert_eq!(serde_json::to_string(&command).unwrap(), create);
     }
 }

@@ -14,12 +14,13 @@ use openraft::AnyError;
 use openraft::error::{NetworkError, RemoteError, Unreachable};
 use openraft::network::Backoff;
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use quiver_meta_client::lazy_channel;
 use quiver_proto::raft::RaftPayload;
 use quiver_proto::raft::raft_service_client::RaftServiceClient;
 use quiver_proto::raft::raft_service_server::RaftService;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::election::{Elections, PreVoteRequest};
 use crate::raft_types::typ::{
@@ -66,24 +67,6 @@ pub(crate) struct PeerConnection {
     connect_timeout: Duration,
     client: Option<RaftServiceClient<Channel>>,
     stepping_down: Arc<AtomicBool>,
-}
-
-/// Returns a lazily connecting channel to `address` (`host:port` or a URL).
-pub(crate) fn lazy_channel(
-    address: &str,
-    connect_timeout: Duration,
-) -> Result<Channel, tonic::transport::Error> {
-    let url = if address.starts_with("http://") || address.starts_with("https://") {
-        address.to_owned()
-    } else {
-        format!("http://{address}")
-    };
-    Ok(Endpoint::from_shared(url)?
-        .connect_timeout(connect_timeout)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .connect_lazy())
 }
 
 impl PeerConnection {

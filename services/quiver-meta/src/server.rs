@@ -11,13 +11,14 @@ use quiver_proto::meta as pb;
 use quiver_proto::meta::meta_service_server::MetaServiceServer;
 use quiver_proto::raft::raft_service_server::RaftServiceServer;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::catalog::Catalog;
 use crate::clock::LeaderClock;
 use crate::config::MetaConfig;
+use crate::context::MetaContext;
 use crate::control::run_control_loop;
 use crate::election::{Elections, run_elections};
 use crate::error::{MetaError, MetaResult};
@@ -26,17 +27,20 @@ use crate::metrics::MetaMetrics;
 use crate::network::{NetworkFactory, RaftGrpc};
 use crate::raft_types::typ::Raft;
 use crate::raft_types::{MetaNode, MetaNodeId};
-use crate::service::{MetaContext, MetaGrpc};
+use crate::service::MetaGrpc;
 use crate::state_machine::StateMachineStore;
 
 const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
-/// A running metadata node. Dropping it without [`MetaServer::shutdown`] leaves its
-/// tasks running until the runtime stops.
+/// A running metadata node. Dropping it without [`MetaServer::shutdown`] tells its
+/// own tasks (the gRPC port, elections, the control loop) to stop without
+/// waiting for them, and leaves Raft running until the runtime stops.
 pub struct MetaServer {
     context: Arc<MetaContext>,
     local_address: SocketAddr,
-    shutdown_sender: watch::Sender<bool>,
+    shutdown: CancellationToken,
+    /// Cancels `shutdown` when the server is dropped.
+    _stop_on_drop: DropGuard,
     server_task: JoinHandle<Result<(), tonic::transport::Error>>,
     background_tasks: Vec<JoinHandle<()>>,
 }
@@ -130,7 +134,7 @@ impl MetaServer {
             clock: LeaderClock::system(),
         });
 
-        let (shutdown_sender, shutdown_receiver) = watch::channel(false);
+        let shutdown = CancellationToken::new();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|stream| {
             stream.inspect(|stream| {
                 // Raft heartbeats are tiny; do not let Nagle delay them.
@@ -148,37 +152,34 @@ impl MetaServer {
             )
             .add_service(MetaServiceServer::new(MetaGrpc {
                 context: context.clone(),
-                shutdown: shutdown_receiver.clone(),
+                shutdown: shutdown.clone(),
             }));
-        let mut server_shutdown = shutdown_receiver.clone();
-        let server_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async move {
-            let _ = server_shutdown.wait_for(|stopping| *stopping).await;
-        }));
+        let server_task = tokio::spawn(
+            router.serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned()),
+        );
 
         if config.init {
             initialize_if_new(&raft, &config).await?;
         }
 
         let mut background_tasks = vec![
-            tokio::spawn(run_elections(elections, shutdown_receiver.clone())),
-            tokio::spawn(run_control_loop(context.clone(), shutdown_receiver.clone())),
-            tokio::spawn(observe_raft_metrics(
-                context.clone(),
-                shutdown_receiver.clone(),
-            )),
+            tokio::spawn(run_elections(elections, shutdown.clone())),
+            tokio::spawn(run_control_loop(context.clone(), shutdown.clone())),
+            tokio::spawn(observe_raft_metrics(context.clone(), shutdown.clone())),
         ];
         if config.snapshot_interval_ms > 0 {
             background_tasks.push(tokio::spawn(snapshot_periodically(
                 context.clone(),
                 Duration::from_millis(config.snapshot_interval_ms),
-                shutdown_receiver,
+                shutdown.clone(),
             )));
         }
         tracing::info!(node_id = config.node_id, address = %local_address, data_dir = %config.data_dir.display(), "metadata node started");
         Ok(MetaServer {
             context,
             local_address,
-            shutdown_sender,
+            _stop_on_drop: shutdown.clone().drop_guard(),
+            shutdown,
             server_task,
             background_tasks,
         })
@@ -324,7 +325,7 @@ impl MetaServer {
     /// get a second to finish; connections still open then (watch streams) are
     /// dropped, so the storage is released when this returns.
     pub async fn shutdown(self) -> MetaResult<()> {
-        let _ = self.shutdown_sender.send(true);
+        self.shutdown.cancel();
         let raft_result = self.context.raft.shutdown().await;
         let mut server_task = self.server_task;
         match tokio::time::timeout(Duration::from_secs(1), &mut server_task).await {
@@ -425,7 +426,7 @@ async fn initialize_if_new(raft: &Raft, config: &MetaConfig) -> MetaResult<()> {
 async fn snapshot_periodically(
     context: Arc<MetaContext>,
     interval: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -433,7 +434,7 @@ async fn snapshot_periodically(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.changed() => break,
+            () = shutdown.cancelled() => break,
         }
         let metrics = context.raft_metrics();
         let applied = metrics.last_applied.map_or(0, |log_id| log_id.index);
@@ -446,7 +447,7 @@ async fn snapshot_periodically(
     }
 }
 
-async fn observe_raft_metrics(context: Arc<MetaContext>, mut shutdown: watch::Receiver<bool>) {
+async fn observe_raft_metrics(context: Arc<MetaContext>, shutdown: CancellationToken) {
     let mut raft_metrics = context.raft.metrics();
     let mut catalog_versions = context.catalog.subscribe();
     let mut last_leader: Option<MetaNodeId> = None;
@@ -469,7 +470,7 @@ async fn observe_raft_metrics(context: Arc<MetaContext>, mut shutdown: watch::Re
         tokio::select! {
             changed = raft_metrics.changed() => if changed.is_err() { break },
             changed = catalog_versions.changed() => if changed.is_err() { break },
-            _ = shutdown.changed() => break,
+            () = shutdown.cancelled() => break,
         }
     }
 }

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use quiver_blobcache::CachedObject;
 use quiver_index::{Filter, SearchScratch, SectionKind, Segment, SegmentSpec};
-use quiver_meta::{MetaClient, NodeIdentity, keep_registered};
-use quiver_proto::convert::{manifest_from_proto, point_id, segment_spec, wire_point_id};
+use quiver_meta_client::{MetaClient, NodeIdentity, keep_registered};
+use quiver_proto::convert::{collection_from_proto, manifest_from_proto, point_id, wire_point_id};
 use quiver_proto::data::searcher_server::{Searcher, SearcherServer};
 use quiver_proto::data::{self};
 use quiver_proto::{ErrorCode, meta as pb};
@@ -278,7 +278,9 @@ fn apply_assignments(
             if shards.contains_key(shard) {
                 continue;
             }
-            match segment_spec(&assignment.collection) {
+            match collection_from_proto(&assignment.collection)
+                .map(|collection| SegmentSpec::for_collection(&collection))
+            {
                 Ok(spec) => {
                     shards.insert(shard.clone(), Arc::new(ServedShard::new(spec)));
                 }
@@ -701,7 +703,9 @@ impl SearcherGrpc {
                 self.state.config.node_id
             )));
         };
-        let spec = segment_spec(collection).map_err(Status::internal)?;
+        let spec = collection_from_proto(collection)
+            .map(|collection| SegmentSpec::for_collection(&collection))
+            .map_err(Status::internal)?;
         let mut shards = self.state.shards.write().unwrap_or_else(|p| p.into_inner());
         Ok(shards
             .entry(reference.clone())

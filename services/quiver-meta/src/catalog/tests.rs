@@ -1,7 +1,10 @@
+use std::collections::BTreeSet;
+
 use proptest::prelude::*;
+use quiver_model::{DeletesEntry, IdType, IndexParams, ManifestChange, Metric, WalPosition};
 
 use super::*;
-use crate::model::{IdType, IndexParams, Metric};
+use crate::model::{CollectionSpec, NodeRole, NodeState, ShardManifestChange};
 
 const LEASE_TTL_MS: u64 = 10_000;
 const NODE_TIMEOUT_MS: u64 = 5_000;
@@ -237,11 +240,13 @@ fn stale_epoch_commits_are_rejected_naming_both_epochs() {
         &mut catalog,
         20_000,
         Command::CommitManifestChange {
-            change: ManifestChange {
+            change: ShardManifestChange {
                 shard,
                 epoch: 1,
-                add_segments: vec![segment("s1", 10)],
-                ..ManifestChange::default()
+                change: ManifestChange {
+                    add_segments: vec![segment("s1", 10)],
+                    ..ManifestChange::default()
+                },
             },
             gc_grace_ms: 0,
         },
@@ -299,12 +304,14 @@ fn commit_wal_is_idempotent_for_a_repeated_position() {
         &mut catalog,
         1,
         Command::CommitManifestChange {
-            change: ManifestChange {
+            change: ShardManifestChange {
                 shard,
                 epoch: 1,
-                add_segments: vec![segment("s1", 10)],
-                trim_wal_through: Some((1, 1)),
-                ..ManifestChange::default()
+                change: ManifestChange {
+                    add_segments: vec![segment("s1", 10)],
+                    trim_wal_through: Some(WalPosition::from((1, 1))),
+                    ..ManifestChange::default()
+                },
             },
             gc_grace_ms: 60_000,
         },
@@ -333,12 +340,14 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
     for seq in 1..=3 {
         commit_wal(&mut catalog, shard, 1, seq).expect("wal");
     }
-    let flush = ManifestChange {
+    let flush = ShardManifestChange {
         shard,
         epoch: 1,
-        add_segments: vec![segment("s1", 20)],
-        trim_wal_through: Some((1, 2)),
-        ..ManifestChange::default()
+        change: ManifestChange {
+            add_segments: vec![segment("s1", 20)],
+            trim_wal_through: Some(WalPosition::from((1, 2))),
+            ..ManifestChange::default()
+        },
     };
     let flushed = run(
         &mut catalog,
@@ -392,12 +401,14 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
         &mut catalog,
         102,
         Command::CommitManifestChange {
-            change: ManifestChange {
+            change: ShardManifestChange {
                 shard,
                 epoch: 1,
-                add_segments: vec![segment("s2", 5)],
-                remove_segment_ids: vec!["missing".into()],
-                ..ManifestChange::default()
+                change: ManifestChange {
+                    add_segments: vec![segment("s2", 5)],
+                    remove_segments: vec!["missing".into()],
+                    ..ManifestChange::default()
+                },
             },
             gc_grace_ms: 0,
         },
@@ -410,20 +421,22 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
         &mut catalog,
         103,
         Command::CommitManifestChange {
-            change: ManifestChange {
+            change: ShardManifestChange {
                 shard,
                 epoch: 1,
-                add_segments: vec![segment("s2", 20)],
-                remove_segment_ids: vec!["s1".into()],
-                set_deletes: vec![(
-                    "s2".into(),
-                    DeletesRef {
-                        object_key: "deletes/s2-1.del".into(),
-                        version: 1,
-                        deleted_rows: 0,
-                    },
-                )],
-                ..ManifestChange::default()
+                change: ManifestChange {
+                    add_segments: vec![segment("s2", 20)],
+                    remove_segments: vec!["s1".into()],
+                    set_deletes: vec![(
+                        "s2".into(),
+                        DeletesEntry {
+                            key: "deletes/s2-1.del".into(),
+                            version: 1,
+                            deleted_rows: 0,
+                        },
+                    )],
+                    ..ManifestChange::default()
+                },
             },
             gc_grace_ms: 0,
         },
@@ -433,18 +446,20 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
         &mut catalog,
         104,
         Command::CommitManifestChange {
-            change: ManifestChange {
+            change: ShardManifestChange {
                 shard,
                 epoch: 1,
-                set_deletes: vec![(
-                    "s2".into(),
-                    DeletesRef {
-                        object_key: "deletes/s2-0.del".into(),
-                        version: 1,
-                        deleted_rows: 0,
-                    },
-                )],
-                ..ManifestChange::default()
+                change: ManifestChange {
+                    set_deletes: vec![(
+                        "s2".into(),
+                        DeletesEntry {
+                            key: "deletes/s2-0.del".into(),
+                            version: 1,
+                            deleted_rows: 0,
+                        },
+                    )],
+                    ..ManifestChange::default()
+                },
             },
             gc_grace_ms: 0,
         },
@@ -455,19 +470,21 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
         &mut catalog,
         104,
         Command::CommitManifestChange {
-            change: ManifestChange {
+            change: ShardManifestChange {
                 shard,
                 epoch: 1,
-                set_deletes: vec![(
-                    "s2".into(),
-                    DeletesRef {
-                        object_key: "deletes/s2-2.del".into(),
-                        version: 2,
-                        deleted_rows: 1,
-                    },
-                )],
-                gc_keys: vec!["deletes/s2-1.del".into()],
-                ..ManifestChange::default()
+                change: ManifestChange {
+                    set_deletes: vec![(
+                        "s2".into(),
+                        DeletesEntry {
+                            key: "deletes/s2-2.del".into(),
+                            version: 2,
+                            deleted_rows: 1,
+                        },
+                    )],
+                    retire_keys: vec!["deletes/s2-1.del".into()],
+                    ..ManifestChange::default()
+                },
             },
             gc_grace_ms: 0,
         },
@@ -477,11 +494,13 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
         &mut catalog,
         104,
         Command::CommitManifestChange {
-            change: ManifestChange {
+            change: ShardManifestChange {
                 shard,
                 epoch: 1,
-                gc_keys: vec!["deletes/s2-2.del".into()],
-                ..ManifestChange::default()
+                change: ManifestChange {
+                    retire_keys: vec!["deletes/s2-2.del".into()],
+                    ..ManifestChange::default()
+                },
             },
             gc_grace_ms: 0,
         },
@@ -501,11 +520,13 @@ fn manifest_change_is_atomic_and_moves_replaced_objects_to_gc() {
         &mut catalog,
         105,
         Command::CommitManifestChange {
-            change: ManifestChange {
+            change: ShardManifestChange {
                 shard,
                 epoch: 1,
-                gc_keys: vec!["segments/s2.qseg".into()],
-                ..ManifestChange::default()
+                change: ManifestChange {
+                    retire_keys: vec!["segments/s2.qseg".into()],
+                    ..ManifestChange::default()
+                },
             },
             gc_grace_ms: 0,
         },
@@ -670,6 +691,49 @@ fn rendezvous_scores_are_stable() {
     let top3 = rendezvous_top(&nodes, shard, 3);
     let top2 = rendezvous_top(&nodes, shard, 2);
     assert_eq!(&top3[..2], &top2[..]);
+    // Pinned values.
+    assert_eq!(
+        rendezvous_score(
+            "searcher-0",
+            ShardKey {
+                collection_id: 7,
+                shard: 3
+            }
+        ),
+        0xd675_b50c_9644_dc0c
+    );
+    assert_eq!(rendezvous_score("indexer-a", shard), 0x821f_e936_31de_39c4);
+}
+
+/// The score as first written (FNV-1a and the splitmix64 finalizer inline), the
+/// reference the shared hashes must reproduce bit for bit.
+fn reference_rendezvous_score(node_id: &str, shard: ShardKey) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let bytes = node_id
+        .as_bytes()
+        .iter()
+        .copied()
+        .chain([0xff])
+        .chain(shard.collection_id.to_le_bytes())
+        .chain(shard.shard.to_le_bytes());
+    for byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash = (hash ^ (hash >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash = (hash ^ (hash >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^ (hash >> 31)
+}
+
+proptest! {
+    #[test]
+    fn rendezvous_scores_match_the_reference(node_id in ".{0,40}", collection_id: u64, shard: u32) {
+        let shard = ShardKey { collection_id, shard };
+        prop_assert_eq!(
+            rendezvous_score(&node_id, shard),
+            reference_rendezvous_score(&node_id, shard)
+        );
+    }
 }
 
 #[test]
@@ -715,19 +779,21 @@ fn orphans_are_reported_kept_and_due_only_while_nothing_references_them() {
     acquire(&mut catalog, shard, "indexer-a", 1).expect("lease");
     commit_wal(&mut catalog, shard, 1, 1).expect("wal");
     let live_wal = catalog.shard(shard).unwrap().manifest.wal_tail[0]
-        .object_key
+        .key
         .clone();
     // A flush retires the WAL object to the GC list and adds a segment.
     run(
         &mut catalog,
         2,
         Command::CommitManifestChange {
-            change: ManifestChange {
+            change: ShardManifestChange {
                 shard,
                 epoch: 1,
-                add_segments: vec![segment("s1", 5)],
-                trim_wal_through: Some((1, 1)),
-                ..ManifestChange::default()
+                change: ManifestChange {
+                    add_segments: vec![segment("s1", 5)],
+                    trim_wal_through: Some(WalPosition::from((1, 1))),
+                    ..ManifestChange::default()
+                },
             },
             gc_grace_ms: 1_000,
         },
@@ -771,11 +837,13 @@ fn orphans_are_reported_kept_and_due_only_while_nothing_references_them() {
         &mut catalog,
         800,
         Command::CommitManifestChange {
-            change: ManifestChange {
+            change: ShardManifestChange {
                 shard,
                 epoch: 1,
-                add_segments: vec![segment("lost", 5)],
-                ..ManifestChange::default()
+                change: ManifestChange {
+                    add_segments: vec![segment("lost", 5)],
+                    ..ManifestChange::default()
+                },
             },
             gc_grace_ms: 1_000,
         },
@@ -920,51 +988,51 @@ fn check_invariants(before: &Catalog, after: &Catalog) {
                 "lease epoch above the shard epoch"
             );
         }
-        let tail_positions: Vec<(u64, u64)> = record
+        let tail_positions: Vec<WalPosition> = record
             .manifest
             .wal_tail
             .iter()
-            .map(WalEntry::position)
+            .map(|entry| entry.position)
             .collect();
         assert!(
             tail_positions.windows(2).all(|pair| pair[0] < pair[1]),
             "wal tail out of order: {tail_positions:?}"
         );
-        if let Some(last) = record.last_wal {
+        if let Some(last) = record.manifest.last_committed {
             assert!(tail_positions.iter().all(|position| *position <= last));
         }
         // No object is both live in a manifest and waiting for deletion.
-        for segment in record.manifest.segments.values() {
+        for segment in record.manifest.segments.iter() {
             assert!(
-                !after.gc.contains_key(&segment.object_key),
+                !after.gc.contains_key(&segment.key),
                 "live segment on gc list"
             );
             if let Some(deletes) = &segment.deletes {
                 assert!(
-                    !after.gc.contains_key(&deletes.object_key),
+                    !after.gc.contains_key(&deletes.key),
                     "live bitmap on gc list"
                 );
             }
         }
         for entry in &record.manifest.wal_tail {
             assert!(
-                !after.gc.contains_key(&entry.object_key),
+                !after.gc.contains_key(&entry.key),
                 "live wal object on gc list"
             );
         }
         // Nothing live or waiting for GC is on the orphan list.
-        for segment in record.manifest.segments.values() {
+        for segment in record.manifest.segments.iter() {
             assert!(
-                !after.orphans.contains_key(&segment.object_key),
+                !after.orphans.contains_key(&segment.key),
                 "live segment reported as an orphan"
             );
             if let Some(deletes) = &segment.deletes {
-                assert!(!after.orphans.contains_key(&deletes.object_key));
+                assert!(!after.orphans.contains_key(&deletes.key));
             }
         }
         for entry in &record.manifest.wal_tail {
             assert!(
-                !after.orphans.contains_key(&entry.object_key),
+                !after.orphans.contains_key(&entry.key),
                 "live wal object reported as an orphan"
             );
         }
@@ -1033,15 +1101,17 @@ proptest! {
                 Step::Flush { shard, segment: segment_number, remove, trim_seq } => {
                     let epoch = current_epoch(&catalog, shard);
                     Command::CommitManifestChange {
-                        change: ManifestChange {
+                        change: ShardManifestChange {
                             shard: shard_key(shard),
                             epoch,
+                            change: ManifestChange {
                             add_segments: vec![segment(&format!("{shard}-{segment_number}"), 5)],
-                            remove_segment_ids: remove
+                            remove_segments: remove
                                 .map(|number| vec![format!("{shard}-{number}")])
                                 .unwrap_or_default(),
-                            trim_wal_through: trim_seq.map(|seq| (epoch, seq)),
+                            trim_wal_through: trim_seq.map(|seq| WalPosition::from((epoch, seq))),
                             ..ManifestChange::default()
+                            },
                         },
                         gc_grace_ms: 1_000,
                     }
@@ -1049,15 +1119,17 @@ proptest! {
                 Step::Deletes { shard, segment: segment_number, version } => {
                     let segment_id = format!("{shard}-{segment_number}");
                     Command::CommitManifestChange {
-                        change: ManifestChange {
+                        change: ShardManifestChange {
                             shard: shard_key(shard),
                             epoch: current_epoch(&catalog, shard),
-                            set_deletes: vec![(segment_id.clone(), DeletesRef {
-                                object_key: format!("deletes/{segment_id}-{version}"),
+                            change: ManifestChange {
+                            set_deletes: vec![(segment_id.clone(), DeletesEntry {
+                                key: format!("deletes/{segment_id}-{version}"),
                                 version,
                                 deleted_rows: 0,
                             })],
                             ..ManifestChange::default()
+                            },
                         },
                         gc_grace_ms: 1_000,
                     }

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use quiver_meta::MetaError;
+use quiver_meta::MetaClientError as MetaError;
 use quiver_proto::ErrorCode;
 use quiver_proto::meta as pb;
 

@@ -18,7 +18,6 @@ mod corruption;
 mod disk_full;
 mod faults;
 mod reload;
-mod watch;
 
 const DIM: usize = 32;
 

@@ -12,7 +12,7 @@ use quiver_proto::data::{self, write_record};
 use quiver_proto::meta as pb;
 use quiver_searcher::{SearcherNode, SearcherNodeConfig};
 
-use crate::reload::{context, manual_config, memory_storage};
+use crate::in_process::{context, manual_config, memory_storage};
 
 const DIM: usize = 8;
 
@@ -108,7 +108,7 @@ async fn the_searcher_follows_the_watch_stream_and_reopens_it() {
         .await
         .unwrap();
     let meta_address = meta.local_address().to_string();
-    let client = quiver_meta::MetaClient::connect([meta_address.clone()]).unwrap();
+    let client = quiver_meta_client::MetaClient::connect([meta_address.clone()]).unwrap();
     let storage = memory_storage();
 
     let indexer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

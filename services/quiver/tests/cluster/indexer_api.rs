@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use quiver_index::PointId;
 use quiver_indexer::{IndexerConfig, IndexerNode, IndexerNodeConfig, ShardRef};
-use quiver_meta::{MetaClient, MetaConfig, MetaServer};
+use quiver_meta::{MetaConfig, MetaServer};
+use quiver_meta_client::MetaClient;
 use quiver_proto::convert::shard_of;
 use quiver_proto::data::indexer_client::IndexerClient;
 use quiver_proto::data::{self, point_id, write_record};
@@ -20,7 +21,7 @@ use quiver_storage::{Storage, WalBatch, WalRecord, keys};
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::support::s3_storage;
+use crate::in_process::s3_storage;
 
 const DIM: usize = 4;
 const MAX_PAYLOAD_BYTES: usize = 1024;
@@ -176,7 +177,7 @@ async fn snapshot(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_writes_at_the_grpc_api_are_refused_and_write_nothing() {
-    let Some(storage) = s3_storage().await else {
+    let Some(storage) = s3_storage("quiver-indexer-test", "indexer-tests").await else {
         eprintln!("QUIVER_TEST_S3_ENDPOINT not set: skipping the indexer API test");
         return;
     };

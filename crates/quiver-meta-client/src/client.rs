@@ -3,7 +3,8 @@
 //! [`MetaClient`] takes the addresses of all metadata nodes. It sends each call to
 //! the node it last saw as leader; a follower's refusal names the leader
 //! (`x-quiver-leader`) and the call moves there at once; an unreachable node or a
-//! cluster without a leader makes it try the next address with exponential backoff,
+//! cluster without a leader makes it try the next address after a full-jitter
+//! backoff ([`RetryPolicy`]: nodes refused together do not come back together),
 //! until the call's retry deadline. A refused call was never applied, so it is
 //! always retried; a call whose outcome is unknown (timed out after it was sent) is
 //! retried only if it is idempotent — every catalog write is, except dropping a
@@ -14,12 +15,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use quiver_common::RetryPolicy;
 use quiver_proto::meta as pb;
 use quiver_proto::meta::meta_service_client::MetaServiceClient;
 use tonic::transport::Channel;
 
-use crate::error::{MetaError, MetaResult};
-use crate::network::lazy_channel;
+use crate::channel::lazy_channel;
+use crate::error::{MetaClientError, MetaClientResult};
 
 /// Settings of a [`MetaClient`].
 #[derive(Clone, Debug)]
@@ -32,9 +34,10 @@ pub struct MetaClientConfig {
     pub connect_timeout: Duration,
     /// Total time a call may spend retrying.
     pub retry_deadline: Duration,
-    /// First backoff between attempts; doubles up to `max_backoff`.
+    /// Bound of the first backoff between attempts; the bound doubles up to
+    /// `max_backoff`, and each delay is drawn below it (full jitter).
     pub initial_backoff: Duration,
-    /// Longest backoff between attempts.
+    /// Largest bound of a backoff between attempts.
     pub max_backoff: Duration,
 }
 
@@ -51,6 +54,13 @@ impl MetaClientConfig {
             initial_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(500),
         }
+    }
+
+    /// Returns the retry policy of one call: backoffs from `initial_backoff` to
+    /// `max_backoff`, as many attempts as fit in `retry_deadline`.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::new(usize::MAX, self.initial_backoff, self.max_backoff)
+            .with_max_elapsed(self.retry_deadline)
     }
 }
 
@@ -78,8 +88,8 @@ enum Retry {
 }
 
 fn classify(status: &tonic::Status) -> Retry {
-    match MetaError::from_status(status) {
-        MetaError::NotLeader { leader_address, .. } => Retry::Refused { leader_address },
+    match MetaClientError::from_status(status) {
+        MetaClientError::NotLeader { leader_address, .. } => Retry::Refused { leader_address },
         _ => match status.code() {
             tonic::Code::Unavailable => {
                 let message = status.message();
@@ -104,9 +114,9 @@ fn classify(status: &tonic::Status) -> Retry {
 
 impl MetaClient {
     /// Creates a client; no connection is made until the first call.
-    pub fn new(config: MetaClientConfig) -> MetaResult<MetaClient> {
+    pub fn new(config: MetaClientConfig) -> MetaClientResult<MetaClient> {
         if config.addresses.is_empty() {
-            return Err(MetaError::Config(
+            return Err(MetaClientError::Config(
                 "the metadata client needs at least one address".into(),
             ));
         }
@@ -122,13 +132,13 @@ impl MetaClient {
     /// Creates a client for `addresses` with default settings.
     pub fn connect(
         addresses: impl IntoIterator<Item = impl Into<String>>,
-    ) -> MetaResult<MetaClient> {
+    ) -> MetaClientResult<MetaClient> {
         MetaClient::new(MetaClientConfig::new(
             addresses.into_iter().map(Into::into).collect(),
         ))
     }
 
-    fn channel(&self, address: &str) -> MetaResult<Channel> {
+    fn channel(&self, address: &str) -> MetaClientResult<Channel> {
         let mut channels = self
             .inner
             .channels
@@ -139,7 +149,7 @@ impl MetaClient {
         }
         let channel =
             lazy_channel(address, self.inner.config.connect_timeout).map_err(|error| {
-                MetaError::Config(format!("bad metadata address `{address}`: {error}"))
+                MetaClientError::Config(format!("bad metadata address `{address}`: {error}"))
             })?;
         channels.insert(address.to_owned(), channel.clone());
         Ok(channel)
@@ -167,17 +177,27 @@ impl MetaClient {
         method: &'static str,
         idempotent: bool,
         call: F,
-    ) -> MetaResult<T>
+    ) -> MetaClientResult<T>
     where
         F: Fn(MetaServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let config = &self.inner.config;
         let deadline = Instant::now() + config.retry_deadline;
-        let mut backoff = config.initial_backoff;
+        let mut backoff = config.retry_policy().backoff();
         let mut rotation = 0usize;
-        let mut last_error: Option<MetaError> = None;
+        let mut last_error: Option<MetaClientError> = None;
         let mut next_address: Option<String> = self.preferred();
+        let spent = |last_error: Option<MetaClientError>| {
+            let reason = last_error.map_or_else(
+                || "no attempt finished".to_owned(),
+                |error| error.to_string(),
+            );
+            MetaClientError::Unavailable(format!(
+                "{method} failed on every metadata node within {} ms: {reason}",
+                config.retry_deadline.as_millis()
+            ))
+        };
         loop {
             let address = next_address.take().unwrap_or_else(|| {
                 let address = config.addresses[rotation % config.addresses.len()].clone();
@@ -186,14 +206,7 @@ impl MetaClient {
             });
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                let reason = last_error.map_or_else(
-                    || "no attempt finished".to_owned(),
-                    |error| error.to_string(),
-                );
-                return Err(MetaError::Unavailable(format!(
-                    "{method} failed on every metadata node within {} ms: {reason}",
-                    config.retry_deadline.as_millis()
-                )));
+                return Err(spent(last_error));
             }
             let attempt_timeout = config.attempt_timeout.min(remaining);
             let client = MetaServiceClient::new(self.channel(&address)?);
@@ -206,7 +219,7 @@ impl MetaClient {
                 Ok(Err(status)) => match classify(&status) {
                     Retry::No => {
                         self.set_preferred(Some(address));
-                        return Err(MetaError::from_status(&status));
+                        return Err(MetaClientError::from_status(&status));
                     }
                     Retry::Refused { leader_address } => {
                         tracing::debug!(method, %address, leader = ?leader_address, code = %status.code(), "metadata call refused, retrying");
@@ -217,34 +230,37 @@ impl MetaClient {
                             redirected = true;
                         }
                         self.set_preferred(None);
-                        last_error = Some(MetaError::from_status(&status));
+                        last_error = Some(MetaClientError::from_status(&status));
                     }
                     Retry::Ambiguous => {
                         if !idempotent {
-                            return Err(MetaError::from_status(&status));
+                            return Err(MetaClientError::from_status(&status));
                         }
                         tracing::debug!(method, %address, code = %status.code(), "metadata call outcome unknown, retrying");
                         self.set_preferred(None);
-                        last_error = Some(MetaError::from_status(&status));
+                        last_error = Some(MetaClientError::from_status(&status));
                     }
                 },
                 Err(_elapsed) => {
                     if !idempotent {
-                        return Err(MetaError::Unavailable(format!(
+                        return Err(MetaClientError::Unavailable(format!(
                             "{method} to `{address}` timed out after {} ms; outcome unknown",
                             attempt_timeout.as_millis()
                         )));
                     }
                     self.set_preferred(None);
-                    last_error = Some(MetaError::Unavailable(format!(
+                    last_error = Some(MetaClientError::Unavailable(format!(
                         "{method} to `{address}` timed out"
                     )));
                 }
             }
+            // A redirect to the named leader goes out at once; anything else
+            // waits a jittered backoff (bounded by the call's deadline).
             if !redirected {
-                let sleep = backoff.min(deadline.saturating_duration_since(Instant::now()));
-                tokio::time::sleep(sleep).await;
-                backoff = (backoff * 2).min(config.max_backoff);
+                let Some(delay) = backoff.next_delay() else {
+                    return Err(spent(last_error));
+                };
+                tokio::time::sleep(delay).await;
             }
         }
     }
@@ -253,7 +269,7 @@ impl MetaClient {
     pub async fn create_collection(
         &self,
         spec: pb::CollectionSpec,
-    ) -> MetaResult<pb::CreateCollectionResponse> {
+    ) -> MetaClientResult<pb::CreateCollectionResponse> {
         self.call("create_collection", true, |mut client| {
             let request = pb::CreateCollectionRequest {
                 spec: Some(spec.clone()),
@@ -268,7 +284,7 @@ impl MetaClient {
         &self,
         name: &str,
         linearizable: bool,
-    ) -> MetaResult<pb::Collection> {
+    ) -> MetaClientResult<pb::Collection> {
         let response = self
             .call("get_collection", true, |mut client| {
                 let request = pb::GetCollectionRequest {
@@ -278,13 +294,16 @@ impl MetaClient {
                 async move { client.get_collection(request).await }
             })
             .await?;
-        response
-            .collection
-            .ok_or_else(|| MetaError::Raft(format!("collection `{name}` answered without a body")))
+        response.collection.ok_or_else(|| {
+            MetaClientError::Protocol(format!("collection `{name}` answered without a body"))
+        })
     }
 
     /// Lists collections.
-    pub async fn list_collections(&self, linearizable: bool) -> MetaResult<Vec<pb::Collection>> {
+    pub async fn list_collections(
+        &self,
+        linearizable: bool,
+    ) -> MetaClientResult<Vec<pb::Collection>> {
         let response = self
             .call("list_collections", true, |mut client| async move {
                 client
@@ -296,7 +315,10 @@ impl MetaClient {
     }
 
     /// Drops a collection. Not retried when the outcome is unknown.
-    pub async fn drop_collection(&self, name: &str) -> MetaResult<pb::DropCollectionResponse> {
+    pub async fn drop_collection(
+        &self,
+        name: &str,
+    ) -> MetaClientResult<pb::DropCollectionResponse> {
         self.call("drop_collection", false, |mut client| {
             let request = pb::DropCollectionRequest {
                 name: name.to_owned(),
@@ -310,20 +332,20 @@ impl MetaClient {
     pub async fn register_node(
         &self,
         request: pb::RegisterNodeRequest,
-    ) -> MetaResult<pb::NodeInfo> {
+    ) -> MetaClientResult<pb::NodeInfo> {
         let response = self
             .call("register_node", true, |mut client| {
                 let request = request.clone();
                 async move { client.register_node(request).await }
             })
             .await?;
-        response
-            .node
-            .ok_or_else(|| MetaError::Raft("register_node answered without a node".into()))
+        response.node.ok_or_else(|| {
+            MetaClientError::Protocol("register_node answered without a node".into())
+        })
     }
 
     /// Sends a heartbeat (with a searcher's ready shards).
-    pub async fn heartbeat(&self, request: pb::HeartbeatRequest) -> MetaResult<pb::NodeInfo> {
+    pub async fn heartbeat(&self, request: pb::HeartbeatRequest) -> MetaClientResult<pb::NodeInfo> {
         let response = self
             .call("heartbeat", true, |mut client| {
                 let request = request.clone();
@@ -332,11 +354,11 @@ impl MetaClient {
             .await?;
         response
             .node
-            .ok_or_else(|| MetaError::Raft("heartbeat answered without a node".into()))
+            .ok_or_else(|| MetaClientError::Protocol("heartbeat answered without a node".into()))
     }
 
     /// Marks a node draining.
-    pub async fn drain_node(&self, node_id: &str) -> MetaResult<pb::NodeInfo> {
+    pub async fn drain_node(&self, node_id: &str) -> MetaClientResult<pb::NodeInfo> {
         let response = self
             .call("drain_node", true, |mut client| {
                 let request = pb::DrainNodeRequest {
@@ -347,24 +369,27 @@ impl MetaClient {
             .await?;
         response
             .node
-            .ok_or_else(|| MetaError::Raft("drain_node answered without a node".into()))
+            .ok_or_else(|| MetaClientError::Protocol("drain_node answered without a node".into()))
     }
 
     /// Acquires a shard's lease (the holder acquiring again keeps its epoch).
-    pub async fn acquire_lease(&self, request: pb::AcquireLeaseRequest) -> MetaResult<pb::Lease> {
+    pub async fn acquire_lease(
+        &self,
+        request: pb::AcquireLeaseRequest,
+    ) -> MetaClientResult<pb::Lease> {
         let response = self
             .call("acquire_lease", true, |mut client| {
                 let request = request.clone();
                 async move { client.acquire_lease(request).await }
             })
             .await?;
-        response
-            .lease
-            .ok_or_else(|| MetaError::Raft("acquire_lease answered without a lease".into()))
+        response.lease.ok_or_else(|| {
+            MetaClientError::Protocol("acquire_lease answered without a lease".into())
+        })
     }
 
     /// Renews a lease held at `epoch`.
-    pub async fn renew_lease(&self, request: pb::RenewLeaseRequest) -> MetaResult<pb::Lease> {
+    pub async fn renew_lease(&self, request: pb::RenewLeaseRequest) -> MetaClientResult<pb::Lease> {
         let response = self
             .call("renew_lease", true, |mut client| {
                 let request = request.clone();
@@ -373,14 +398,14 @@ impl MetaClient {
             .await?;
         response
             .lease
-            .ok_or_else(|| MetaError::Raft("renew_lease answered without a lease".into()))
+            .ok_or_else(|| MetaClientError::Protocol("renew_lease answered without a lease".into()))
     }
 
     /// Commits a WAL object (idempotent per `(epoch, seq)`).
     pub async fn commit_wal(
         &self,
         request: pb::CommitWalRequest,
-    ) -> MetaResult<pb::CommitWalResponse> {
+    ) -> MetaClientResult<pb::CommitWalResponse> {
         self.call("commit_wal", true, |mut client| {
             let request = request.clone();
             async move { client.commit_wal(request).await }
@@ -393,7 +418,7 @@ impl MetaClient {
     pub async fn commit_manifest_change(
         &self,
         request: pb::CommitManifestChangeRequest,
-    ) -> MetaResult<pb::CommitManifestChangeResponse> {
+    ) -> MetaClientResult<pb::CommitManifestChangeResponse> {
         let idempotent = !request.add_segments.is_empty();
         self.call("commit_manifest_change", idempotent, |mut client| {
             let request = request.clone();
@@ -407,7 +432,7 @@ impl MetaClient {
         &self,
         shard: pb::ShardRef,
         linearizable: bool,
-    ) -> MetaResult<pb::Manifest> {
+    ) -> MetaClientResult<pb::Manifest> {
         let response = self
             .call("get_manifest", true, |mut client| {
                 let request = pb::GetManifestRequest {
@@ -417,9 +442,9 @@ impl MetaClient {
                 async move { client.get_manifest(request).await }
             })
             .await?;
-        response
-            .manifest
-            .ok_or_else(|| MetaError::Raft("get_manifest answered without a manifest".into()))
+        response.manifest.ok_or_else(|| {
+            MetaClientError::Protocol("get_manifest answered without a manifest".into())
+        })
     }
 
     /// Returns the routing table (all collections for an empty name).
@@ -427,7 +452,7 @@ impl MetaClient {
         &self,
         collection: &str,
         linearizable: bool,
-    ) -> MetaResult<pb::GetRoutingResponse> {
+    ) -> MetaClientResult<pb::GetRoutingResponse> {
         self.call("get_routing", true, |mut client| {
             let request = pb::GetRoutingRequest {
                 collection: collection.to_owned(),
@@ -442,7 +467,7 @@ impl MetaClient {
     pub async fn watch(
         &self,
         request: pb::WatchRequest,
-    ) -> MetaResult<tonic::Streaming<pb::WatchEvent>> {
+    ) -> MetaClientResult<tonic::Streaming<pb::WatchEvent>> {
         self.call("watch", true, |mut client| async move {
             client.watch(request).await
         })
@@ -450,7 +475,7 @@ impl MetaClient {
     }
 
     /// Returns the GC entries that are due.
-    pub async fn take_gc(&self, limit: u32) -> MetaResult<Vec<pb::GcEntry>> {
+    pub async fn take_gc(&self, limit: u32) -> MetaClientResult<Vec<pb::GcEntry>> {
         let response = self
             .call("take_gc", true, |mut client| async move {
                 client.take_gc(pb::TakeGcRequest { limit }).await
@@ -460,7 +485,7 @@ impl MetaClient {
     }
 
     /// Removes deleted objects from the GC list.
-    pub async fn ack_gc(&self, object_keys: Vec<String>) -> MetaResult<u32> {
+    pub async fn ack_gc(&self, object_keys: Vec<String>) -> MetaClientResult<u32> {
         let response = self
             .call("ack_gc", true, |mut client| {
                 let request = pb::AckGcRequest {
@@ -474,7 +499,10 @@ impl MetaClient {
 
     /// Returns the keys of `object_keys` that no manifest references and the GC
     /// list does not hold.
-    pub async fn find_unreferenced(&self, object_keys: Vec<String>) -> MetaResult<Vec<String>> {
+    pub async fn find_unreferenced(
+        &self,
+        object_keys: Vec<String>,
+    ) -> MetaClientResult<Vec<String>> {
         let response = self
             .call("find_unreferenced", true, |mut client| {
                 let request = pb::FindUnreferencedRequest {
@@ -492,7 +520,7 @@ impl MetaClient {
         &self,
         orphans: Vec<pb::OrphanObject>,
         grace_ms: u64,
-    ) -> MetaResult<pb::ReportOrphansResponse> {
+    ) -> MetaClientResult<pb::ReportOrphansResponse> {
         self.call("report_orphans", true, |mut client| {
             let request = pb::ReportOrphansRequest {
                 orphans: orphans.clone(),
@@ -504,7 +532,10 @@ impl MetaClient {
     }
 
     /// Returns the reported orphans.
-    pub async fn list_orphans(&self, linearizable: bool) -> MetaResult<Vec<pb::OrphanObject>> {
+    pub async fn list_orphans(
+        &self,
+        linearizable: bool,
+    ) -> MetaClientResult<Vec<pb::OrphanObject>> {
         let response = self
             .call("list_orphans", true, |mut client| async move {
                 client
@@ -516,7 +547,7 @@ impl MetaClient {
     }
 
     /// Removes deleted orphans from the orphan list.
-    pub async fn ack_orphans(&self, object_keys: Vec<String>) -> MetaResult<u32> {
+    pub async fn ack_orphans(&self, object_keys: Vec<String>) -> MetaClientResult<u32> {
         let response = self
             .call("ack_orphans", true, |mut client| {
                 let request = pb::AckOrphansRequest {
@@ -529,7 +560,11 @@ impl MetaClient {
     }
 
     /// Adds a metadata node as a learner and waits until it has caught up.
-    pub async fn add_learner(&self, id: u64, address: &str) -> MetaResult<Vec<pb::MetaMember>> {
+    pub async fn add_learner(
+        &self,
+        id: u64,
+        address: &str,
+    ) -> MetaClientResult<Vec<pb::MetaMember>> {
         let response = self
             .call("add_learner", true, |mut client| {
                 let request = pb::AddLearnerRequest {
@@ -543,7 +578,7 @@ impl MetaClient {
     }
 
     /// Promotes a learner to voter.
-    pub async fn promote_voter(&self, id: u64) -> MetaResult<Vec<pb::MetaMember>> {
+    pub async fn promote_voter(&self, id: u64) -> MetaClientResult<Vec<pb::MetaMember>> {
         let response = self
             .call("promote_voter", true, |mut client| async move {
                 client.promote_voter(pb::PromoteVoterRequest { id }).await
@@ -553,7 +588,7 @@ impl MetaClient {
     }
 
     /// Removes a metadata node from the membership.
-    pub async fn remove_member(&self, id: u64) -> MetaResult<Vec<pb::MetaMember>> {
+    pub async fn remove_member(&self, id: u64) -> MetaClientResult<Vec<pb::MetaMember>> {
         let response = self
             .call("remove_member", false, |mut client| async move {
                 client.remove_member(pb::RemoveMemberRequest { id }).await
@@ -563,7 +598,7 @@ impl MetaClient {
     }
 
     /// Returns the cluster status as seen by the node that answers.
-    pub async fn cluster_status(&self) -> MetaResult<pb::ClusterStatusResponse> {
+    pub async fn cluster_status(&self) -> MetaClientResult<pb::ClusterStatusResponse> {
         self.call("cluster_status", true, |mut client| async move {
             client.cluster_status(pb::ClusterStatusRequest {}).await
         })
@@ -571,13 +606,16 @@ impl MetaClient {
     }
 
     /// Returns the cluster status as seen by the node at `address` (no redirection).
-    pub async fn cluster_status_of(&self, address: &str) -> MetaResult<pb::ClusterStatusResponse> {
+    pub async fn cluster_status_of(
+        &self,
+        address: &str,
+    ) -> MetaClientResult<pb::ClusterStatusResponse> {
         let mut client = MetaServiceClient::new(self.channel(address)?);
         let attempt = client.cluster_status(pb::ClusterStatusRequest {});
         match tokio::time::timeout(self.inner.config.attempt_timeout, attempt).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(MetaError::from_status(&status)),
-            Err(_elapsed) => Err(MetaError::Unavailable(format!(
+            Ok(Err(status)) => Err(MetaClientError::from_status(&status)),
+            Err(_elapsed) => Err(MetaClientError::Unavailable(format!(
                 "cluster_status to `{address}` timed out"
             ))),
         }
@@ -588,32 +626,40 @@ impl MetaClient {
 mod tests {
     use super::*;
 
+    /// A follower's refusal as the metadata server sends it.
+    fn not_leader(leader: Option<(&str, u64)>) -> tonic::Status {
+        let mut status = tonic::Status::unavailable(format!(
+            "not the metadata leader (leader: {})",
+            leader.map_or("unknown", |(address, _)| address)
+        ));
+        if let Some((address, id)) = leader {
+            let metadata = status.metadata_mut();
+            metadata.insert(
+                quiver_proto::LEADER_ADDRESS_HEADER,
+                address.parse().unwrap(),
+            );
+            metadata.insert(
+                quiver_proto::LEADER_ID_HEADER,
+                id.to_string().parse().unwrap(),
+            );
+        }
+        status
+    }
+
     #[test]
     fn refusals_are_retried_and_unknown_outcomes_only_when_idempotent() {
-        let not_leader = MetaError::NotLeader {
-            leader_id: Some(2),
-            leader_address: Some("127.0.0.1:7102".into()),
-        }
-        .into_status();
         assert!(matches!(
-            classify(&not_leader),
+            classify(&not_leader(Some(("127.0.0.1:7102", 2)))),
             Retry::Refused { leader_address: Some(ref address) } if address == "127.0.0.1:7102"
         ));
-        let no_leader = MetaError::NotLeader {
-            leader_id: None,
-            leader_address: None,
-        }
-        .into_status();
         assert!(matches!(
-            classify(&no_leader),
+            classify(&not_leader(None)),
             Retry::Refused {
                 leader_address: None
             }
         ));
-        let timed_out = MetaError::Unavailable(
-            "commit_wal was not committed within 5000 ms (no quorum?)".into(),
-        )
-        .into_status();
+        let timed_out =
+            tonic::Status::unavailable("commit_wal was not committed within 5000 ms (no quorum?)");
         assert!(matches!(classify(&timed_out), Retry::Ambiguous));
         assert!(matches!(
             classify(&tonic::Status::deadline_exceeded("late")),
