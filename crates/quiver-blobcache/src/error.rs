@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use quiver_common::{ErrorCode, ServiceError};
+
 /// Everything that can go wrong reading through the cache.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -52,6 +54,24 @@ pub enum CacheError {
         #[from]
         source: quiver_storage::StorageError,
     },
+}
+
+impl ServiceError for CacheError {
+    /// A region that failed its checksums twice is lost data; every other failure
+    /// is transient or local to this node (the store failed, the cache is busy),
+    /// so a retry, or another replica, may answer.
+    fn error_code(&self) -> ErrorCode {
+        match self {
+            CacheError::Damaged { .. } => ErrorCode::DataLoss,
+            CacheError::Config(_)
+            | CacheError::CacheFile { .. }
+            | CacheError::Full { .. }
+            | CacheError::Fill { .. }
+            | CacheError::Discarded { .. }
+            | CacheError::OutOfRange { .. }
+            | CacheError::Storage { .. } => ErrorCode::Unavailable,
+        }
+    }
 }
 
 /// Result alias of this crate.

@@ -23,11 +23,39 @@
 //! straight from the object store instead (slow, but answers), and says so in a
 //! log line and the `quiver_cache_read_through` gauge. [`ReadCounts`] measures what
 //! one query cost the cache (hits, misses, bytes fetched) on its own thread.
+//!
+//! Where things are:
+//!
+//! - `cache`: [`BlobCache`] and [`BlobCacheConfig`] — creating the cache (or a
+//!   read-through one), opening objects, counters.
+//! - `cache_file`: the preallocated, mapped cache file.
+//! - `inner`: the state every handle shares.
+//! - `slots`: region slots, pins and LFU eviction with decay.
+//! - `fill`: single-flight fills and discards.
+//! - `verify`: checking each fill against the segment's chunk checksums.
+//! - `read_through`: reads straight from the object store when there is no file.
+//! - `object`: [`CachedObject`], the index's byte source.
+//! - `bytes` and `session`: what readers hold — [`CacheBytes`] (the bytes of one
+//!   read, owning their pin) and [`CacheSession`] (a query's reads, pinning each
+//!   region once); no slice into the mapping outlives the pin that keeps it.
+//! - `error`, `metrics`: [`CacheError`]; [`CacheStats`] and [`ReadCounts`].
 
+mod bytes;
 mod cache;
+mod cache_file;
 mod error;
+mod fill;
+mod inner;
 mod metrics;
+mod object;
+mod read_through;
+mod session;
+mod slots;
+mod verify;
 
-pub use cache::{BlobCache, BlobCacheConfig, CacheBytes, CacheSession, CachedObject, RegionGuard};
+pub use bytes::CacheBytes;
+pub use cache::{BlobCache, BlobCacheConfig};
 pub use error::{CacheError, CacheResult};
 pub use metrics::{CacheStats, ReadCounts};
+pub use object::CachedObject;
+pub use session::CacheSession;

@@ -1,19 +1,6 @@
-//! Errors of the read path.
+//! Errors of the read path, and the code of the shared vocabulary each one is.
 
-/// Coarse classes of [`SearcherError`], one per code of the API's vocabulary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SearcherErrorKind {
-    /// The query is wrong (dimension, value, k, filter).
-    InvalidArgument,
-    /// An object of the manifest is missing.
-    NotFound,
-    /// Object storage failed or the cache is full; retrying may help.
-    Unavailable,
-    /// A segment, bitmap or WAL object is damaged: no answer is served from it.
-    DataLoss,
-    /// A bug or an unexpected state.
-    Internal,
-}
+use quiver_proto::{ErrorCode, ServiceError};
 
 /// Everything that can go wrong answering from a shard.
 #[derive(Debug, thiserror::Error)]
@@ -35,30 +22,64 @@ pub enum SearcherError {
     Internal(String),
 }
 
-impl SearcherError {
-    /// Returns the class of this error.
-    pub fn kind(&self) -> SearcherErrorKind {
+impl ServiceError for SearcherError {
+    /// A damaged segment, bitmap or WAL object is `DataLoss` (no answer is served
+    /// from it); a failing store or a busy cache is `Unavailable` (retrying, or
+    /// another replica, may help); a missing object is `NotFound`.
+    fn error_code(&self) -> ErrorCode {
         match self {
-            SearcherError::InvalidArgument(_) => SearcherErrorKind::InvalidArgument,
+            SearcherError::InvalidArgument(_) => ErrorCode::InvalidArgument,
             SearcherError::Index(error) => match error.kind() {
-                quiver_index::IndexErrorKind::InvalidArgument => SearcherErrorKind::InvalidArgument,
-                quiver_index::IndexErrorKind::Corrupted => SearcherErrorKind::DataLoss,
-                quiver_index::IndexErrorKind::Io => SearcherErrorKind::Unavailable,
+                quiver_index::IndexErrorKind::InvalidArgument => ErrorCode::InvalidArgument,
+                quiver_index::IndexErrorKind::Corrupted => ErrorCode::DataLoss,
+                quiver_index::IndexErrorKind::Io => ErrorCode::Unavailable,
             },
             SearcherError::Storage(error) => match error.kind() {
-                quiver_storage::StorageErrorKind::NotFound => SearcherErrorKind::NotFound,
-                quiver_storage::StorageErrorKind::Corrupted => SearcherErrorKind::DataLoss,
-                quiver_storage::StorageErrorKind::Unavailable => SearcherErrorKind::Unavailable,
-                quiver_storage::StorageErrorKind::InvalidArgument => SearcherErrorKind::Internal,
+                quiver_storage::StorageErrorKind::NotFound => ErrorCode::NotFound,
+                quiver_storage::StorageErrorKind::Corrupted => ErrorCode::DataLoss,
+                quiver_storage::StorageErrorKind::Unavailable => ErrorCode::Unavailable,
+                // The searcher built the request the store refused: a bug here.
+                quiver_storage::StorageErrorKind::InvalidArgument => ErrorCode::Internal,
             },
-            SearcherError::Cache(quiver_blobcache::CacheError::Damaged { .. }) => {
-                SearcherErrorKind::DataLoss
-            }
-            SearcherError::Cache(_) => SearcherErrorKind::Unavailable,
-            SearcherError::Internal(_) => SearcherErrorKind::Internal,
+            SearcherError::Cache(error) => error.error_code(),
+            SearcherError::Internal(_) => ErrorCode::Internal,
         }
     }
 }
 
 /// Result alias of this crate.
 pub type SearcherResult<T> = Result<T, SearcherError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damaged_data_is_data_loss_and_a_busy_cache_is_unavailable() {
+        let damaged = SearcherError::Cache(quiver_blobcache::CacheError::Damaged {
+            key: "segments/s1".into(),
+            region: 3,
+            chunk: "chunk 0..4096".into(),
+        });
+        assert_eq!(damaged.error_code(), ErrorCode::DataLoss);
+        let status = quiver_proto::status_of(&damaged);
+        assert_eq!(status.code(), tonic::Code::DataLoss);
+        assert!(status.message().contains("segments/s1"), "{status:?}");
+
+        let full = SearcherError::Cache(quiver_blobcache::CacheError::Full { regions: 4 });
+        assert_eq!(full.error_code(), ErrorCode::Unavailable);
+        let corrupted = SearcherError::Index(quiver_index::IndexError::Corrupted {
+            object: "segments/s1".into(),
+            reason: "bad footer".into(),
+        });
+        assert_eq!(corrupted.error_code(), ErrorCode::DataLoss);
+        assert_eq!(
+            SearcherError::InvalidArgument("k must be at least 1".into()).error_code(),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            quiver_proto::status_of(&SearcherError::Internal("task died".into())).code(),
+            tonic::Code::Internal
+        );
+    }
+}

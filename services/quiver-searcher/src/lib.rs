@@ -3,14 +3,32 @@
 //! the WAL tail's newer copies masked out, the tail's points scored exactly, and
 //! payload filters applied (exact scoring of the matches when a filter is
 //! selective, wider probing when it is not).
+//!
+//! Where things are:
+//!
+//! - `shard`: [`ShardView`], one shard at one manifest version (load, reload,
+//!   search, get).
+//! - `context`: [`ReadContext`], the cache and decoded objects every shard shares.
+//! - `node`: [`SearcherNode`], the role's lifecycle — start, readiness, shutdown.
+//! - `routing`: which shards the node serves, from meta's watch stream and a
+//!   safety poll.
+//! - `reload`: following a shard's manifest (incremental reloads, one at a time).
+//! - `warm_up`: pulling new segments' codes into the cache before a shard is ready.
+//! - `grpc`: the data-plane service (search, get, shard stats).
+//! - `error`: [`SearcherError`], which says its code of the shared vocabulary
+//!   (`quiver_proto::ServiceError`); `quiver_proto::status_of` makes it a status.
 
+mod context;
 mod error;
+mod grpc;
 mod metrics;
 mod node;
+mod reload;
+mod routing;
 mod shard;
+mod warm_up;
 
-pub use error::{SearcherError, SearcherErrorKind, SearcherResult};
-pub use node::{SearcherNode, SearcherNodeConfig, status_of};
-pub use shard::{
-    LoadStats, PointRecord, QueryCost, ReadContext, SearchRequest, ShardHit, ShardView,
-};
+pub use context::ReadContext;
+pub use error::{SearcherError, SearcherResult};
+pub use node::{SearcherNode, SearcherNodeConfig};
+pub use shard::{LoadStats, PointRecord, QueryCost, SearchRequest, ShardHit, ShardView};

@@ -143,7 +143,11 @@ fn a_disk_that_fills_up_after_the_cache_started_changes_nothing() {
                 break error;
             }
         };
-        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+        assert_eq!(
+            full.raw_os_error(),
+            Some(rustix::io::Errno::NOSPC.raw_os_error()),
+            "{full}"
+        );
     }
     let object = cache.open_blocking("objects/filling").unwrap();
     for region in 0..8u64 {

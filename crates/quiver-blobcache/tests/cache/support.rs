@@ -88,21 +88,16 @@ pub struct TmpfsMount {
 impl TmpfsMount {
     pub fn new(size_bytes: u64) -> Option<TmpfsMount> {
         let directory = tempfile::tempdir().unwrap();
-        let target =
-            std::ffi::CString::new(directory.path().as_os_str().as_encoded_bytes()).unwrap();
         let options = std::ffi::CString::new(format!("size={size_bytes},mode=0700")).unwrap();
-        // SAFETY: valid NUL-terminated strings that outlive the call.
-        let status = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                options.as_ptr().cast(),
-            )
-        };
-        if status != 0 {
-            let error = std::io::Error::last_os_error();
+        let mounted = rustix::mount::mount(
+            "tmpfs",
+            directory.path(),
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            options.as_c_str(),
+        );
+        if let Err(errno) = mounted {
+            let error = std::io::Error::from(errno);
             if std::env::var_os("CI").is_some() {
                 panic!("cannot mount a tmpfs for the disk-full test under CI: {error}");
             }
@@ -119,9 +114,10 @@ impl TmpfsMount {
 
 impl Drop for TmpfsMount {
     fn drop(&mut self) {
-        let target =
-            std::ffi::CString::new(self.directory.path().as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path; MNT_DETACH cannot leave it half-done.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        // MNT_DETACH cannot leave it half-done.
+        let _ = rustix::mount::unmount(
+            self.directory.path(),
+            rustix::mount::UnmountFlags::DETACH,
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! key, the damaged-object counter moves, and no answer is served from it.
 
 use quiver_index::{MemorySource, SearchScratch, SectionKind, Segment};
-use quiver_searcher::{SearcherErrorKind, ShardView};
+use quiver_proto::{ErrorCode, ServiceError};
+use quiver_searcher::ShardView;
 use quiver_storage::Storage;
 
 use crate::faults::write_shard;
@@ -21,7 +22,7 @@ fn corrupted_objects() -> f64 {
 }
 
 fn assert_damage_named(error: &quiver_searcher::SearcherError, key: &str) {
-    assert_eq!(error.kind(), SearcherErrorKind::DataLoss, "{error}");
+    assert_eq!(error.error_code(), ErrorCode::DataLoss, "{error}");
     assert!(
         error.to_string().contains(key),
         "the error names {key}: {error}"

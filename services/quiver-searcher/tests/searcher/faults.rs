@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use quiver_index::SearchScratch;
 use quiver_indexer::{Catalog, MemoryCatalog, ShardRef, ShardWriter};
-use quiver_searcher::{SearcherErrorKind, ShardView};
+use quiver_proto::{ErrorCode, ServiceError};
+use quiver_searcher::ShardView;
 use quiver_storage::testing::{Fault, FaultConfig, FaultProxy};
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl, WalRecord};
 
@@ -113,8 +114,8 @@ pub(crate) async fn write_shard(storage: &Storage, shard: &ShardRef) -> quiver_i
 fn assert_clear(error: &quiver_searcher::SearcherError) {
     assert!(
         matches!(
-            error.kind(),
-            SearcherErrorKind::Unavailable | SearcherErrorKind::DataLoss
+            error.error_code(),
+            ErrorCode::Unavailable | ErrorCode::DataLoss
         ),
         "{error}"
     );

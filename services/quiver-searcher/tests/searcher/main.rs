@@ -10,7 +10,8 @@ use quiver_index::{
     FieldKind, FieldSpec, Filter, IdType, Metric, PointId, SearchScratch, SegmentSpec,
 };
 use quiver_indexer::{Catalog, IndexerConfig, MemoryCatalog, ShardRef, ShardWriter};
-use quiver_searcher::{ReadContext, SearchRequest, SearcherErrorKind, ShardView};
+use quiver_proto::{ErrorCode, ServiceError};
+use quiver_searcher::{ReadContext, SearchRequest, ShardView};
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl, WalRecord};
 use rand::{Rng, SeedableRng};
 
@@ -314,21 +315,21 @@ async fn check(fixture: Fixture) {
             (
                 request(&[1.0; DIM + 1], 10, None),
                 "dimension 33",
-                SearcherErrorKind::InvalidArgument,
+                ErrorCode::InvalidArgument,
             ),
             (
                 request(&[f32::NAN; DIM], 10, None),
                 "non-finite",
-                SearcherErrorKind::InvalidArgument,
+                ErrorCode::InvalidArgument,
             ),
             (
                 request(&live[&2], 0, None),
                 "k must be",
-                SearcherErrorKind::InvalidArgument,
+                ErrorCode::InvalidArgument,
             ),
         ] {
             let error = view.search(&context, &bad, &mut scratch).unwrap_err();
-            assert_eq!(error.kind(), kind);
+            assert_eq!(error.error_code(), kind);
             assert!(error.to_string().contains(message), "{error}");
         }
     })

@@ -1,0 +1,237 @@
+//! Single-flight fills: a miss marks its region `Filling` and fetches it with one
+//! ranged GET outside the lock; other readers of that region wait on the fill's
+//! signal and see its error if it fails. A failed fill leaves nothing behind: its
+//! slot changes hands and goes back to the free list. A fill found damaged is
+//! discarded (dropped from the index) so the next reader fetches it again.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::bytes::RegionGuard;
+use crate::error::{CacheError, CacheResult};
+use crate::inner::{Inner, ObjectIdentity, RegionKey};
+use crate::metrics::{METRICS, ReadCounts};
+use crate::slots::{Slot, SlotStatus};
+
+/// The outcome of one fill, shared with every reader waiting for it.
+pub(crate) struct FillSignal {
+    outcome: Mutex<Option<Result<(), String>>>,
+    done: Condvar,
+}
+
+impl FillSignal {
+    fn new() -> Self {
+        FillSignal {
+            outcome: Mutex::new(None),
+            done: Condvar::new(),
+        }
+    }
+
+    fn finish(&self, outcome: Result<(), String>) {
+        *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+        self.done.notify_all();
+    }
+
+    fn wait(&self) -> Result<(), String> {
+        let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(result) = outcome.as_ref() {
+                return result.clone();
+            }
+            outcome = self.done.wait(outcome).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+impl Inner {
+    /// Returns a pinned guard on region `region` of `object`, filling it on a miss.
+    pub(crate) fn acquire(
+        &self,
+        object: &Arc<ObjectIdentity>,
+        region: u64,
+    ) -> CacheResult<RegionGuard<'_>> {
+        let key = RegionKey {
+            object: object.clone(),
+            region,
+        };
+        loop {
+            let mut state = self.lock();
+            if let Some(&slot) = state.index.get(&key) {
+                match &state.slots[slot].status {
+                    SlotStatus::Ready => {
+                        let guard = self.pin_locked(&state, slot);
+                        drop(state);
+                        self.touch(slot);
+                        return Ok(guard);
+                    }
+                    SlotStatus::Filling(signal) => {
+                        let signal = signal.clone();
+                        drop(state);
+                        match signal.wait() {
+                            Ok(()) => continue,
+                            Err(message) => {
+                                return Err(CacheError::Fill {
+                                    key: object.key.clone(),
+                                    region,
+                                    message,
+                                });
+                            }
+                        }
+                    }
+                    SlotStatus::Free => unreachable!("free regions are not in the index"),
+                }
+            }
+            let slot = match state.free.pop() {
+                Some(slot) => slot,
+                None => self.evict(&mut state)?,
+            };
+            let signal = Arc::new(FillSignal::new());
+            state.slots[slot] = Slot {
+                key: Some(key.clone()),
+                status: SlotStatus::Filling(signal.clone()),
+                length: 0,
+            };
+            let counters = &self.slot_counters[slot];
+            counters.pins.fetch_add(1, Ordering::AcqRel);
+            counters.frequency.store(1, Ordering::Relaxed);
+            counters.verified.store(false, Ordering::Release);
+            state.index.insert(key.clone(), slot);
+            drop(state);
+            return self.fill(&key, slot, &signal);
+        }
+    }
+
+    /// Fetches region `key` into `slot` (claimed `Filling` and pinned by the
+    /// caller) and wakes the readers waiting on `signal`.
+    fn fill<'a>(
+        &'a self,
+        key: &RegionKey,
+        slot: usize,
+        signal: &FillSignal,
+    ) -> CacheResult<RegionGuard<'a>> {
+        self.counters.add(&self.counters.misses, &METRICS.misses, 1);
+        METRICS.fills_in_flight.inc();
+        let object = &key.object;
+        let start = key.region * self.region_bytes as u64;
+        let end = (start + self.region_bytes as u64).min(object.size);
+        let fetched = self
+            .block_on(self.storage.get_range(&object.key, start..end))
+            .map_err(|error| error.to_string())
+            .and_then(|bytes| {
+                // The store checks short reads; a wrong length here would write
+                // past the region, so it is refused rather than trusted.
+                if bytes.len() as u64 == end - start {
+                    Ok(bytes)
+                } else {
+                    Err(format!(
+                        "the store returned {} bytes for the {} bytes asked for",
+                        bytes.len(),
+                        end - start
+                    ))
+                }
+            });
+        METRICS.fills_in_flight.dec();
+        let counters = &self.slot_counters[slot];
+        match fetched {
+            Ok(bytes) => {
+                // SAFETY: this slot is Filling and owned by this call alone: it was
+                // free or evicted with no pins, readers of its key wait for the
+                // signal, and the copy stays inside the region (its length was
+                // checked above to be at most the region size).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        self.region_pointer(slot),
+                        bytes.len(),
+                    )
+                };
+                counters.length.store(bytes.len(), Ordering::Release);
+                let mut state = self.lock();
+                state.slots[slot].status = SlotStatus::Ready;
+                state.slots[slot].length = bytes.len();
+                state.resident += 1;
+                // Read under the lock: a discard (which bumps it) needs the lock
+                // and a Ready slot, so this is the generation of this very fill.
+                let generation = counters.generation.load(Ordering::Acquire);
+                state.update_gauges();
+                drop(state);
+                self.counters.add(
+                    &self.counters.bytes_fetched,
+                    &METRICS.bytes_fetched,
+                    bytes.len() as u64,
+                );
+                ReadCounts::add_miss(bytes.len() as u64);
+                signal.finish(Ok(()));
+                self.decay_after_fill();
+                Ok(RegionGuard::pinned(
+                    self,
+                    slot,
+                    bytes.len(),
+                    generation,
+                    true,
+                ))
+            }
+            Err(message) => {
+                // Nothing of a failed fill stays: the slot changes hands and goes back
+                // to the free list.
+                let mut state = self.lock();
+                state.index.remove(key);
+                state.slots[slot] = Slot::free();
+                counters.generation.fetch_add(1, Ordering::AcqRel);
+                counters.pins.fetch_sub(1, Ordering::AcqRel);
+                state.free.push(slot);
+                drop(state);
+                self.counters
+                    .add(&self.counters.fill_errors, &METRICS.fill_errors, 1);
+                signal.finish(Err(message.clone()));
+                Err(CacheError::Fill {
+                    key: object.key.clone(),
+                    region: key.region,
+                    message,
+                })
+            }
+        }
+    }
+
+    /// Drops region `region` of `object` from the index (its bytes were found
+    /// damaged): the next reader fetches it again; the old slot is recycled once
+    /// its readers are gone, and sessions still holding it get an error.
+    pub(crate) fn discard(&self, object: &Arc<ObjectIdentity>, region: u64) {
+        self.discard_fill(object, region, None);
+    }
+
+    /// Like [`Inner::discard`], but when `fill` (slot, generation) is given, only if
+    /// the region is still that fill (a newer fill was not found damaged).
+    pub(crate) fn discard_fill(
+        &self,
+        object: &Arc<ObjectIdentity>,
+        region: u64,
+        fill: Option<(usize, u64)>,
+    ) {
+        let key = RegionKey {
+            object: object.clone(),
+            region,
+        };
+        let mut state = self.lock();
+        let Some(&slot) = state.index.get(&key) else {
+            return;
+        };
+        if !matches!(state.slots[slot].status, SlotStatus::Ready) {
+            return;
+        }
+        let counters = &self.slot_counters[slot];
+        if fill.is_some_and(|(expected_slot, generation)| {
+            expected_slot != slot || counters.generation.load(Ordering::Acquire) != generation
+        }) {
+            return;
+        }
+        state.index.remove(&key);
+        counters.discarded.store(true, Ordering::Release);
+        counters.generation.fetch_add(1, Ordering::AcqRel);
+        counters.frequency.store(0, Ordering::Relaxed);
+        drop(state);
+        self.counters
+            .add(&self.counters.discards, &METRICS.discards, 1);
+        tracing::warn!(key = %object.key, region, "cached region failed its checksum; dropped, to be fetched again");
+    }
+}

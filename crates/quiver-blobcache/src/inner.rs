@@ -1,0 +1,104 @@
+//! The state every handle of one cache shares ([`Inner`], behind an `Arc`): the
+//! object store, the mapped cache file, the region table and its lock-free
+//! counters. Each concept adds its own `impl Inner` in its own file: slots and
+//! eviction (`slots.rs`), fills (`fill.rs`), checks (`verify.rs`), reads that
+//! bypass the file (`read_through.rs`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use quiver_storage::Storage;
+use tokio::runtime::Handle;
+
+use crate::cache_file::CacheFile;
+use crate::metrics::{Counters, METRICS};
+use crate::read_through::CheckedChunks;
+use crate::slots::{SlotCounters, State};
+
+/// What identifies an object's bytes: a changed object (size or version) is a
+/// different identity, so it is never served from the old one's regions.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ObjectIdentity {
+    pub(crate) key: String,
+    pub(crate) size: u64,
+    pub(crate) version: Option<String>,
+}
+
+/// One aligned region of one object: the key of the region table.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct RegionKey {
+    pub(crate) object: Arc<ObjectIdentity>,
+    pub(crate) region: u64,
+}
+
+pub(crate) struct Inner {
+    pub(crate) storage: Storage,
+    pub(crate) runtime: Handle,
+    /// The mapped cache file; `None` in read-through mode (no file could be made).
+    pub(crate) file: Option<CacheFile>,
+    pub(crate) region_bytes: usize,
+    /// `log2(region_bytes)` when it is a power of two (the default is).
+    pub(crate) region_shift: Option<u32>,
+    /// The region table; never held across I/O.
+    pub(crate) state: Mutex<State>,
+    /// The lock-free part of each slot, by slot index.
+    pub(crate) slot_counters: Vec<SlotCounters>,
+    /// Fills so far (drives the frequency decay).
+    pub(crate) fills: AtomicU64,
+    /// Hits already added to the process-wide metric.
+    pub(crate) exported_hits: AtomicU64,
+    pub(crate) counters: Counters,
+    /// Read-through mode only: chunks fetched whole and checked, kept in
+    /// memory (bounded) so that the many small reads of a query do not each
+    /// fetch and check a whole chunk again.
+    pub(crate) verified_chunks: Option<CheckedChunks>,
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `future` (an object-store call) to completion from synchronous code.
+    pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
+        match Handle::try_current() {
+            // Inside a multi-thread runtime: let the scheduler move other tasks away.
+            Ok(_) => tokio::task::block_in_place(|| self.runtime.block_on(future)),
+            Err(_) => self.runtime.block_on(future),
+        }
+    }
+
+    /// Tells whether reads go straight to the object store (no cache file).
+    #[inline]
+    pub(crate) fn is_read_through(&self) -> bool {
+        self.file.is_none()
+    }
+
+    /// Returns the region of the object that `offset` lies in.
+    #[inline]
+    pub(crate) fn region_of(&self, offset: u64) -> u64 {
+        match self.region_shift {
+            Some(shift) => offset >> shift,
+            None => offset / self.region_bytes as u64,
+        }
+    }
+
+    /// Returns the first byte of `slot`'s region in the mapping.
+    #[inline]
+    pub(crate) fn region_pointer(&self, slot: usize) -> *mut u8 {
+        self.file
+            .as_ref()
+            .expect("slots exist only when the cache file is mapped")
+            .region_pointer(slot, self.region_bytes)
+    }
+
+    /// Moves the hit count into the process-wide metric (done on fills and on
+    /// `stats()`, not on every hit).
+    pub(crate) fn export_hits(&self) {
+        let hits = self.counters.hits.load(Ordering::Relaxed);
+        let exported = self.exported_hits.swap(hits, Ordering::Relaxed);
+        METRICS.hits.inc_by(hits.saturating_sub(exported));
+    }
+}

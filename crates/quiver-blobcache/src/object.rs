@@ -1,0 +1,257 @@
+//! One object read through the cache ([`CachedObject`]): reads, prefetches, and
+//! the index's [`ByteSource`] trait, so a segment in object storage is searched
+//! straight out of the cache.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use quiver_index::{AccessPattern, ByteSource, ChunkChecksums, IndexError, IndexResult};
+
+use crate::bytes::{CacheBytes, RegionGuard};
+use crate::error::{CacheError, CacheResult};
+use crate::inner::{Inner, ObjectIdentity};
+use crate::metrics::METRICS;
+use crate::session::CacheSession;
+use crate::slots::{remembered_fill, remembered_location};
+
+/// One object read through a [`BlobCache`](crate::BlobCache); implements the
+/// index's [`ByteSource`], so a segment in object storage is searched with no
+/// change.
+pub struct CachedObject {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) identity: Arc<ObjectIdentity>,
+    /// Per region of the object: where it was last seen, as a remembered location
+    /// (see `slots::remembered_location`; 0 = unknown); checked on use.
+    region_slots: Vec<AtomicU64>,
+    hints: Mutex<Vec<(Range<u64>, AccessPattern)>>,
+    /// The segment's chunk checksums, once a segment is open on this object: from
+    /// then on, no byte of an unchecked fill is handed out.
+    pub(crate) checksums: OnceLock<Arc<ChunkChecksums>>,
+}
+
+impl CachedObject {
+    pub(crate) fn new(inner: Arc<Inner>, identity: ObjectIdentity) -> Self {
+        let regions = identity.size.div_ceil(inner.region_bytes as u64) as usize;
+        CachedObject {
+            inner,
+            identity: Arc::new(identity),
+            region_slots: (0..regions).map(|_| AtomicU64::new(0)).collect(),
+            hints: Mutex::new(Vec::new()),
+            checksums: OnceLock::new(),
+        }
+    }
+
+    /// Returns the object's key.
+    pub fn key(&self) -> &str {
+        &self.identity.key
+    }
+
+    /// Returns the object's size.
+    pub fn size(&self) -> u64 {
+        self.identity.size
+    }
+
+    /// Returns how many regions the object spans.
+    pub(crate) fn regions(&self) -> usize {
+        self.region_slots.len()
+    }
+
+    /// Reads `length` bytes at `offset`: borrowed from the pinned region when the
+    /// range lies in one, else copied (and counted).
+    #[inline]
+    pub fn read(&self, offset: u64, length: usize) -> CacheResult<CacheBytes<'_>> {
+        let end = offset
+            .checked_add(length as u64)
+            .filter(|&end| end <= self.identity.size);
+        let Some(end) = end else {
+            return Err(self.out_of_range(offset, length));
+        };
+        if self.inner.is_read_through() {
+            return self.read_through(offset..end).map(CacheBytes::copied);
+        }
+        let region_bytes = self.inner.region_bytes as u64;
+        let first = self.inner.region_of(offset);
+        let last = if length == 0 {
+            first
+        } else {
+            self.inner.region_of(end - 1)
+        };
+        if first == last {
+            let guard = self.acquire(first)?;
+            let start = (offset - first * region_bytes) as usize;
+            return Ok(CacheBytes::pinned(guard, start, length));
+        }
+        let counters = &self.inner.counters;
+        counters.add(&counters.boundary_copies, &METRICS.boundary_copies, 1);
+        let mut copied = Vec::with_capacity(length);
+        for region in first..=last {
+            let guard = self.acquire(region)?;
+            let region_start = region * region_bytes;
+            let from = offset.max(region_start) - region_start;
+            let to = end.min(region_start + region_bytes) - region_start;
+            copied.extend_from_slice(&guard.bytes()[from as usize..to as usize]);
+        }
+        Ok(CacheBytes::copied(copied))
+    }
+
+    pub(crate) fn out_of_range(&self, offset: u64, length: usize) -> CacheError {
+        CacheError::OutOfRange {
+            key: self.identity.key.clone(),
+            offset,
+            length,
+            size: self.identity.size,
+        }
+    }
+
+    pub(crate) fn index_error(&self, error: CacheError) -> IndexError {
+        match error {
+            CacheError::Damaged { key, region, chunk } => IndexError::Corrupted {
+                object: key,
+                reason: format!(
+                    "checksum mismatch in {chunk} (cache region {region}), also when fetched again"
+                ),
+            },
+            error => IndexError::Io {
+                object: self.identity.key.clone(),
+                source: std::io::Error::other(error.to_string()),
+            },
+        }
+    }
+
+    /// Starts a read session (see [`CacheSession`]).
+    pub fn session(&self) -> CacheSession<'_> {
+        CacheSession::new(self)
+    }
+
+    /// Reads many ranges at once (a whole posting list, say): one pinned guard per
+    /// range, zero copy for every range inside one region.
+    pub fn read_many(&self, ranges: &[Range<u64>]) -> CacheResult<Vec<CacheBytes<'_>>> {
+        ranges
+            .iter()
+            .map(|range| self.read(range.start, (range.end - range.start) as usize))
+            .collect()
+    }
+
+    /// Starts filling the regions under `ranges` in the background.
+    pub fn prefetch(&self, ranges: &[Range<u64>]) {
+        if self.inner.is_read_through() {
+            return;
+        }
+        let region_bytes = self.inner.region_bytes as u64;
+        let mut regions: Vec<u64> = ranges
+            .iter()
+            .filter(|range| range.end > range.start)
+            .flat_map(|range| {
+                range.start / region_bytes..=(range.end.min(self.identity.size) - 1) / region_bytes
+            })
+            .collect();
+        regions.sort_unstable();
+        regions.dedup();
+        let inner = self.inner.clone();
+        let identity = self.identity.clone();
+        self.inner.runtime.spawn_blocking(move || {
+            for region in regions {
+                if let Err(error) = inner.acquire(&identity, region) {
+                    tracing::debug!(key = %identity.key, region, %error, "prefetch failed");
+                }
+            }
+        });
+    }
+
+    /// Returns region `region` pinned (and checked, once the object has
+    /// checksums): through the remembered slot without a lock when it still holds
+    /// the region's checked fill, else through the table.
+    #[inline]
+    pub(crate) fn acquire(&self, region: u64) -> CacheResult<RegionGuard<'_>> {
+        let remembered = &self.region_slots[region as usize];
+        if let Some((slot, generation)) = remembered_fill(remembered.load(Ordering::Acquire))
+            && let Some(guard) = self.inner.try_pin(slot, generation)
+        {
+            // A fill remembered before the checksums came (read while the
+            // segment was being opened) is checked like any other first.
+            if self.checksums.get().is_none()
+                || self.inner.slot_counters[slot]
+                    .verified
+                    .load(Ordering::Acquire)
+            {
+                return Ok(guard);
+            }
+        }
+        let guard = self.acquire_verified(region)?;
+        if guard.filled() {
+            self.advise_filled(region, guard.slot());
+        }
+        // The generation the guard pinned, not the slot's current one: a discard
+        // after the pin must not be remembered as a good fill.
+        remembered.store(
+            remembered_location(guard.slot(), guard.generation()),
+            Ordering::Release,
+        );
+        Ok(guard)
+    }
+
+    /// Gives a freshly filled region the advice recorded for its range (once per
+    /// fill: `madvise` is a system call, not something for every read).
+    fn advise_filled(&self, region: u64, slot: usize) {
+        let region_bytes = self.inner.region_bytes as u64;
+        let region_range = region * region_bytes..(region + 1) * region_bytes;
+        let hints = self.hints.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, pattern)) = hints
+            .iter()
+            .find(|(range, _)| range.start < region_range.end && region_range.start < range.end)
+            && let Some(file) = &self.inner.file
+        {
+            file.advise_region(slot, self.inner.region_bytes, *pattern);
+        }
+    }
+}
+
+impl ByteSource for CachedObject {
+    type Bytes<'a> = CacheBytes<'a>;
+    type Session<'a> = CacheSession<'a>;
+
+    fn session(&self) -> CacheSession<'_> {
+        CacheSession::new(self)
+    }
+
+    fn size(&self) -> u64 {
+        self.identity.size
+    }
+
+    #[inline]
+    fn read_at(&self, offset: u64, length: usize) -> IndexResult<CacheBytes<'_>> {
+        self.read(offset, length)
+            .map_err(|error| self.index_error(error))
+    }
+
+    fn name(&self) -> &str {
+        &self.identity.key
+    }
+
+    fn advise(&self, offset: u64, length: usize, pattern: AccessPattern) {
+        self.hints
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((offset..offset + length as u64, pattern));
+    }
+
+    fn verify_with(&self, checksums: &Arc<ChunkChecksums>) -> bool {
+        // One segment opens one object; a second table would be the same one.
+        let _ = self.checksums.set(checksums.clone());
+        true
+    }
+
+    fn discard(&self, offset: u64, length: u64) {
+        if self.inner.is_read_through() || length == 0 {
+            return;
+        }
+        let end = offset.saturating_add(length).min(self.identity.size);
+        if offset >= end {
+            return;
+        }
+        for region in self.inner.region_of(offset)..=self.inner.region_of(end - 1) {
+            self.inner.discard(&self.identity, region);
+        }
+    }
+}

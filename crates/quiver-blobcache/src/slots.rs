@@ -1,0 +1,270 @@
+//! Region slots, pins and LFU eviction.
+//!
+//! One mutex guards the region table (index, states, keys); it is never held
+//! across I/O. Pin counts, frequencies and generations are atomics beside the
+//! table, so a hit takes no lock: an object remembers which slot (and generation)
+//! holds each of its regions, a reader pins that slot and checks the generation is
+//! unchanged. Eviction claims a slot by swapping its pin count from 0 to an
+//! `EVICTING` mark under the lock, so a reader either pinned first (and the slot is
+//! not evicted) or sees the mark and takes the slow path. Region memory is written
+//! only while `Filling` (by the one filler) and read only while pinned `Ready` — so
+//! a slice handed to a reader never changes under it.
+//!
+//! Eviction is LFU with decay: every access bumps a slot's frequency, and every
+//! time as many fills as there are regions have happened, all frequencies halve,
+//! so old popularity fades.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::bytes::RegionGuard;
+use crate::error::{CacheError, CacheResult};
+use crate::fill::FillSignal;
+use crate::inner::{Inner, ObjectIdentity, RegionKey};
+use crate::metrics::{METRICS, ReadCounts};
+
+/// Bits of a remembered region location that hold the slot index.
+const SLOT_BITS: u32 = 24;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+
+/// The most slots a cache may have (a remembered location holds 24 bits of slot).
+pub(crate) const MAX_SLOTS: usize = 1 << SLOT_BITS;
+
+/// Set in a slot's pin count while the slot is being evicted.
+const EVICTING: u32 = 1 << 31;
+
+/// Returns the remembered location of a fill: `(generation << 24 | slot) + 1`
+/// (0 means "not known").
+#[inline]
+pub(crate) fn remembered_location(slot: usize, generation: u64) -> u64 {
+    ((generation << SLOT_BITS) | slot as u64) + 1
+}
+
+/// Returns the (slot, generation) of a remembered location, `None` for "not known".
+#[inline]
+pub(crate) fn remembered_fill(location: u64) -> Option<(usize, u64)> {
+    let location = location.checked_sub(1)?;
+    Some(((location & SLOT_MASK) as usize, location >> SLOT_BITS))
+}
+
+pub(crate) enum SlotStatus {
+    Free,
+    Filling(Arc<FillSignal>),
+    Ready,
+}
+
+pub(crate) struct Slot {
+    pub(crate) key: Option<RegionKey>,
+    pub(crate) status: SlotStatus,
+    /// Valid bytes (the last region of an object is shorter).
+    pub(crate) length: usize,
+}
+
+impl Slot {
+    pub(crate) fn free() -> Self {
+        Slot {
+            key: None,
+            status: SlotStatus::Free,
+            length: 0,
+        }
+    }
+}
+
+/// The lock-free part of a slot.
+#[derive(Default)]
+pub(crate) struct SlotCounters {
+    /// Readers holding the region (plus `EVICTING` while it is being recycled).
+    pub(crate) pins: AtomicU32,
+    /// Accesses, halved every few passes over the table (LFU with decay).
+    pub(crate) frequency: AtomicU32,
+    /// Bumped whenever the slot changes hands, so a remembered slot can be checked.
+    pub(crate) generation: AtomicU64,
+    /// Valid bytes while Ready (mirrors the table, for the lock-free path).
+    pub(crate) length: AtomicUsize,
+    /// Set when a reader found the region's bytes damaged: the slot left the
+    /// index, and sessions still holding it refuse to read from it.
+    pub(crate) discarded: AtomicBool,
+    /// Set once the current fill passed its object's chunk checksums; cleared
+    /// whenever the slot changes hands, so every fill is checked anew.
+    pub(crate) verified: AtomicBool,
+}
+
+/// The region table, behind [`Inner::state`].
+pub(crate) struct State {
+    pub(crate) index: HashMap<RegionKey, usize>,
+    pub(crate) slots: Vec<Slot>,
+    pub(crate) free: Vec<usize>,
+    pub(crate) resident: u64,
+}
+
+impl State {
+    /// Returns a table of `regions` free slots.
+    pub(crate) fn with_free_slots(regions: usize) -> State {
+        State {
+            index: HashMap::with_capacity(regions),
+            slots: (0..regions).map(|_| Slot::free()).collect(),
+            free: (0..regions).rev().collect(),
+            resident: 0,
+        }
+    }
+
+    pub(crate) fn update_gauges(&self) {
+        METRICS.resident_regions.set(self.resident as i64);
+    }
+}
+
+impl Inner {
+    /// Releases one pin of `slot`.
+    #[inline]
+    pub(crate) fn unpin(&self, slot: usize) {
+        self.slot_counters[slot].pins.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Returns how many regions readers hold right now.
+    pub(crate) fn pinned_regions(&self) -> u64 {
+        self.slot_counters
+            .iter()
+            .filter(|counters| {
+                let pins = counters.pins.load(Ordering::Acquire);
+                pins & !EVICTING > 0
+            })
+            .count() as u64
+    }
+
+    /// Counts an access of `slot` (a hit).
+    #[inline]
+    pub(crate) fn touch(&self, slot: usize) {
+        // A plain load and store, not a locked add: a lost increment under a race
+        // only blurs the popularity estimate, and the hit path stays cheap.
+        let frequency = &self.slot_counters[slot].frequency;
+        frequency.store(
+            frequency.load(Ordering::Relaxed).saturating_add(1),
+            Ordering::Relaxed,
+        );
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        ReadCounts::add_hit();
+    }
+
+    /// Counts a fill and, every time as many fills as there are regions have
+    /// happened, halves every frequency (LFU with decay: old popularity fades).
+    pub(crate) fn decay_after_fill(&self) {
+        let fills = self.fills.fetch_add(1, Ordering::Relaxed) + 1;
+        if fills.is_multiple_of(self.slot_counters.len() as u64) {
+            for counters in &self.slot_counters {
+                let frequency = counters.frequency.load(Ordering::Relaxed);
+                counters.frequency.store(frequency / 2, Ordering::Relaxed);
+            }
+        }
+        self.export_hits();
+    }
+
+    /// Pins `slot` if it still holds the fill of `generation`; the lock-free hit path.
+    #[inline]
+    pub(crate) fn try_pin(&self, slot: usize, generation: u64) -> Option<RegionGuard<'_>> {
+        let counters = &self.slot_counters[slot];
+        let previous = counters.pins.fetch_add(1, Ordering::AcqRel);
+        if previous & EVICTING != 0 || counters.generation.load(Ordering::Acquire) != generation {
+            counters.pins.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        self.touch(slot);
+        let length = counters.length.load(Ordering::Acquire);
+        Some(RegionGuard::pinned(self, slot, length, generation, false))
+    }
+
+    /// Pins the ready `slot` under the table lock (nobody evicts meanwhile, so the
+    /// pin always holds); returns the guard, without counting an access.
+    pub(crate) fn pin_locked(&self, _state: &State, slot: usize) -> RegionGuard<'_> {
+        let counters = &self.slot_counters[slot];
+        counters.pins.fetch_add(1, Ordering::AcqRel);
+        let generation = counters.generation.load(Ordering::Acquire);
+        let length = counters.length.load(Ordering::Acquire);
+        RegionGuard::pinned(self, slot, length, generation, false)
+    }
+
+    /// Pins region `region` of `object` if it is cached and ready, without filling
+    /// it or counting an access (a look at a neighbour of a region being checked).
+    pub(crate) fn pin_resident(
+        &self,
+        object: &Arc<ObjectIdentity>,
+        region: u64,
+    ) -> Option<RegionGuard<'_>> {
+        let key = RegionKey {
+            object: object.clone(),
+            region,
+        };
+        let state = self.lock();
+        let &slot = state.index.get(&key)?;
+        if !matches!(state.slots[slot].status, SlotStatus::Ready) {
+            return None;
+        }
+        Some(self.pin_locked(&state, slot))
+    }
+
+    /// Picks the least frequently used unpinned ready region, claims it and frees it.
+    pub(crate) fn evict(&self, state: &mut State) -> CacheResult<usize> {
+        let mut candidates: Vec<(u32, usize)> = state
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(index, slot)| {
+                matches!(slot.status, SlotStatus::Ready)
+                    && self.slot_counters[*index].pins.load(Ordering::Acquire) == 0
+            })
+            .map(|(index, _)| {
+                (
+                    self.slot_counters[index].frequency.load(Ordering::Relaxed),
+                    index,
+                )
+            })
+            .collect();
+        candidates.sort_unstable();
+        for (_, victim) in candidates {
+            let counters = &self.slot_counters[victim];
+            // Claim: fails if a lock-free reader pinned the slot meanwhile.
+            if counters
+                .pins
+                .compare_exchange(0, EVICTING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            counters.generation.fetch_add(1, Ordering::AcqRel);
+            counters.frequency.store(0, Ordering::Relaxed);
+            counters.discarded.store(false, Ordering::Release);
+            counters.verified.store(false, Ordering::Release);
+            // A discarded slot left the index already; its key may name a newer fill.
+            if let Some(key) = state.slots[victim].key.take()
+                && state.index.get(&key) == Some(&victim)
+            {
+                state.index.remove(&key);
+            }
+            state.slots[victim] = Slot::free();
+            state.resident -= 1;
+            // Readers that bumped the count while it was marked undo their own bump.
+            counters.pins.fetch_sub(EVICTING, Ordering::AcqRel);
+            self.counters
+                .add(&self.counters.evictions, &METRICS.evictions, 1);
+            return Ok(victim);
+        }
+        Err(CacheError::Full {
+            regions: state.slots.len(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remembered_location_round_trips_and_zero_is_unknown() {
+        assert_eq!(remembered_fill(0), None);
+        for (slot, generation) in [(0, 0), (5, 1), (MAX_SLOTS - 1, 12345)] {
+            let location = remembered_location(slot, generation);
+            assert_ne!(location, 0);
+            assert_eq!(remembered_fill(location), Some((slot, generation)));
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! What every shard a searcher serves reads through: the region cache (segments),
+//! object storage (bitmaps, WAL objects), and the decoded bitmaps, WAL batches
+//! and filter matches, cached by key (objects are immutable).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use quiver_blobcache::{BlobCache, CachedObject};
+use quiver_index::{Filter, Segment};
+use quiver_storage::manifest::SegmentEntry;
+use quiver_storage::{DeletionBitmap, Storage, WalBatch};
+use roaring::RoaringBitmap;
+use tokio::runtime::Handle;
+
+use crate::error::SearcherResult;
+
+/// The region cache, object storage, and decoded bitmaps and WAL batches shared
+/// by every shard a searcher serves (objects are immutable, so cached by key).
+/// Segments are owned by the shard views that use them: a new manifest reuses
+/// the previous view's open segments.
+pub struct ReadContext {
+    cache: Arc<BlobCache>,
+    storage: Storage,
+    runtime: Handle,
+    segment_opens: AtomicU64,
+    bitmaps: moka::sync::Cache<String, Arc<RoaringBitmap>>,
+    wal_batches: moka::sync::Cache<String, Arc<WalBatch>>,
+    filter_rows: moka::sync::Cache<(String, String), Arc<RoaringBitmap>>,
+}
+
+impl ReadContext {
+    /// Returns a context reading through `cache` (segments) and `storage`
+    /// (bitmaps, WAL objects); `runtime` runs their fetches.
+    pub fn new(cache: Arc<BlobCache>, storage: Storage, runtime: Handle) -> Self {
+        ReadContext {
+            cache,
+            storage,
+            runtime,
+            segment_opens: AtomicU64::new(0),
+            bitmaps: moka::sync::Cache::builder().max_capacity(4096).build(),
+            wal_batches: moka::sync::Cache::builder().max_capacity(4096).build(),
+            filter_rows: moka::sync::Cache::builder().max_capacity(1024).build(),
+        }
+    }
+
+    /// Returns the region cache.
+    pub fn cache(&self) -> &Arc<BlobCache> {
+        &self.cache
+    }
+
+    /// Returns how many segments were opened through this context so far.
+    pub fn segment_opens(&self) -> u64 {
+        self.segment_opens.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn open_segment(&self, entry: &SegmentEntry) -> SearcherResult<Arc<Segment<CachedObject>>> {
+        self.segment_opens.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::METRICS.segment_opens.inc();
+        let object = self.cache.open_blocking(&entry.key)?;
+        Ok(Arc::new(Segment::open(object)?))
+    }
+
+    pub(crate) fn bitmap(&self, key: &str) -> SearcherResult<Arc<RoaringBitmap>> {
+        if let Some(bitmap) = self.bitmaps.get(key) {
+            return Ok(bitmap);
+        }
+        let bytes = self.runtime.block_on(self.storage.get(key))?;
+        let bitmap = Arc::new(DeletionBitmap::decode(key, &bytes)?.deleted);
+        self.bitmaps.insert(key.to_string(), bitmap.clone());
+        Ok(bitmap)
+    }
+
+    pub(crate) fn wal_batch(&self, key: &str) -> SearcherResult<Arc<WalBatch>> {
+        if let Some(batch) = self.wal_batches.get(key) {
+            return Ok(batch);
+        }
+        let bytes = self.runtime.block_on(self.storage.get(key))?;
+        let batch = Arc::new(WalBatch::decode(key, &bytes)?);
+        self.wal_batches.insert(key.to_string(), batch.clone());
+        Ok(batch)
+    }
+
+    pub(crate) fn filter_rows(
+        &self,
+        segment_key: &str,
+        segment: &Segment<CachedObject>,
+        filter: &Filter,
+    ) -> SearcherResult<Arc<RoaringBitmap>> {
+        let cache_key = (segment_key.to_string(), filter.to_string());
+        if let Some(rows) = self.filter_rows.get(&cache_key) {
+            return Ok(rows);
+        }
+        let rows = Arc::new(filter.rows(segment)?);
+        self.filter_rows.insert(cache_key, rows.clone());
+        Ok(rows)
+    }
+}

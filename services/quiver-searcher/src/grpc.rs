@@ -1,0 +1,239 @@
+//! The searcher's gRPC service (`quiver.v1.data.Searcher`): search, get and
+//! shard stats, each answered from the shard's view at least as new as the
+//! request asks. Searches run off the async workers, each thread with its own
+//! reused scratch space.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Instant;
+
+use quiver_index::{Filter, SearchScratch, SegmentSpec};
+use quiver_proto::convert::{collection_from_proto, point_id, wire_point_id};
+use quiver_proto::data::searcher_server::Searcher;
+use quiver_proto::data::{self};
+use quiver_proto::meta as pb;
+use quiver_proto::status_of;
+use quiver_storage::manifest::ShardRef;
+use tonic::{Request, Response, Status};
+
+use crate::metrics::METRICS;
+use crate::node::NodeState;
+use crate::reload::{ReloadTarget, ServedShard, note_read_error, reload};
+use crate::shard::{SearchRequest, ShardView};
+
+fn shard_ref(shard: &pb::ShardRef) -> ShardRef {
+    ShardRef {
+        collection_id: shard.collection_id.to_string(),
+        shard: shard.shard,
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<SearchScratch> = RefCell::new(SearchScratch::new());
+}
+
+/// The service over one node's state.
+pub(crate) struct SearcherGrpc {
+    state: Arc<NodeState>,
+}
+
+impl SearcherGrpc {
+    pub(crate) fn new(state: Arc<NodeState>) -> Self {
+        SearcherGrpc { state }
+    }
+
+    /// Serves a shard meta assigned to this node that the assignment loop has
+    /// not picked up yet (a request raced it, e.g. just after a restart).
+    async fn adopt(&self, reference: &ShardRef) -> Result<Arc<ServedShard>, Status> {
+        let routing = self
+            .state
+            .meta
+            .get_routing("", false)
+            .await
+            .map_err(|error| Status::unavailable(format!("routing unavailable: {error}")))?;
+        let assigned = routing.shards.iter().any(|shard| {
+            shard.shard.is_some_and(|candidate| {
+                candidate.collection_id.to_string() == reference.collection_id
+                    && candidate.shard == reference.shard
+            }) && shard
+                .searchers
+                .iter()
+                .any(|searcher| searcher.node_id == self.state.config.node_id)
+        });
+        let collection = routing
+            .collections
+            .iter()
+            .find(|collection| collection.collection_id.to_string() == reference.collection_id);
+        let (true, Some(collection)) = (assigned, collection) else {
+            return Err(Status::unavailable(format!(
+                "shard {reference} is not served by searcher `{}`",
+                self.state.config.node_id
+            )));
+        };
+        let spec = collection_from_proto(collection)
+            .map(|collection| SegmentSpec::for_collection(&collection))
+            .map_err(Status::internal)?;
+        let mut shards = self.state.shards.write().unwrap_or_else(|p| p.into_inner());
+        Ok(shards
+            .entry(reference.clone())
+            .or_insert_with(|| Arc::new(ServedShard::new(spec)))
+            .clone())
+    }
+
+    /// Returns the shard's view, at least `min_version` new.
+    async fn view(
+        &self,
+        shard: Option<&pb::ShardRef>,
+        min_version: u64,
+    ) -> Result<Arc<ShardView>, Status> {
+        let shard = shard.ok_or_else(|| Status::invalid_argument("`shard` is required"))?;
+        let reference = shard_ref(shard);
+        let served = match self.state.served(&reference) {
+            Some(served) => served,
+            None => self.adopt(&reference).await?,
+        };
+        match served.view() {
+            Some(view) if view.manifest().version >= min_version => Ok(view),
+            _ => {
+                METRICS.manifest_waits.inc();
+                let target = ReloadTarget::AtLeast {
+                    version: min_version,
+                    linearizable: true,
+                };
+                reload(&self.state, &reference, &served, target, "query").await
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Searcher for SearcherGrpc {
+    async fn search(
+        &self,
+        request: Request<data::SearchRequest>,
+    ) -> Result<Response<data::SearchResponse>, Status> {
+        let started = Instant::now();
+        let request = request.into_inner();
+        let view = self
+            .view(request.shard.as_ref(), request.min_manifest_version)
+            .await?;
+        let filter = if request.filter.is_empty() {
+            None
+        } else {
+            Some(
+                Filter::parse(&request.filter)
+                    .map_err(|error| Status::invalid_argument(error.to_string()))?,
+            )
+        };
+        let search = SearchRequest {
+            vector: request.vector,
+            k: request.k as usize,
+            nprobe: (request.nprobe > 0).then_some(request.nprobe as usize),
+            rescore: (request.rescore > 0).then_some(request.rescore as usize),
+            filter,
+            include_payload: request.include_payload,
+            include_vector: request.include_vector,
+        };
+        let context = self.state.context.clone();
+        let searched_view = view.clone();
+        let (hits, cost) = tokio::task::spawn_blocking(move || {
+            SCRATCH.with(|scratch| {
+                searched_view.search_with_cost(&context, &search, &mut scratch.borrow_mut())
+            })
+        })
+        .await
+        .map_err(|error| Status::internal(format!("search task: {error}")))?
+        .map_err(|error| {
+            if let Some(shard) = &request.shard {
+                note_read_error(&shard_ref(shard), &error);
+            }
+            status_of(&error)
+        })?;
+        METRICS.queries.inc();
+        METRICS
+            .query_seconds
+            .observe(started.elapsed().as_secs_f64());
+        Ok(Response::new(data::SearchResponse {
+            hits: hits
+                .into_iter()
+                .map(|hit| data::Hit {
+                    id: Some(wire_point_id(&hit.id)),
+                    score: hit.score,
+                    payload_json: hit
+                        .payload
+                        .map(|payload| serde_json::to_vec(&payload).unwrap_or_default())
+                        .unwrap_or_default(),
+                    vector: hit.vector.unwrap_or_default(),
+                })
+                .collect(),
+            manifest_version: view.manifest().version,
+            cost: Some(data::SearchCost {
+                segments: cost.segments,
+                rows_scanned: cost.rows_scanned,
+                rows_rescored: cost.rows_rescored,
+                tail_rows_scored: cost.tail_rows_scored,
+                search_ms: cost.search_ms,
+                cache_regions_hit: cost.cache_regions_hit,
+                cache_regions_missed: cost.cache_regions_missed,
+                bytes_fetched: cost.bytes_fetched,
+            }),
+        }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<data::GetRequest>,
+    ) -> Result<Response<data::GetResponse>, Status> {
+        let request = request.into_inner();
+        let view = self
+            .view(request.shard.as_ref(), request.min_manifest_version)
+            .await?;
+        let ids = request
+            .ids
+            .iter()
+            .map(|id| point_id(id).ok_or_else(|| Status::invalid_argument("an id is empty")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let include_vector = request.include_vector;
+        let read_view = view.clone();
+        let points = tokio::task::spawn_blocking(move || read_view.get(&ids, include_vector))
+            .await
+            .map_err(|error| Status::internal(format!("get task: {error}")))?
+            .map_err(|error| {
+                if let Some(shard) = &request.shard {
+                    note_read_error(&shard_ref(shard), &error);
+                }
+                status_of(&error)
+            })?;
+        Ok(Response::new(data::GetResponse {
+            points: points
+                .into_iter()
+                .map(|point| data::Point {
+                    id: Some(wire_point_id(&point.id)),
+                    vector: point.vector.unwrap_or_default(),
+                    payload_json: point
+                        .payload
+                        .map(|payload| serde_json::to_vec(&payload).unwrap_or_default())
+                        .unwrap_or_default(),
+                })
+                .collect(),
+            manifest_version: view.manifest().version,
+        }))
+    }
+
+    async fn shard_stats(
+        &self,
+        request: Request<data::ShardStatsRequest>,
+    ) -> Result<Response<data::ShardStatsResponse>, Status> {
+        let request = request.into_inner();
+        let view = self
+            .view(request.shard.as_ref(), request.min_manifest_version)
+            .await?;
+        Ok(Response::new(data::ShardStatsResponse {
+            live_points: view.live_points(),
+            segments: view.manifest().segments.len() as u64,
+            wal_tail_rows: view.wal_tail_rows(),
+            segment_bytes: view.segment_bytes(),
+            manifest_version: view.manifest().version,
+        }))
+    }
+}

@@ -1,0 +1,186 @@
+//! Following a shard's manifest: the shards this node serves ([`ServedShard`])
+//! and bringing one's view to a newer manifest — the one the watch announced, or
+//! at least a version a query asks for — incrementally from the current view,
+//! one reload at a time per shard, warming what is new.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use quiver_index::SegmentSpec;
+use quiver_proto::convert::manifest_from_proto;
+use quiver_proto::meta as pb;
+use quiver_proto::{ErrorCode, ServiceError, status_of};
+use quiver_storage::manifest::{Manifest, ShardRef};
+use tonic::Status;
+
+use crate::error::SearcherError;
+use crate::metrics::METRICS;
+use crate::node::NodeState;
+use crate::shard::{LoadStats, ShardView};
+use crate::warm_up::warm_new_segments;
+
+/// One shard this node serves: its current view and the manifest to load next.
+pub(crate) struct ServedShard {
+    spec: SegmentSpec,
+    view: RwLock<Option<Arc<ShardView>>>,
+    /// One manifest reload at a time per shard.
+    reload: tokio::sync::Mutex<()>,
+    /// The newest manifest the watch announced and no reload has taken yet.
+    wanted: Mutex<Option<Manifest>>,
+}
+
+impl ServedShard {
+    pub(crate) fn new(spec: SegmentSpec) -> Self {
+        ServedShard {
+            spec,
+            view: RwLock::new(None),
+            reload: tokio::sync::Mutex::new(()),
+            wanted: Mutex::new(None),
+        }
+    }
+
+    /// Records `manifest` as the one to load next; returns true when no reload
+    /// task is waiting to pick it up (the caller starts one).
+    pub(crate) fn want(&self, manifest: Manifest) -> bool {
+        let mut wanted = self.wanted.lock().unwrap_or_else(|p| p.into_inner());
+        if wanted
+            .as_ref()
+            .is_some_and(|pending| pending.version >= manifest.version)
+        {
+            return false;
+        }
+        let task_pending = wanted.is_some();
+        *wanted = Some(manifest);
+        !task_pending
+    }
+
+    /// Returns the current view, once the shard is loaded.
+    pub(crate) fn view(&self) -> Option<Arc<ShardView>> {
+        self.view.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Returns the manifest version of the current view.
+    pub(crate) fn version(&self) -> Option<u64> {
+        self.view().map(|view| view.manifest().version)
+    }
+}
+
+/// What a reload must reach.
+pub(crate) enum ReloadTarget {
+    /// The newest manifest the watch announced (taken from `ServedShard::wanted`).
+    Announced,
+    /// At least this version, read from meta (linearizable for strong reads).
+    AtLeast { version: u64, linearizable: bool },
+}
+
+/// Logs a damaged object met on the read path (the shard view counts it).
+pub(crate) fn note_read_error(shard: &ShardRef, error: &SearcherError) {
+    if error.error_code() == ErrorCode::DataLoss {
+        tracing::error!(%shard, %error, "damaged object in the shard: no answer served from it");
+    }
+}
+
+/// Brings `served`'s view to `target`, incrementally from the current view.
+pub(crate) async fn reload(
+    state: &NodeState,
+    shard: &ShardRef,
+    served: &ServedShard,
+    target: ReloadTarget,
+    trigger: &'static str,
+) -> Result<Arc<ShardView>, Status> {
+    let _single_flight = served.reload.lock().await;
+    let current = served.view();
+    let current_version = current.as_ref().map(|view| view.manifest().version);
+    let manifest = match target {
+        ReloadTarget::Announced => {
+            let announced = served
+                .wanted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            match (announced, &current) {
+                (Some(manifest), _)
+                    if current_version.is_none_or(|version| manifest.version > version) =>
+                {
+                    manifest
+                }
+                (_, Some(view)) => return Ok(view.clone()),
+                (_, None) => {
+                    return Err(Status::unavailable(format!(
+                        "shard {shard} is not loaded yet"
+                    )));
+                }
+            }
+        }
+        ReloadTarget::AtLeast {
+            version,
+            linearizable,
+        } => {
+            if let Some(view) = &current
+                && view.manifest().version >= version
+            {
+                return Ok(view.clone());
+            }
+            let reference = pb::ShardRef {
+                collection_id: shard
+                    .collection_id
+                    .parse()
+                    .map_err(|_| Status::internal("collection id is not a number"))?,
+                shard: shard.shard,
+            };
+            let manifest = state
+                .meta
+                .get_manifest(reference, linearizable)
+                .await
+                .map_err(|error| {
+                    Status::unavailable(format!("manifest of shard {shard}: {error}"))
+                })?;
+            manifest_from_proto(&manifest)
+        }
+    };
+    let started = Instant::now();
+    let first_load = current.is_none();
+    let context = state.context.clone();
+    let spec = served.spec.clone();
+    let built =
+        tokio::task::spawn_blocking(move || -> Result<(ShardView, LoadStats), SearcherError> {
+            let (view, stats) = match &current {
+                Some(previous) => ShardView::reload(previous, &context, &spec, manifest)?,
+                None => {
+                    let view = ShardView::load(&context, &spec, manifest)?;
+                    let stats = LoadStats {
+                        segments_opened: view.manifest().segments.len() as u64,
+                        ..LoadStats::default()
+                    };
+                    (view, stats)
+                }
+            };
+            warm_new_segments(&context, &view, current.as_deref());
+            Ok((view, stats))
+        })
+        .await
+        .map_err(|error| Status::internal(format!("shard load task: {error}")))?;
+    let (view, stats) = built.map_err(|error| {
+        note_read_error(shard, &error);
+        status_of(&error)
+    })?;
+    let view = Arc::new(view);
+    *served.view.write().unwrap_or_else(|p| p.into_inner()) = Some(view.clone());
+    METRICS.manifest_reloads.with_label_values(&[trigger]).inc();
+    tracing::debug!(
+        %shard,
+        manifest_version = view.manifest().version,
+        segments = view.manifest().segments.len(),
+        segments_opened = stats.segments_opened,
+        segments_reused = stats.segments_reused,
+        wal_batches_applied = stats.wal_batches_applied,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        first_load,
+        trigger,
+        "shard view loaded"
+    );
+    if first_load {
+        tracing::info!(%shard, manifest_version = view.manifest().version, segments = view.manifest().segments.len(), elapsed_ms = started.elapsed().as_millis() as u64, "shard loaded");
+    }
+    Ok(view)
+}
