@@ -133,7 +133,7 @@ impl IndexerNode {
             .indexer
             .validate()
             .map_err(IndexerError::InvalidArgument)?;
-        crate::crash::arm_from_env().map_err(IndexerError::InvalidArgument)?;
+        crate::failpoints::arm_from_env().map_err(IndexerError::InvalidArgument)?;
         let local_address = listener
             .local_addr()
             .map_err(|error| IndexerError::Internal(format!("listener address: {error}")))?;

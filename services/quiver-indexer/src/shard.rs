@@ -24,8 +24,8 @@ use crate::catalog::{
     WalEntry, WalPosition,
 };
 use crate::config::IndexerConfig;
-use crate::crash::{self, CrashPoint};
 use crate::error::{IndexerError, IndexerErrorKind, IndexerResult};
+use crate::failpoints;
 use crate::memtable::{Memtable, PendingOp};
 use crate::merge::{MergePlan, plan_merges};
 use crate::metrics::METRICS;
@@ -589,7 +589,7 @@ async fn commit_batch(
     let encoded = batch.encode();
     let wal_bytes = encoded.len();
     let started = Instant::now();
-    crash::during(CrashPoint::WalPut, shared.storage.put(&key, encoded)).await?;
+    failpoints::during("wal-put", shared.storage.put(&key, encoded)).await?;
     METRICS
         .wal_put_seconds
         .observe(started.elapsed().as_secs_f64());
@@ -598,7 +598,7 @@ async fn commit_batch(
         key,
         rows: batch.records.len() as u32,
     };
-    crash::reached(CrashPoint::WalCommit);
+    failpoints::reached("wal-commit");
     let started = Instant::now();
     let committed = shared
         .catalog
@@ -626,7 +626,7 @@ async fn commit_batch(
             return Err(error.into());
         }
     }
-    crash::reached(CrashPoint::WalAck);
+    failpoints::reached("wal-ack");
     let rows = batch.records.len();
     let mut state = shared.lock_state();
     state.active.apply_batch(position, batch);
@@ -860,11 +860,7 @@ async fn flush_frozen(
             deletes: None,
             default_nprobe: Some(built.default_nprobe),
         };
-        crash::during(
-            CrashPoint::FlushUpload,
-            shared.storage.put(&key, built.bytes.into()),
-        )
-        .await?;
+        failpoints::during("flush-upload", shared.storage.put(&key, built.bytes.into())).await?;
         change.add_segments.push(entry.clone());
         new_segment = Some((entry, built.ids));
     }
@@ -919,7 +915,7 @@ async fn flush_frozen(
             .push((segment_id.to_string(), deletes.clone()));
         staged_deletes.push((segment_id, deletes, deleted));
     }
-    crash::reached(CrashPoint::FlushCommit);
+    failpoints::reached("flush-commit");
     let committed = shared
         .catalog
         .commit_manifest_change(&shared.shard, shared.epoch, change)
@@ -1101,11 +1097,7 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
     };
     let empty_result = ids.is_empty();
     if !empty_result {
-        crash::during(
-            CrashPoint::MergeUpload,
-            shared.storage.put(&key, bytes.into()),
-        )
-        .await?;
+        failpoints::during("merge-upload", shared.storage.put(&key, bytes.into())).await?;
     }
     if !late_deleted.is_empty() {
         let deletes_key = keys::deletes_key(
@@ -1141,7 +1133,7 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         retire_keys,
         ..Default::default()
     };
-    crash::reached(CrashPoint::MergeCommit);
+    failpoints::reached("merge-commit");
     let committed = shared
         .catalog
         .commit_manifest_change(&shared.shard, shared.epoch, change)
