@@ -1,5 +1,5 @@
 //! Indexer deaths at ≥ 20 kill points under load: precise crash points of the
-//! write path (`QUIVER_TEST_CRASH_AT`: during a WAL PUT, after it but before the
+//! write path (`fail` crash points armed through `FAILPOINTS`: during a WAL PUT, after it but before the
 //! commit to meta, after the commit before the answer, during a flush's upload,
 //! after it before the manifest commit, during a merge's upload, after it
 //! before its commit), kill -9 at random moments, and a frozen (SIGSTOP) lease
@@ -45,9 +45,11 @@ enum Kill {
 }
 
 impl Kill {
+    /// Returns the `FAILPOINTS` value that aborts at this kill's crash point:
+    /// `nth - 1` arrivals pass (`off`), the next one crashes (`return`).
     fn arming(&self) -> Option<String> {
         match self {
-            Kill::CrashPoint { point, nth } => Some(format!("{point}:{nth}")),
+            Kill::CrashPoint { point, nth } => Some(format!("{point}={}*off->return", nth - 1)),
             _ => None,
         }
     }
@@ -102,12 +104,27 @@ async fn start_with_fate(
     let fate = plan.pop();
     let arming = fate.as_ref().and_then(Kill::arming);
     let process = &mut run_cluster.indexers[index];
-    process.set_env(quiver_indexer::CRASH_VARIABLE, arming.as_deref());
+    process.set_env(quiver_indexer::FAILPOINTS_VARIABLE, arming.as_deref());
     process.start()?;
     let http = run_cluster.http.clone();
     run_cluster.indexers[index]
         .wait_ready(&http, Duration::from_secs(60))
         .await?;
+    if arming.is_some() {
+        // The binary must have been built with the crash points (feature
+        // `failpoints`), or the test would wait for a crash that never comes.
+        let log = run_cluster.indexers[index].log_text();
+        let this_start = log
+            .rsplit("===== harness: start")
+            .next()
+            .unwrap_or_default();
+        anyhow::ensure!(
+            this_start.contains("failpoints armed"),
+            "{} did not arm {arming:?}: is the quiver binary built with feature `failpoints`? log:\n{}",
+            run_cluster.indexers[index].name,
+            run_cluster.indexers[index].log_tail(30)
+        );
+    }
     fates[index] = fate;
     Ok(())
 }

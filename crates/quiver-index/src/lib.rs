@@ -6,6 +6,7 @@
 //! `std::io::Write`, the reader pulls ranges through a [`ByteSource`] that hands
 //! out borrowed slices (a memory buffer, a mapped file, or the search node's cache).
 
+mod build_pool;
 mod calibrate;
 mod error;
 mod fields;

@@ -12,7 +12,7 @@ use crate::error::{IndexError, IndexResult};
 use crate::format::SectionKind;
 use crate::params::{Metric, RawPrecision, SearchParams, default_nprobe};
 use crate::rabitq::{self, FACTOR_BLOCK_BYTES};
-use crate::reader::Segment;
+use crate::reader::{ListEntry, Segment};
 use crate::source::{ByteSource, ReadSession};
 
 /// Lists scored exactly beyond 1.5 × `nprobe`, so the 1-bit list estimates only
@@ -146,6 +146,58 @@ fn to_score(metric: Metric, key: f32) -> f32 {
     }
 }
 
+/// The rotated, quantized query and its squared norm, shared by every list.
+struct EncodedQuery {
+    quantized: rabitq::QuantizedQuery,
+    norm_sq: f32,
+}
+
+/// What a search has ranked so far: the exact top-k, the reserve of rows the
+/// bound ruled out (best by estimate), and how many rows were rescored.
+struct Ranking {
+    top: TopK,
+    reserve: TopK,
+    rescored: usize,
+}
+
+/// The hot loop of a list scan: walks the blocks' masks of rows whose estimate
+/// may enter the top-k or the reserve; rows whose lower bound beats
+/// `threshold` become candidates (`scratch.candidates`), the others go to the
+/// reserve. Padding lanes past the list's end are never looked at.
+#[inline]
+fn select_candidates(
+    entry: ListEntry,
+    threshold: f32,
+    filter: Option<&dyn RowFilter>,
+    scratch: &mut SearchScratch,
+    reserve: &mut TopK,
+) {
+    scratch.candidates.clear();
+    for (block, &block_mask) in scratch.masks.iter().enumerate() {
+        let lanes = (entry.rows as usize - block * RABITQ_BLOCK_ROWS).min(RABITQ_BLOCK_ROWS);
+        let mut mask = if lanes == RABITQ_BLOCK_ROWS {
+            block_mask
+        } else {
+            block_mask & ((1u32 << lanes) - 1)
+        };
+        while mask != 0 {
+            let lane = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let position = block * RABITQ_BLOCK_ROWS + lane;
+            let (key, lower) = (scratch.keys[position], scratch.lowers[position]);
+            let row = entry.row_start + position as u32;
+            if filter.is_some_and(|f| !f.allows(row)) {
+                continue;
+            }
+            if lower < threshold {
+                scratch.candidates.push(Candidate { key, lower, row });
+            } else {
+                reserve.push(key, row);
+            }
+        }
+    }
+}
+
 impl<S: ByteSource> Segment<S> {
     fn prepare_query(&self, query: &[f32], scratch: &mut SearchScratch) -> IndexResult<()> {
         crate::writer::validate_vector(0, query, self.header.dim, self.header.metric).map_err(
@@ -231,32 +283,81 @@ impl<S: ByteSource> Segment<S> {
         // Every read of this query goes through one session: a cache pins each
         // region once for the whole query instead of once per read.
         let session = self.source.session();
-        let header = &self.header;
-        let metric = header.metric;
-        let padded_dim = header.padded_dim;
-        let words = padded_dim / 64;
-        let nlist = header.nlist;
+        let nlist = self.header.nlist;
         let nprobe = params
             .nprobe
             .unwrap_or_else(|| default_nprobe(nlist))
             .clamp(1, nlist);
         scratch.stats = SearchStats::default();
+        let encoded = self.encode_query(scratch);
+        self.choose_lists(&encoded, nprobe, scratch);
+        let mut ranking = Ranking {
+            top: TopK::new(params.k, std::mem::take(&mut scratch.heap)),
+            reserve: TopK::new(
+                params.k * params.rescore.max(1),
+                std::mem::take(&mut scratch.reserve),
+            ),
+            rescored: 0,
+        };
+        for probe in 0..scratch.list_keys.len() {
+            let list = scratch.list_keys[probe].1 as usize;
+            self.probe_list(
+                &session,
+                list,
+                &encoded,
+                params,
+                filter,
+                scratch,
+                &mut ranking,
+            )?;
+        }
+        // The guard: the best ruled-out rows by estimate are rescored as well.
+        let Ranking {
+            mut top,
+            mut reserve,
+            mut rescored,
+        } = ranking;
+        for ranked in reserve.heap.drain() {
+            top.push(
+                self.rescore_row(&session, &scratch.query, ranked.row)?,
+                ranked.row,
+            );
+            rescored += 1;
+        }
+        scratch.reserve = reserve.heap;
+        scratch.stats.rows_rescored = rescored;
+        Ok(self.finish_hits(top, scratch))
+    }
 
+    /// Rotates the prepared query into the codes' space and quantizes it to
+    /// bit planes (`scratch.rotated`, `scratch.planes`).
+    fn encode_query(&self, scratch: &mut SearchScratch) -> EncodedQuery {
+        let padded_dim = self.header.padded_dim;
+        let words = padded_dim / 64;
         scratch.rotated.resize(padded_dim, 0.0);
         self.rotation.apply(&scratch.query, &mut scratch.rotated);
         scratch.planes.resize(RABITQ_QUERY_BITS * words, 0);
         let quantized = rabitq::quantize_query(&scratch.rotated, &mut scratch.planes);
-        let query_norm_sq = quiver_simd::dot_f32(&scratch.rotated, &scratch.rotated);
+        let norm_sq = quiver_simd::dot_f32(&scratch.rotated, &scratch.rotated);
+        EncodedQuery { quantized, norm_sq }
+    }
 
-        // Pick the lists to probe: estimate every list's key from the centroids'
-        // 1-bit codes, then score a shortlist exactly. Lists were clustered by
-        // Euclidean distance, so for l2 and cosine (unit vectors) the nearest
-        // centroids are probed: ranking by inner product would favour tight
-        // clusters, whose centroids are longer, and miss neighbours in looser ones.
-        // Only for dot is the query's inner product the ranking.
+    /// Picks the `nprobe` lists to probe into `scratch.list_keys`, nearest
+    /// first, and keeps each one's exact query·centroid in `scratch.list_dots`.
+    ///
+    /// Every list's key is estimated from the centroids' 1-bit codes, then a
+    /// shortlist is scored exactly. Lists were clustered by Euclidean distance,
+    /// so for l2 and cosine (unit vectors) the nearest centroids are probed:
+    /// ranking by inner product would favour tight clusters, whose centroids are
+    /// longer, and miss neighbours in looser ones. Only for dot is the query's
+    /// inner product the ranking.
+    fn choose_lists(&self, encoded: &EncodedQuery, nprobe: usize, scratch: &mut SearchScratch) {
+        let padded_dim = self.header.padded_dim;
+        let nlist = self.header.nlist;
+        let query_norm_sq = encoded.norm_sq;
         self.list_codes.estimate(
             &scratch.planes,
-            &quantized,
+            &encoded.quantized,
             query_norm_sq,
             &mut scratch.counts,
             &mut scratch.list_keys,
@@ -268,14 +369,14 @@ impl<S: ByteSource> Segment<S> {
                 .select_nth_unstable_by(shortlist - 1, |a, b| a.0.total_cmp(&b.0));
             scratch.list_keys.truncate(shortlist);
         }
-        // One exact inner product per shortlisted list, kept for the scan below.
+        // One exact inner product per shortlisted list, kept for the scan.
         scratch.list_dots.resize(nlist, 0.0);
         for (key, list) in scratch.list_keys.iter_mut() {
             let list = *list as usize;
             let centroid = &self.centroids[list * padded_dim..][..padded_dim];
             let dot = quiver_simd::dot_f32(centroid, &scratch.rotated);
             scratch.list_dots[list] = dot;
-            *key = if metric == Metric::Dot {
+            *key = if self.header.metric == Metric::Dot {
                 -dot
             } else {
                 query_norm_sq + self.centroid_norms[list] - 2.0 * dot
@@ -290,146 +391,134 @@ impl<S: ByteSource> Segment<S> {
         scratch
             .list_keys
             .sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    }
 
+    /// Scans one list: estimates every row's key and lower bound from its code,
+    /// keeps the hopeful rows as candidates (the others go to the reserve), and
+    /// rescores the candidates.
+    #[allow(clippy::too_many_arguments)]
+    fn probe_list<R: ReadSession>(
+        &self,
+        session: &R,
+        list: usize,
+        encoded: &EncodedQuery,
+        params: &SearchParams,
+        filter: Option<&dyn RowFilter>,
+        scratch: &mut SearchScratch,
+        ranking: &mut Ranking,
+    ) -> IndexResult<()> {
+        let entry = self.lists[list];
+        if entry.rows == 0 {
+            return Ok(());
+        }
+        let metric = self.header.metric;
+        let words = self.header.padded_dim / 64;
+        let (quantized, query_norm_sq) = (&encoded.quantized, encoded.norm_sq);
         let multiplier = rabitq::key_multiplier(metric);
         let block_u64s = words * RABITQ_BLOCK_ROWS;
-        let mut top = TopK::new(params.k, std::mem::take(&mut scratch.heap));
-        let reserve_size = params.k * params.rescore.max(1);
-        let mut reserve = TopK::new(reserve_size, std::mem::take(&mut scratch.reserve));
-        let mut rescored = 0usize;
-        for probe in 0..scratch.list_keys.len() {
-            let list = scratch.list_keys[probe].1 as usize;
-            let entry = self.lists[list];
-            if entry.rows == 0 {
+        let query_dot_centroid = scratch.list_dots[list];
+        let residual_norm_sq =
+            (query_norm_sq + self.centroid_norms[list] - 2.0 * query_dot_centroid).max(0.0);
+        let list_constant = match metric {
+            Metric::L2 => residual_norm_sq,
+            Metric::Dot | Metric::Cosine => -query_dot_centroid,
+        };
+        let list_term = self.centroid_sums[list] - quantized.sum;
+        let bound_scale = -multiplier * residual_norm_sq.sqrt() * params.bound_sigma;
+
+        let blocks = (entry.rows as usize).div_ceil(RABITQ_BLOCK_ROWS);
+        let block_bytes = block_u64s * 8 + FACTOR_BLOCK_BYTES;
+        let list_bytes = self.read_in(
+            session,
+            SectionKind::Codes,
+            (entry.block_start as usize * block_bytes) as u64,
+            blocks * block_bytes,
+        )?;
+        let (code_bytes, factor_bytes) = list_bytes.split_at(blocks * block_u64s * 8);
+        let codes: &[u64] = self.cast("codes", code_bytes)?;
+        scratch.counts.resize(blocks * RABITQ_BLOCK_ROWS, 0);
+        quiver_simd::rabitq_scan_blocks(codes, words, &scratch.planes, &mut scratch.counts);
+        let factors: &[f32] = self.cast("factors", factor_bytes)?;
+
+        let threshold = ranking.top.threshold();
+        let terms = EstimateTerms {
+            low: quantized.low,
+            step2: 2.0 * quantized.step,
+            list_term,
+            list_constant,
+            multiplier,
+            bound_scale,
+            lower_threshold: threshold,
+            key_threshold: ranking.reserve.threshold(),
+        };
+        let rows_in_blocks = blocks * RABITQ_BLOCK_ROWS;
+        scratch.keys.resize(rows_in_blocks, 0.0);
+        scratch.lowers.resize(rows_in_blocks, 0.0);
+        scratch.masks.resize(blocks, 0);
+        quiver_simd::rabitq_estimate_blocks(
+            &scratch.counts,
+            factors,
+            &terms,
+            &mut scratch.keys,
+            &mut scratch.lowers,
+            &mut scratch.masks,
+        );
+        select_candidates(entry, threshold, filter, scratch, &mut ranking.reserve);
+        self.rescore_candidates(session, scratch, ranking)?;
+        scratch.stats.lists_probed += 1;
+        scratch.stats.rows_scanned += entry.rows as usize;
+        Ok(())
+    }
+
+    /// Rescores the list's candidates with their full vectors, most hopeful
+    /// first; a candidate whose lower bound no longer beats the k-th exact key
+    /// goes to the reserve instead.
+    #[inline]
+    fn rescore_candidates<R: ReadSession>(
+        &self,
+        session: &R,
+        scratch: &mut SearchScratch,
+        ranking: &mut Ranking,
+    ) -> IndexResult<()> {
+        scratch
+            .candidates
+            .sort_unstable_by(|a, b| a.lower.total_cmp(&b.lower));
+        // Each candidate's row is read once, PREFETCH_AHEAD candidates early:
+        // the handle waits in a small ring while the CPU pulls the bytes in.
+        const PREFETCH_AHEAD: usize = 3;
+        let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
+        let read_row = |position: usize| -> IndexResult<Option<std::borrow::Cow<'_, [u8]>>> {
+            let Some(candidate) = scratch.candidates.get(position) else {
+                return Ok(None);
+            };
+            let bytes = self.read_in(
+                session,
+                SectionKind::RawVectors,
+                candidate.row as u64 * row_bytes as u64,
+                row_bytes,
+            )?;
+            quiver_simd::prefetch_read(&bytes);
+            Ok(Some(bytes))
+        };
+        let mut ring: [Option<std::borrow::Cow<'_, [u8]>>; PREFETCH_AHEAD + 1] = Default::default();
+        for (position, slot) in ring.iter_mut().enumerate().take(PREFETCH_AHEAD) {
+            *slot = read_row(position)?;
+        }
+        for index in 0..scratch.candidates.len() {
+            ring[(index + PREFETCH_AHEAD) % ring.len()] = read_row(index + PREFETCH_AHEAD)?;
+            let row_bytes_now = ring[index % ring.len()].take().expect("read ahead");
+            let candidate = scratch.candidates[index];
+            if candidate.lower >= ranking.top.threshold() {
+                ranking.reserve.push(candidate.key, candidate.row);
                 continue;
             }
-            let query_dot_centroid = scratch.list_dots[list];
-            let residual_norm_sq =
-                (query_norm_sq + self.centroid_norms[list] - 2.0 * query_dot_centroid).max(0.0);
-            let list_constant = match metric {
-                Metric::L2 => residual_norm_sq,
-                Metric::Dot | Metric::Cosine => -query_dot_centroid,
-            };
-            let list_term = self.centroid_sums[list] - quantized.sum;
-            let bound_scale = -multiplier * residual_norm_sq.sqrt() * params.bound_sigma;
-
-            let blocks = (entry.rows as usize).div_ceil(RABITQ_BLOCK_ROWS);
-            let block_bytes = block_u64s * 8 + FACTOR_BLOCK_BYTES;
-            let list_bytes = self.read_in(
-                &session,
-                SectionKind::Codes,
-                (entry.block_start as usize * block_bytes) as u64,
-                blocks * block_bytes,
-            )?;
-            let (code_bytes, factor_bytes) = list_bytes.split_at(blocks * block_u64s * 8);
-            let codes: &[u64] = self.cast("codes", code_bytes)?;
-            scratch.counts.resize(blocks * RABITQ_BLOCK_ROWS, 0);
-            quiver_simd::rabitq_scan_blocks(codes, words, &scratch.planes, &mut scratch.counts);
-            let factors: &[f32] = self.cast("factors", factor_bytes)?;
-
-            let threshold = top.threshold();
-            let terms = EstimateTerms {
-                low: quantized.low,
-                step2: 2.0 * quantized.step,
-                list_term,
-                list_constant,
-                multiplier,
-                bound_scale,
-                lower_threshold: threshold,
-                key_threshold: reserve.threshold(),
-            };
-            let rows_in_blocks = blocks * RABITQ_BLOCK_ROWS;
-            scratch.keys.resize(rows_in_blocks, 0.0);
-            scratch.lowers.resize(rows_in_blocks, 0.0);
-            scratch.masks.resize(blocks, 0);
-            quiver_simd::rabitq_estimate_blocks(
-                &scratch.counts,
-                factors,
-                &terms,
-                &mut scratch.keys,
-                &mut scratch.lowers,
-                &mut scratch.masks,
+            ranking.top.push(
+                self.exact_key(&scratch.query, &row_bytes_now)?,
+                candidate.row,
             );
-            scratch.candidates.clear();
-            for (block, &block_mask) in scratch.masks.iter().enumerate() {
-                let lanes =
-                    (entry.rows as usize - block * RABITQ_BLOCK_ROWS).min(RABITQ_BLOCK_ROWS);
-                // Padding lanes past the list's end are never looked at.
-                let mut mask = if lanes == RABITQ_BLOCK_ROWS {
-                    block_mask
-                } else {
-                    block_mask & ((1u32 << lanes) - 1)
-                };
-                while mask != 0 {
-                    let lane = mask.trailing_zeros() as usize;
-                    mask &= mask - 1;
-                    let position = block * RABITQ_BLOCK_ROWS + lane;
-                    let (key, lower) = (scratch.keys[position], scratch.lowers[position]);
-                    let row = entry.row_start + position as u32;
-                    if filter.is_some_and(|f| !f.allows(row)) {
-                        continue;
-                    }
-                    if lower < threshold {
-                        scratch.candidates.push(Candidate { key, lower, row });
-                    } else {
-                        reserve.push(key, row);
-                    }
-                }
-            }
-            // Rescore this list's hopeful rows, most hopeful first.
-            scratch
-                .candidates
-                .sort_unstable_by(|a, b| a.lower.total_cmp(&b.lower));
-            // Each candidate's row is read once, PREFETCH_AHEAD candidates early:
-            // the handle waits in a small ring while the CPU pulls the bytes in.
-            const PREFETCH_AHEAD: usize = 3;
-            let row_bytes = header.dim * header.raw_precision.value_bytes();
-            let read_row = |position: usize| -> IndexResult<Option<std::borrow::Cow<'_, [u8]>>> {
-                let Some(candidate) = scratch.candidates.get(position) else {
-                    return Ok(None);
-                };
-                let bytes = self.read_in(
-                    &session,
-                    SectionKind::RawVectors,
-                    candidate.row as u64 * row_bytes as u64,
-                    row_bytes,
-                )?;
-                quiver_simd::prefetch_read(&bytes);
-                Ok(Some(bytes))
-            };
-            let mut ring: [Option<std::borrow::Cow<'_, [u8]>>; PREFETCH_AHEAD + 1] =
-                Default::default();
-            for (position, slot) in ring.iter_mut().enumerate().take(PREFETCH_AHEAD) {
-                *slot = read_row(position)?;
-            }
-            for index in 0..scratch.candidates.len() {
-                ring[(index + PREFETCH_AHEAD) % ring.len()] = read_row(index + PREFETCH_AHEAD)?;
-                let row_bytes_now = ring[index % ring.len()].take().expect("read ahead");
-                let candidate = scratch.candidates[index];
-                if candidate.lower >= top.threshold() {
-                    reserve.push(candidate.key, candidate.row);
-                    continue;
-                }
-                top.push(
-                    self.exact_key(&scratch.query, &row_bytes_now)?,
-                    candidate.row,
-                );
-                rescored += 1;
-            }
-            scratch.stats.lists_probed += 1;
-            scratch.stats.rows_scanned += entry.rows as usize;
+            ranking.rescored += 1;
         }
-        // The guard: the best ruled-out rows by estimate are rescored as well.
-        for ranked in reserve.heap.drain() {
-            top.push(
-                self.rescore_row(&session, &scratch.query, ranked.row)?,
-                ranked.row,
-            );
-            rescored += 1;
-        }
-        scratch.reserve = reserve.heap;
-        scratch.stats.rows_rescored = rescored;
-        Ok(self.finish_hits(top, scratch))
+        Ok(())
     }
 
     fn finish_hits(&self, top: TopK, scratch: &mut SearchScratch) -> Vec<Hit> {

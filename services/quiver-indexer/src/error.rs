@@ -1,26 +1,12 @@
-//! Errors of the write path.
+//! Errors of the write path, and the code of the shared vocabulary each maps to
+//! ([`ServiceError`]): callers branch on [`ServiceError::error_code`], the gRPC
+//! server answers with [`quiver_proto::status_of`].
+
+use std::time::Duration;
+
+use quiver_proto::{ErrorCode, ServiceError};
 
 use crate::catalog::{CatalogError, ShardRef};
-
-/// Coarse classes of [`IndexerError`], one per code of the API's vocabulary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IndexerErrorKind {
-    /// The request is wrong (dimension, value, id); nothing was written.
-    InvalidArgument,
-    /// The shard or object does not exist.
-    NotFound,
-    /// Too many unflushed rows; retry after a short wait.
-    ResourceExhausted,
-    /// This indexer no longer holds the shard's lease.
-    FailedPrecondition,
-    /// Object storage or the metadata service failed; the write was not
-    /// acknowledged and may be retried.
-    Unavailable,
-    /// Stored data is damaged.
-    DataLoss,
-    /// A bug or an unexpected state.
-    Internal,
-}
 
 /// Everything that can go wrong on the write path.
 #[derive(Debug, thiserror::Error)]
@@ -70,42 +56,83 @@ pub enum IndexerError {
     /// A compaction running in the background failed (its error, as each
     /// caller that joined it receives it).
     #[error("{message}")]
-    Compaction {
-        kind: IndexerErrorKind,
-        message: String,
-    },
+    Compaction { code: ErrorCode, message: String },
 }
 
-impl IndexerError {
-    /// Returns the class of this error.
-    pub fn kind(&self) -> IndexerErrorKind {
+impl ServiceError for IndexerError {
+    fn error_code(&self) -> ErrorCode {
         match self {
-            IndexerError::InvalidArgument(_) => IndexerErrorKind::InvalidArgument,
-            IndexerError::Backpressure { .. } => IndexerErrorKind::ResourceExhausted,
+            IndexerError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            IndexerError::Backpressure { .. } => ErrorCode::ResourceExhausted,
             IndexerError::Fenced { .. } | IndexerError::ShardClosed(_) => {
-                IndexerErrorKind::FailedPrecondition
+                ErrorCode::FailedPrecondition
             }
             IndexerError::Storage(error) => match error.kind() {
-                quiver_storage::StorageErrorKind::InvalidArgument => IndexerErrorKind::Internal,
-                quiver_storage::StorageErrorKind::NotFound => IndexerErrorKind::NotFound,
-                quiver_storage::StorageErrorKind::Unavailable => IndexerErrorKind::Unavailable,
-                quiver_storage::StorageErrorKind::Corrupted => IndexerErrorKind::DataLoss,
+                // A key this crate built was refused: a bug here, not the caller's.
+                quiver_storage::StorageErrorKind::InvalidArgument => ErrorCode::Internal,
+                quiver_storage::StorageErrorKind::NotFound => ErrorCode::NotFound,
+                quiver_storage::StorageErrorKind::Unavailable => ErrorCode::Unavailable,
+                quiver_storage::StorageErrorKind::Corrupted => ErrorCode::DataLoss,
             },
-            IndexerError::StorageUnavailable(_) => IndexerErrorKind::Unavailable,
+            IndexerError::StorageUnavailable(_) => ErrorCode::Unavailable,
             IndexerError::Catalog(error) => match error {
-                CatalogError::Fenced { .. } => IndexerErrorKind::FailedPrecondition,
-                CatalogError::NotFound(_) => IndexerErrorKind::NotFound,
-                CatalogError::Unavailable(_) => IndexerErrorKind::Unavailable,
-                CatalogError::Rejected(_) => IndexerErrorKind::Internal,
+                CatalogError::Fenced { .. } => ErrorCode::FailedPrecondition,
+                CatalogError::NotFound(_) => ErrorCode::NotFound,
+                CatalogError::Unavailable(_) => ErrorCode::Unavailable,
+                CatalogError::Rejected(_) => ErrorCode::Internal,
             },
             IndexerError::Index(error) => match error.kind() {
-                quiver_index::IndexErrorKind::InvalidArgument => IndexerErrorKind::InvalidArgument,
-                quiver_index::IndexErrorKind::Corrupted => IndexerErrorKind::DataLoss,
-                _ => IndexerErrorKind::Internal,
+                quiver_index::IndexErrorKind::InvalidArgument => ErrorCode::InvalidArgument,
+                quiver_index::IndexErrorKind::Corrupted => ErrorCode::DataLoss,
+                _ => ErrorCode::Internal,
             },
-            IndexerError::Io { .. } | IndexerError::Internal(_) => IndexerErrorKind::Internal,
-            IndexerError::Compaction { kind, .. } => *kind,
+            IndexerError::Io { .. } | IndexerError::Internal(_) => ErrorCode::Internal,
+            IndexerError::Compaction { code, .. } => *code,
         }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            IndexerError::Backpressure { retry_after_ms, .. } => {
+                Some(Duration::from_millis(*retry_after_ms))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damaged_data_is_data_loss_and_backpressure_names_its_wait() {
+        let corrupted = IndexerError::Storage(quiver_storage::StorageError::Corrupted {
+            key: "wal/1".into(),
+            reason: "bad checksum".into(),
+        });
+        assert_eq!(corrupted.error_code(), ErrorCode::DataLoss);
+        let shard = ShardRef {
+            collection_id: "c".into(),
+            shard: 0,
+        };
+        let backpressure = IndexerError::Backpressure {
+            shard: shard.clone(),
+            unflushed_rows: 10,
+            limit: 10,
+            retry_after_ms: 250,
+        };
+        assert_eq!(backpressure.error_code(), ErrorCode::ResourceExhausted);
+        assert_eq!(backpressure.retry_after(), Some(Duration::from_millis(250)));
+        let status = quiver_proto::status_of(&backpressure);
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            quiver_proto::retry_after_of_status(&status),
+            Some(Duration::from_millis(250))
+        );
+        let fenced = IndexerError::Fenced { shard, epoch: 3 };
+        assert_eq!(fenced.error_code(), ErrorCode::FailedPrecondition);
+        assert_eq!(fenced.retry_after(), None);
     }
 }
 

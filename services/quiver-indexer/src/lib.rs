@@ -7,8 +7,8 @@
 
 mod catalog;
 mod config;
-mod crash;
 mod error;
+mod failpoints;
 mod gc;
 mod memtable;
 mod merge;
@@ -26,9 +26,9 @@ pub use catalog::{
 #[cfg(any(test, feature = "testsuite"))]
 pub use catalog::{MemoryCatalog, manifest_keys};
 pub use config::IndexerConfig;
-pub use crash::CRASH_VARIABLE;
-pub use error::{IndexerError, IndexerErrorKind, IndexerResult};
+pub use error::{IndexerError, IndexerResult};
+pub use failpoints::{CRASH_POINTS, FAILPOINTS_VARIABLE};
 pub use gc::collect_garbage;
 pub use meta_catalog::MetaCatalog;
-pub use node::{IndexerNode, IndexerNodeConfig, status_of};
+pub use node::{IndexerNode, IndexerNodeConfig};
 pub use shard::{ShardStats, ShardWriter};

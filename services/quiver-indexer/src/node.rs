@@ -18,12 +18,13 @@ use quiver_proto::{ErrorCode, meta as pb};
 use quiver_storage::{Storage, WalRecord};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 use crate::catalog::ShardRef;
 use crate::config::IndexerConfig;
-use crate::error::{IndexerError, IndexerErrorKind};
+use crate::error::IndexerError;
 use quiver_proto::convert::{shard_from_proto, shard_to_proto};
 
 use crate::meta_catalog::MetaCatalog;
@@ -117,8 +118,10 @@ struct NodeState {
 pub struct IndexerNode {
     state: Arc<NodeState>,
     local_address: SocketAddr,
-    shutdown: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    /// Cancelled once, by [`IndexerNode::shutdown`]: every background loop and
+    /// the gRPC server end on it.
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
 }
 
 impl IndexerNode {
@@ -133,7 +136,7 @@ impl IndexerNode {
             .indexer
             .validate()
             .map_err(IndexerError::InvalidArgument)?;
-        crate::crash::arm_from_env().map_err(IndexerError::InvalidArgument)?;
+        crate::failpoints::arm_from_env().map_err(IndexerError::InvalidArgument)?;
         let local_address = listener
             .local_addr()
             .map_err(|error| IndexerError::Internal(format!("listener address: {error}")))?;
@@ -144,44 +147,48 @@ impl IndexerNode {
             shards: RwLock::new(HashMap::new()),
             registered: Arc::new(AtomicBool::new(false)),
         });
-        let (shutdown, shutdown_receiver) = watch::channel(false);
+        let shutdown = CancellationToken::new();
+        let tasks = TaskTracker::new();
         let service = IndexerServer::new(IndexerGrpc {
             state: state.clone(),
         })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        let mut server_shutdown = shutdown_receiver.clone();
-        let server = tokio::spawn(async move {
+        let server_shutdown = shutdown.clone().cancelled_owned();
+        tasks.spawn(async move {
             let result = tonic::transport::Server::builder()
                 .trace_fn(quiver_proto::request_span)
                 .add_service(service)
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = server_shutdown.wait_for(|stopping| *stopping).await;
-                })
+                .serve_with_incoming_shutdown(incoming, server_shutdown)
                 .await;
             if let Err(error) = result {
                 tracing::error!(%error, "indexer grpc server failed");
             }
         });
-        let tasks = vec![
-            server,
-            tokio::spawn(keep_registered(
-                state.meta.clone(),
-                NodeIdentity {
-                    node_id: state.config.node_id.clone(),
-                    role: pb::NodeRole::Indexer,
-                    address: state.config.advertise_address.clone(),
-                },
-                state.config.heartbeat_interval,
-                state.registered.clone(),
-                Vec::new,
-                shutdown_receiver.clone(),
-            )),
-            tokio::spawn(lease_loop(state.clone(), shutdown_receiver.clone())),
-            tokio::spawn(gc_loop(state.clone(), shutdown_receiver.clone())),
-            tokio::spawn(orphan_loop(state.clone(), shutdown_receiver)),
-        ];
+        // quiver-meta's heartbeat loop stops on a watch channel: fed by the token.
+        let (heartbeat_stop, heartbeat_stopped) = watch::channel(false);
+        let token = shutdown.clone();
+        tasks.spawn(async move {
+            token.cancelled().await;
+            let _ = heartbeat_stop.send(true);
+        });
+        tasks.spawn(keep_registered(
+            state.meta.clone(),
+            NodeIdentity {
+                node_id: state.config.node_id.clone(),
+                role: pb::NodeRole::Indexer,
+                address: state.config.advertise_address.clone(),
+            },
+            state.config.heartbeat_interval,
+            state.registered.clone(),
+            Vec::new,
+            heartbeat_stopped,
+        ));
+        tasks.spawn(lease_loop(state.clone(), shutdown.clone()));
+        tasks.spawn(gc_loop(state.clone(), shutdown.clone()));
+        tasks.spawn(orphan_loop(state.clone(), shutdown.clone()));
+        tasks.close();
         tracing::info!(node_id = %state.config.node_id, address = %local_address, "indexer started");
         Ok(IndexerNode {
             state,
@@ -219,10 +226,8 @@ impl IndexerNode {
     /// Stops serving; writes in flight fail and nothing acknowledged is lost
     /// (it is all in the WAL tail or in segments).
     pub async fn shutdown(self) {
-        let _ = self.shutdown.send(true);
-        for task in self.tasks {
-            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
-        }
+        self.shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
         let writers: Vec<Arc<ShardWriter>> = {
             let mut shards = self.state.shards.write().unwrap_or_else(|p| p.into_inner());
             shards.drain().map(|(_, open)| open.writer).collect()
@@ -236,14 +241,21 @@ impl IndexerNode {
     }
 }
 
+impl Drop for IndexerNode {
+    /// A node dropped without [`IndexerNode::shutdown`] stops its loops too.
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
 /// Opens writers for shards leased to this node, renews their leases, and closes
 /// writers whose lease moved elsewhere.
-async fn lease_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+async fn lease_loop(state: Arc<NodeState>, shutdown: CancellationToken) {
     let mut ticker = tokio::time::interval(state.config.routing_interval);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.cancelled() => return,
         }
         if !state.registered.load(Ordering::Acquire) {
             continue;
@@ -395,12 +407,12 @@ async fn renew_leases(state: &NodeState) {
 }
 
 /// Deletes objects whose grace period has passed, then tells meta.
-async fn gc_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+async fn gc_loop(state: Arc<NodeState>, shutdown: CancellationToken) {
     let mut ticker = tokio::time::interval(state.config.gc_interval);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.cancelled() => return,
         }
         if !state.registered.load(Ordering::Acquire) {
             continue;
@@ -414,7 +426,7 @@ async fn gc_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
 
 /// Sweeps the bucket for orphaned objects now and then — on the one indexer
 /// with the smallest id among the live ones.
-async fn orphan_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+async fn orphan_loop(state: Arc<NodeState>, shutdown: CancellationToken) {
     let settings = &state.config.indexer;
     if settings.orphan_sweep_interval_ms == 0 {
         return;
@@ -425,7 +437,7 @@ async fn orphan_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>)
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.cancelled() => return,
         }
         if !state.registered.load(Ordering::Acquire) {
             continue;
@@ -445,7 +457,7 @@ async fn orphan_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>)
                 Duration::from_millis(settings.orphan_min_age_ms),
                 Duration::from_millis(settings.orphan_grace_ms),
             ) => swept,
-            _ = shutdown.changed() => return,
+            _ = shutdown.cancelled() => return,
         };
         match swept {
             Ok(outcome) => {
@@ -471,25 +483,6 @@ async fn orphan_loop(state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>)
             }
         }
     }
-}
-
-/// Maps a write-path error to a gRPC status with the shared error codes.
-pub fn status_of(error: &IndexerError) -> Status {
-    let code = match error.kind() {
-        IndexerErrorKind::InvalidArgument => ErrorCode::InvalidArgument,
-        IndexerErrorKind::NotFound => ErrorCode::NotFound,
-        IndexerErrorKind::ResourceExhausted => ErrorCode::ResourceExhausted,
-        IndexerErrorKind::FailedPrecondition => ErrorCode::FailedPrecondition,
-        IndexerErrorKind::Unavailable => ErrorCode::Unavailable,
-        IndexerErrorKind::DataLoss | IndexerErrorKind::Internal => ErrorCode::Internal,
-    };
-    let mut status = Status::new(code.grpc_code(), error.to_string());
-    if let IndexerError::Backpressure { retry_after_ms, .. } = error
-        && let Ok(value) = retry_after_ms.to_string().parse()
-    {
-        status.metadata_mut().insert("retry-after-ms", value);
-    }
-    status
 }
 
 struct IndexerGrpc {
@@ -627,7 +620,7 @@ impl Indexer for IndexerGrpc {
         let position = writer
             .write(records)
             .await
-            .map_err(|error| status_of(&error))?;
+            .map_err(|error| quiver_proto::status_of(&error))?;
         Ok(Response::new(data::WriteResponse {
             epoch: position.epoch,
             seq: position.sequence,
@@ -639,7 +632,10 @@ impl Indexer for IndexerGrpc {
         request: Request<data::ShardRequest>,
     ) -> Result<Response<data::FlushResponse>, Status> {
         let writer = self.writer(request.get_ref().shard.as_ref()).await?;
-        let flushed = writer.flush().await.map_err(|error| status_of(&error))?;
+        let flushed = writer
+            .flush()
+            .await
+            .map_err(|error| quiver_proto::status_of(&error))?;
         Ok(Response::new(data::FlushResponse { flushed }))
     }
 
@@ -648,7 +644,10 @@ impl Indexer for IndexerGrpc {
         request: Request<data::ShardRequest>,
     ) -> Result<Response<data::CompactResponse>, Status> {
         let writer = self.writer(request.get_ref().shard.as_ref()).await?;
-        let merges = writer.compact().await.map_err(|error| status_of(&error))?;
+        let merges = writer
+            .compact()
+            .await
+            .map_err(|error| quiver_proto::status_of(&error))?;
         Ok(Response::new(data::CompactResponse {
             merges: merges as u32,
         }))

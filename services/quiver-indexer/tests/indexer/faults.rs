@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quiver_indexer::{Catalog, IndexerErrorKind, MemoryCatalog};
+use quiver_indexer::{Catalog, MemoryCatalog};
+use quiver_proto::{ErrorCode, ServiceError};
 use quiver_storage::testing::{Fault, FaultConfig, FaultProxy};
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl};
 
@@ -86,13 +87,13 @@ async fn writes_through_a_faulty_store_are_acknowledged_only_when_durable() {
         if batch % 8 == 7 {
             // A flush may fail too; its rows stay in memory and in the WAL tail.
             if let Err(error) = writer.flush().await {
-                assert_eq!(error.kind(), IndexerErrorKind::Unavailable, "{error}");
+                assert_eq!(error.error_code(), ErrorCode::Unavailable, "{error}");
                 assert!(error.to_string().contains("collections/"), "{error}");
             }
         }
     }
     for error in &failures {
-        assert_eq!(error.kind(), IndexerErrorKind::Unavailable, "{error}");
+        assert_eq!(error.error_code(), ErrorCode::Unavailable, "{error}");
         assert!(
             error.to_string().contains("/wal/"),
             "the error names the WAL object: {error}"
@@ -125,14 +126,14 @@ async fn writes_through_a_faulty_store_are_acknowledged_only_when_durable() {
     acknowledged.insert(500, 1);
     proxy.set_config(FaultConfig::new(1.0, &[Fault::ServerError]).only_methods(&["PUT"]));
     let refused = writer.write(vec![upsert(1000, 1)]).await.unwrap_err();
-    assert_eq!(refused.kind(), IndexerErrorKind::Unavailable, "{refused}");
+    assert_eq!(refused.error_code(), ErrorCode::Unavailable, "{refused}");
     let message = refused.to_string();
     assert!(
         message.contains("/wal/") && message.contains("503"),
         "{message}"
     );
     let flush = writer.flush().await.unwrap_err();
-    assert_eq!(flush.kind(), IndexerErrorKind::Unavailable, "{flush}");
+    assert_eq!(flush.error_code(), ErrorCode::Unavailable, "{flush}");
     assert!(flush.to_string().contains("/segments/"), "{flush}");
 
     // The store back: the shard carries on and holds exactly what was acknowledged.

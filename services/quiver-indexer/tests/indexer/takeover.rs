@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use quiver_indexer::{Catalog, IndexerErrorKind, MemoryCatalog};
+use quiver_indexer::{Catalog, MemoryCatalog};
+use quiver_proto::{ErrorCode, ServiceError};
 
 use crate::support::*;
 
@@ -31,11 +32,7 @@ async fn takeover_replays_the_tail_and_fences_the_old_writer() {
 
     let new = open_writer(&storage, &catalog, 2, manual_config()).await;
     let error = old.write(vec![upsert(7, 9)]).await.unwrap_err();
-    assert_eq!(
-        error.kind(),
-        IndexerErrorKind::FailedPrecondition,
-        "{error}"
-    );
+    assert_eq!(error.error_code(), ErrorCode::FailedPrecondition, "{error}");
     assert!(error.to_string().contains("taken over"), "{error}");
     assert!(old.flush().await.is_err(), "a fenced writer cannot flush");
 

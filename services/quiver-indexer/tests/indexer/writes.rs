@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use quiver_index::PointId;
-use quiver_indexer::{Catalog, IndexerConfig, IndexerErrorKind, MemoryCatalog};
+use quiver_indexer::{Catalog, IndexerConfig, MemoryCatalog};
+use quiver_proto::{ErrorCode, ServiceError};
 use quiver_storage::{Storage, WalRecord};
 
 use crate::support::*;
@@ -165,7 +166,7 @@ async fn bad_writes_are_refused_and_write_nothing() {
     ];
     for (records, message) in cases {
         let error = writer.write(records).await.unwrap_err();
-        assert_eq!(error.kind(), IndexerErrorKind::InvalidArgument, "{error}");
+        assert_eq!(error.error_code(), ErrorCode::InvalidArgument, "{error}");
         assert!(
             error.to_string().contains(message),
             "{error} lacks {message:?}"
@@ -195,21 +196,21 @@ async fn catalog_failures_fail_writes_or_are_reconciled() {
     // Refused before applying: the write fails, nothing of it is committed.
     catalog.fail_commits.store(true, Ordering::Relaxed);
     let error = writer.write(vec![upsert(2, 0)]).await.unwrap_err();
-    assert_eq!(error.kind(), IndexerErrorKind::Unavailable, "{error}");
+    assert_eq!(error.error_code(), ErrorCode::Unavailable, "{error}");
     catalog.fail_commits.store(false, Ordering::Relaxed);
 
     // The catalog unreachable altogether: the outcome is unknown, the write
     // fails, and the writer refuses writes until it has resynchronised.
     catalog.fail_before.store(true, Ordering::Relaxed);
     let error = writer.write(vec![upsert(20, 0)]).await.unwrap_err();
-    assert_eq!(error.kind(), IndexerErrorKind::Unavailable, "{error}");
+    assert_eq!(error.error_code(), ErrorCode::Unavailable, "{error}");
     catalog.fail_before.store(false, Ordering::Relaxed);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         match writer.write(vec![upsert(21, 0)]).await {
             Ok(_) => break,
             Err(error) if std::time::Instant::now() < deadline => {
-                assert_eq!(error.kind(), IndexerErrorKind::Unavailable, "{error}");
+                assert_eq!(error.error_code(), ErrorCode::Unavailable, "{error}");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
             Err(error) => panic!("writer never recovered: {error}"),
@@ -248,7 +249,7 @@ async fn too_many_unflushed_rows_push_back() {
         .await
         .unwrap();
     let error = writer.write(vec![upsert(1000, 0)]).await.unwrap_err();
-    assert_eq!(error.kind(), IndexerErrorKind::ResourceExhausted, "{error}");
+    assert_eq!(error.error_code(), ErrorCode::ResourceExhausted, "{error}");
     assert!(error.to_string().contains("retry in about"), "{error}");
     writer.flush().await.unwrap();
     writer.write(vec![upsert(1000, 0)]).await.unwrap();

@@ -1,0 +1,589 @@
+//! Segment writer: trains the IVF lists, encodes RaBitQ codes and writes the
+//! segment file v1 to any `std::io::Write` (the caller decides where bytes go).
+
+use std::io::Write;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use quiver_simd::RABITQ_BLOCK_ROWS;
+
+mod sections;
+
+use self::sections::{
+    IdLookup, SectionSink, SectionWriter, build_id_lookup, write_codes, write_id_lookup, write_ids,
+};
+use crate::build_pool::build_pool;
+use crate::error::{IndexError, IndexResult};
+use crate::fields::{self, FieldSpec, FieldValue};
+use crate::format::{self, SectionKind};
+use crate::kmeans;
+use crate::params::{
+    BuildParams, IdType, MAX_STRING_ID_BYTES, Metric, RawPrecision, default_nlist,
+};
+use crate::rabitq::{self, FACTOR_BLOCK_BYTES, RowFactors};
+use crate::rotation::{Rotation, padded_dimension};
+
+pub use quiver_model::PointId;
+
+/// What every segment of a collection shares.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentSpec {
+    /// Vector dimension.
+    pub dim: usize,
+    /// Similarity measure.
+    pub metric: Metric,
+    /// Kind of point ids.
+    pub id_type: IdType,
+    /// Filterable payload fields.
+    pub fields: Vec<FieldSpec>,
+    /// How the index is built.
+    pub build: BuildParams,
+    /// Opaque collection parameters recorded in the header.
+    pub collection: serde_json::Value,
+}
+
+impl SegmentSpec {
+    /// Returns a spec with default build parameters and no fields.
+    pub fn new(dim: usize, metric: Metric, id_type: IdType) -> Self {
+        SegmentSpec {
+            dim,
+            metric,
+            id_type,
+            fields: Vec::new(),
+            build: BuildParams::default(),
+            collection: serde_json::Value::Null,
+        }
+    }
+}
+
+/// The JSON header section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentHeader {
+    /// Format version of the file.
+    pub format_version: u32,
+    /// Vector dimension.
+    pub dim: usize,
+    /// Dimension of rotated vectors and codes (multiple of 64).
+    pub padded_dim: usize,
+    /// Similarity measure.
+    pub metric: Metric,
+    /// Kind of point ids.
+    pub id_type: IdType,
+    /// Number of rows.
+    pub rows: u64,
+    /// Number of IVF lists.
+    pub nlist: usize,
+    /// Number of 32-row code blocks.
+    pub blocks: usize,
+    /// Precision of the stored full vectors.
+    pub raw_precision: RawPrecision,
+    /// Seed of the RaBitQ rotation.
+    pub rotation_seed: u64,
+    /// Bits per dimension of the quantized query.
+    pub query_bits: usize,
+    /// Rows per code block.
+    pub block_rows: usize,
+    /// Filterable fields with columns in this segment.
+    pub fields: Vec<FieldSpec>,
+    /// Opaque collection parameters.
+    pub collection: serde_json::Value,
+}
+
+/// Numbers about a written segment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentSummary {
+    /// Rows written.
+    pub rows: u64,
+    /// IVF lists.
+    pub nlist: usize,
+    /// Total file size.
+    pub file_bytes: u64,
+    /// Bytes that must stay hot for fast search: centroids, directory, codes, factors.
+    pub hot_bytes: u64,
+    /// Bytes of the stored full vectors.
+    pub raw_bytes: u64,
+}
+
+/// Steps of a build, reported to a progress callback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuildStage {
+    /// k-means training and assignment (done/total = iterations).
+    Clustering,
+    /// RaBitQ encoding (done/total = lists).
+    Encoding,
+    /// Writing sections (done/total = sections).
+    Writing,
+}
+
+/// Progress callback: `(stage, done, total)`.
+pub type BuildProgress<'a> = &'a (dyn Fn(BuildStage, u64, u64) + Sync);
+
+/// Collects rows and writes them as one segment.
+pub struct SegmentWriter {
+    spec: SegmentSpec,
+    ids: Vec<PointId>,
+    vectors: Vec<f32>,
+    payloads: Vec<Option<Vec<u8>>>,
+    field_values: Vec<Vec<Option<FieldValue>>>,
+}
+
+/// Checks a vector: right dimension, finite values (and non-zero for cosine).
+pub fn validate_vector(row: usize, vector: &[f32], dim: usize, metric: Metric) -> IndexResult<()> {
+    if vector.len() != dim {
+        return Err(IndexError::DimensionMismatch {
+            row,
+            expected: dim,
+            actual: vector.len(),
+        });
+    }
+    if let Some(position) = vector.iter().position(|v| !v.is_finite()) {
+        return Err(IndexError::NonFinite {
+            row,
+            position,
+            value: vector[position],
+        });
+    }
+    if metric == Metric::Cosine && vector.iter().all(|&v| v == 0.0) {
+        return Err(IndexError::InvalidArgument(format!(
+            "vector for row {row} is all zeros, which has no cosine similarity"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an id against `spec`: of the collection's type, and a string id
+/// 1..=128 bytes long. `row` only numbers the id in messages.
+pub fn validate_id(spec: &SegmentSpec, row: usize, id: &PointId) -> IndexResult<()> {
+    match (id, spec.id_type) {
+        (PointId::U64(_), IdType::U64) => Ok(()),
+        (PointId::String(text), IdType::String) => {
+            if text.is_empty() || text.len() > MAX_STRING_ID_BYTES {
+                return Err(IndexError::InvalidArgument(format!(
+                    "string id of row {row} has {} bytes, expected 1..={MAX_STRING_ID_BYTES}",
+                    text.len()
+                )));
+            }
+            Ok(())
+        }
+        (PointId::String(_), IdType::U64) => Err(IndexError::InvalidArgument(format!(
+            "id {id} of row {row} is a string, but the collection's ids are unsigned integers"
+        ))),
+        (PointId::U64(_), IdType::String) => Err(IndexError::InvalidArgument(format!(
+            "id {id} of row {row} is a number, but the collection's ids are strings"
+        ))),
+    }
+}
+
+/// Checks one point against `spec` the way [`SegmentWriter::add`] will: id of the
+/// collection's type (string ids 1..=128 bytes), vector of the right dimension with
+/// finite values (non-zero for cosine), payload a JSON object whose schema fields
+/// have the declared types. `row` only numbers the point in messages.
+pub fn validate_point(
+    spec: &SegmentSpec,
+    row: usize,
+    id: &PointId,
+    vector: &[f32],
+    payload: Option<&serde_json::Value>,
+) -> IndexResult<()> {
+    validate_id(spec, row, id)?;
+    validate_vector(row, vector, spec.dim, spec.metric)?;
+    if let Some(payload) = payload.filter(|payload| !payload.is_object()) {
+        let kind = match payload {
+            serde_json::Value::Null => "null",
+            serde_json::Value::Bool(_) => "a boolean",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::Object(_) => "an object",
+        };
+        return Err(IndexError::InvalidArgument(format!(
+            "payload of row {row} must be a JSON object, got {kind}"
+        )));
+    }
+    fields::extract_values(&spec.fields, row, payload)?;
+    Ok(())
+}
+
+impl SegmentWriter {
+    /// Returns an empty writer for segments of `spec`.
+    pub fn new(spec: SegmentSpec) -> IndexResult<Self> {
+        if spec.dim == 0 || spec.dim > 65_536 {
+            return Err(IndexError::InvalidArgument(format!(
+                "dimension {} is outside 1..=65536",
+                spec.dim
+            )));
+        }
+        let mut names: Vec<&str> = spec.fields.iter().map(|f| f.name.as_str()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|pair| pair[0] == pair[1]) {
+            return Err(IndexError::InvalidArgument(
+                "payload schema declares a field twice".into(),
+            ));
+        }
+        Ok(SegmentWriter {
+            spec,
+            ids: Vec::new(),
+            vectors: Vec::new(),
+            payloads: Vec::new(),
+            field_values: Vec::new(),
+        })
+    }
+
+    /// Returns the number of rows added so far.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Returns true when no row was added.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Adds one row. Nothing is added when the row is invalid.
+    pub fn add(
+        &mut self,
+        id: PointId,
+        vector: &[f32],
+        payload: Option<&serde_json::Value>,
+    ) -> IndexResult<()> {
+        let row = self.ids.len();
+        validate_point(&self.spec, row, &id, vector, payload)?;
+        let values = fields::extract_values(&self.spec.fields, row, payload)?;
+        self.ids.push(id);
+        if self.spec.metric == Metric::Cosine {
+            let norm = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
+            self.vectors.extend(vector.iter().map(|v| v / norm));
+        } else {
+            self.vectors.extend_from_slice(vector);
+        }
+        self.payloads
+            .push(payload.map(|p| serde_json::to_vec(p).expect("JSON value serialises")));
+        self.field_values.push(values);
+        Ok(())
+    }
+
+    /// Builds the index and writes the segment to `out`.
+    ///
+    /// The steps: cluster the rows into IVF lists, lay the lists out (rows
+    /// sorted by list, in blocks), rotate the centroids, encode every row's
+    /// RaBitQ code and factors, then write the sections.
+    pub fn finish(
+        self,
+        out: &mut dyn Write,
+        progress: BuildProgress<'_>,
+    ) -> IndexResult<SegmentSummary> {
+        let rows = self.ids.len();
+        if rows == 0 {
+            return Err(IndexError::InvalidArgument(
+                "a segment needs at least one row".into(),
+            ));
+        }
+        let build = &self.spec.build;
+        let nlist = build
+            .nlist
+            .unwrap_or_else(|| default_nlist(rows))
+            .clamp(1, rows);
+        let id_lookup = build_id_lookup(&self.ids)?;
+        let pool = build_pool(build.threads)?;
+        let clustering = self.cluster(&pool, nlist, progress);
+        let layout = ListLayout::new(&clustering.assignments, nlist);
+        let rotation = Rotation::new(self.spec.dim, build.seed);
+        let rotated_centroids = rotate_centroids(&rotation, &clustering.centroids, self.spec.dim);
+        let encoded = self.encode_lists(&pool, &layout, &rotation, &rotated_centroids, progress);
+        self.write_sections(
+            out,
+            &layout,
+            &rotated_centroids,
+            &encoded,
+            &id_lookup,
+            progress,
+        )
+    }
+
+    /// Trains `nlist` k-means centroids and assigns every row to its nearest.
+    fn cluster(
+        &self,
+        pool: &rayon::ThreadPool,
+        nlist: usize,
+        progress: BuildProgress<'_>,
+    ) -> kmeans::Clustering {
+        let build = &self.spec.build;
+        pool.install(|| {
+            kmeans::train_and_assign(
+                &self.vectors,
+                self.spec.dim,
+                nlist,
+                build.kmeans_iterations,
+                build.kmeans_sample_per_list,
+                build.seed,
+                &|done, total| progress(BuildStage::Clustering, done, total),
+            )
+        })
+    }
+
+    /// Encodes every row's RaBitQ code (bit-transposed per block) and factors,
+    /// one list per task, each task writing its own disjoint slices.
+    fn encode_lists(
+        &self,
+        pool: &rayon::ThreadPool,
+        layout: &ListLayout,
+        rotation: &Rotation,
+        rotated_centroids: &[f32],
+        progress: BuildProgress<'_>,
+    ) -> EncodedLists {
+        let dim = self.spec.dim;
+        let padded_dim = padded_dimension(dim);
+        let words = padded_dim / 64;
+        let nlist = layout.directory.len();
+        let mut codes = vec![0u64; layout.blocks * words * RABITQ_BLOCK_ROWS];
+        let mut factors = vec![0f32; layout.blocks * FACTOR_BLOCK_BYTES / 4];
+        let encoded_lists = std::sync::atomic::AtomicU64::new(0);
+        // Hand each list its own disjoint slices of the code and factor arrays.
+        let mut list_jobs = Vec::with_capacity(nlist);
+        let (mut codes_rest, mut factors_rest) = (codes.as_mut_slice(), factors.as_mut_slice());
+        for (list, entry) in layout.directory.iter().enumerate() {
+            let list_blocks = (entry[1] as usize).div_ceil(RABITQ_BLOCK_ROWS);
+            let (list_codes, codes_tail) =
+                codes_rest.split_at_mut(list_blocks * words * RABITQ_BLOCK_ROWS);
+            let (list_factors, factors_tail) =
+                factors_rest.split_at_mut(list_blocks * FACTOR_BLOCK_BYTES / 4);
+            codes_rest = codes_tail;
+            factors_rest = factors_tail;
+            list_jobs.push((list, list_codes, list_factors));
+        }
+        pool.install(|| {
+            list_jobs
+                .into_par_iter()
+                .for_each(|(list, list_codes, list_factors)| {
+                    let [row_start, size, _] = layout.directory[list];
+                    let centroid = &rotated_centroids[list * padded_dim..][..padded_dim];
+                    let mut rotated = vec![0f32; padded_dim];
+                    let mut word_buffer = vec![0u64; words];
+                    for position in 0..size as usize {
+                        let input = layout.order[row_start as usize + position] as usize;
+                        rotation.apply(&self.vectors[input * dim..][..dim], &mut rotated);
+                        for (value, c) in rotated.iter_mut().zip(centroid) {
+                            *value -= c;
+                        }
+                        let row_factors: RowFactors = rabitq::encode_row(
+                            &rotated,
+                            centroid,
+                            self.spec.metric,
+                            &mut word_buffer,
+                        );
+                        let (block, lane) =
+                            (position / RABITQ_BLOCK_ROWS, position % RABITQ_BLOCK_ROWS);
+                        let block_codes = &mut list_codes[block * words * RABITQ_BLOCK_ROWS..];
+                        for (word, &bits) in word_buffer.iter().enumerate() {
+                            block_codes[word * RABITQ_BLOCK_ROWS + lane] = bits;
+                        }
+                        let block_factors = &mut list_factors[block * FACTOR_BLOCK_BYTES / 4..];
+                        block_factors[lane] = row_factors.constant;
+                        block_factors[RABITQ_BLOCK_ROWS + lane] = row_factors.rescale;
+                        block_factors[2 * RABITQ_BLOCK_ROWS + lane] = row_factors.error;
+                        block_factors[3 * RABITQ_BLOCK_ROWS + lane] = row_factors.popcount2;
+                    }
+                    let done = encoded_lists.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    if done.is_multiple_of(64) || done == nlist as u64 {
+                        progress(BuildStage::Encoding, done, nlist as u64);
+                    }
+                });
+        });
+        EncodedLists { codes, factors }
+    }
+
+    /// Returns the header section's contents.
+    fn header(&self, layout: &ListLayout) -> SegmentHeader {
+        let spec = &self.spec;
+        SegmentHeader {
+            format_version: format::FORMAT_VERSION,
+            dim: spec.dim,
+            padded_dim: padded_dimension(spec.dim),
+            metric: spec.metric,
+            id_type: spec.id_type,
+            rows: self.ids.len() as u64,
+            nlist: layout.directory.len(),
+            blocks: layout.blocks,
+            raw_precision: spec.build.raw_precision,
+            rotation_seed: spec.build.seed,
+            query_bits: quiver_simd::RABITQ_QUERY_BITS,
+            block_rows: RABITQ_BLOCK_ROWS,
+            fields: spec.fields.clone(),
+            collection: spec.collection.clone(),
+        }
+    }
+
+    /// Writes every section, in [`SectionKind::ALL`] order, and the table.
+    fn write_sections(
+        &self,
+        out: &mut dyn Write,
+        layout: &ListLayout,
+        rotated_centroids: &[f32],
+        encoded: &EncodedLists,
+        id_lookup: &IdLookup,
+        progress: BuildProgress<'_>,
+    ) -> IndexResult<SegmentSummary> {
+        let total_sections = SectionKind::ALL.len() as u64;
+        let mut file = SectionWriter::new(out);
+        let mut step = 0u64;
+        let mut advance = || {
+            step += 1;
+            progress(BuildStage::Writing, step, total_sections);
+        };
+        let header = self.header(layout);
+        file.section(SectionKind::Header, |w| {
+            w.write(&serde_json::to_vec(&header).expect("header"))
+        })?;
+        advance();
+        file.section(SectionKind::Centroids, |w| {
+            w.write(bytemuck::cast_slice(rotated_centroids))
+        })?;
+        advance();
+        file.section(SectionKind::ClusterDirectory, |w| {
+            w.write(bytemuck::cast_slice(&layout.directory))
+        })?;
+        advance();
+        file.section(SectionKind::Codes, |w| {
+            write_codes(w, layout, encoded, header.padded_dim / 64)
+        })?;
+        advance();
+        file.section(SectionKind::RowIds, |w| {
+            write_ids(w, &self.ids, &layout.order)
+        })?;
+        advance();
+        file.section(SectionKind::RawVectors, |w| {
+            self.write_raw_vectors(w, &layout.order)
+        })?;
+        advance();
+        file.section(SectionKind::Payloads, |w| {
+            self.write_payloads(w, &layout.order)
+        })?;
+        advance();
+        let ordered_values: Vec<Vec<Option<FieldValue>>> = layout
+            .order
+            .iter()
+            .map(|&input| self.field_values[input as usize].clone())
+            .collect();
+        file.section(SectionKind::Fields, |w| {
+            w.write(&fields::encode_columns(&self.spec.fields, &ordered_values))
+        })?;
+        advance();
+        file.section(SectionKind::IdLookup, |w| {
+            write_id_lookup(w, id_lookup, &layout.order)
+        })?;
+        advance();
+        let summary_hot = [
+            SectionKind::Centroids,
+            SectionKind::ClusterDirectory,
+            SectionKind::Codes,
+        ];
+        let hot_bytes: u64 = file
+            .entries
+            .iter()
+            .filter(|entry| summary_hot.contains(&entry.kind))
+            .map(|entry| entry.length)
+            .sum();
+        let raw_bytes = file
+            .entries
+            .iter()
+            .find(|e| e.kind == SectionKind::RawVectors)
+            .map_or(0, |e| e.length);
+        let file_bytes = file.finish()?;
+        advance();
+        Ok(SegmentSummary {
+            rows: self.ids.len() as u64,
+            nlist: layout.directory.len(),
+            file_bytes,
+            hot_bytes,
+            raw_bytes,
+        })
+    }
+
+    /// Writes the full vectors in segment row order, at the build's precision.
+    fn write_raw_vectors(&self, w: &mut SectionSink<'_, '_>, order: &[u32]) -> IndexResult<()> {
+        let dim = self.spec.dim;
+        let mut row_buffer: Vec<u16> = Vec::with_capacity(dim);
+        for &input in order {
+            let vector = &self.vectors[input as usize * dim..][..dim];
+            match self.spec.build.raw_precision {
+                RawPrecision::F32 => w.write(bytemuck::cast_slice(vector))?,
+                RawPrecision::Bf16 => {
+                    row_buffer.clear();
+                    row_buffer.extend(vector.iter().map(|&v| quiver_simd::f32_to_bf16_bits(v)));
+                    w.write(bytemuck::cast_slice(&row_buffer))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `rows + 1` payload end offsets, then the payloads, in row order.
+    fn write_payloads(&self, w: &mut SectionSink<'_, '_>, order: &[u32]) -> IndexResult<()> {
+        let mut offset = 0u64;
+        w.write(&offset.to_le_bytes())?;
+        for &input in order {
+            offset += self.payloads[input as usize]
+                .as_ref()
+                .map_or(0, |p| p.len() as u64);
+            w.write(&offset.to_le_bytes())?;
+        }
+        for &input in order {
+            if let Some(payload) = &self.payloads[input as usize] {
+                w.write(payload)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where the lists go: rows sorted by list (row r of the segment is input row
+/// `order[r]`) and, per list, `[first row, rows, first block]`.
+struct ListLayout {
+    order: Vec<u32>,
+    directory: Vec<[u32; 3]>,
+    blocks: usize,
+}
+
+impl ListLayout {
+    fn new(assignments: &[u32], nlist: usize) -> Self {
+        let mut order: Vec<u32> = (0..assignments.len() as u32).collect();
+        order.sort_by_key(|&input| assignments[input as usize]);
+        let mut list_sizes = vec![0u32; nlist];
+        for &list in assignments {
+            list_sizes[list as usize] += 1;
+        }
+        let mut directory = Vec::with_capacity(nlist);
+        let (mut row_start, mut block_start) = (0u32, 0u32);
+        for &size in &list_sizes {
+            directory.push([row_start, size, block_start]);
+            row_start += size;
+            block_start += size.div_ceil(RABITQ_BLOCK_ROWS as u32);
+        }
+        ListLayout {
+            order,
+            directory,
+            blocks: block_start as usize,
+        }
+    }
+}
+
+/// Every row's RaBitQ code words and factors, block by block.
+struct EncodedLists {
+    codes: Vec<u64>,
+    factors: Vec<f32>,
+}
+
+/// Returns the centroids rotated into the padded space the codes live in.
+fn rotate_centroids(rotation: &Rotation, centroids: &[f32], dim: usize) -> Vec<f32> {
+    let padded_dim = padded_dimension(dim);
+    let nlist = centroids.len() / dim;
+    let mut rotated_centroids = vec![0f32; nlist * padded_dim];
+    for (centroid, rotated) in centroids
+        .chunks_exact(dim)
+        .zip(rotated_centroids.chunks_exact_mut(padded_dim))
+    {
+        rotation.apply(centroid, rotated);
+    }
+    rotated_centroids
+}
