@@ -22,7 +22,9 @@ use futures_util::StreamExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, EXPECT, HeaderValue, TRANSFER_ENCODING};
+use hyper::header::{
+    CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, EXPECT, HeaderValue, TRANSFER_ENCODING,
+};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use quiver_common::hash::splitmix64;
@@ -246,7 +248,6 @@ impl Drop for FaultProxy {
     }
 }
 
-
 /// The body of an answer the proxy sends: whole, in slow pieces, or cut off.
 type ProxyBody = UnsyncBoxBody<Bytes, io::Error>;
 
@@ -363,9 +364,15 @@ async fn answer(
         }
         Some(Fault::Stall) => {
             shared.count(Fault::Stall);
-            let stall = shared.config.lock().unwrap_or_else(|p| p.into_inner()).stall;
+            let stall = shared
+                .config
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .stall;
             tokio::time::sleep(stall).await;
-            return Err(io::Error::other("stalled request closed by the fault proxy"));
+            return Err(io::Error::other(
+                "stalled request closed by the fault proxy",
+            ));
         }
         Some(Fault::Reset) => {
             shared.count(Fault::Reset);
@@ -391,7 +398,8 @@ async fn answer(
     // keeps the upstream's length, e.g. of the object a HEAD describes).
     head.headers.remove(TRANSFER_ENCODING);
     if !bodiless {
-        head.headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        head.headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
     }
     let body = match fault {
         Some(Fault::TruncateBody) => {
@@ -440,7 +448,9 @@ async fn forward(upstream: SocketAddr, request: Request<Bytes>) -> io::Result<Re
     // `100 Continue` (the client got its own from this proxy's server side).
     parts.headers.remove(TRANSFER_ENCODING);
     parts.headers.remove(EXPECT);
-    parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    parts
+        .headers
+        .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
     sender
         .send_request(Request::from_parts(parts, Full::new(body)))
         .await
@@ -448,7 +458,9 @@ async fn forward(upstream: SocketAddr, request: Request<Bytes>) -> io::Result<Re
 }
 
 fn whole(body: Bytes) -> ProxyBody {
-    Full::new(body).map_err(|never| match never {}).boxed_unsync()
+    Full::new(body)
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// Returns `body` in eight pieces, `pause` apart.
@@ -498,10 +510,11 @@ mod tests {
         let address = listener.local_addr().unwrap();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let service = hyper::service::service_fn(move |request: Request<Incoming>| async move {
-                    let _ = request.into_body().collect().await;
-                    Ok::<_, io::Error>(Response::new(Full::new(Bytes::from_static(body))))
-                });
+                let service =
+                    hyper::service::service_fn(move |request: Request<Incoming>| async move {
+                        let _ = request.into_body().collect().await;
+                        Ok::<_, io::Error>(Response::new(Full::new(Bytes::from_static(body))))
+                    });
                 tokio::spawn(
                     hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service),

@@ -42,6 +42,14 @@ impl S3TestServer {
         }
     }
 
+    /// Returns the server at `endpoint` (`http://host:port`), for code handed
+    /// the endpoint of [`S3TestServer::from_env`].
+    pub fn at(endpoint: &str) -> S3TestServer {
+        S3TestServer {
+            endpoint: endpoint.to_string(),
+        }
+    }
+
     /// Returns the server's endpoint (`http://host:port`).
     pub fn endpoint(&self) -> &str {
         &self.endpoint

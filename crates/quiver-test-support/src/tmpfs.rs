@@ -76,7 +76,9 @@ impl Tmpfs {
                 match file.write(&bytes) {
                     Ok(0) => break,
                     Ok(length) => written += length as u64,
-                    Err(error) if error.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32) => {
+                    Err(error)
+                        if error.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32) =>
+                    {
                         break;
                     }
                     Err(error) => return Err(error).context("filling the tmpfs"),
