@@ -10,8 +10,7 @@
 //!   file) it serves by reading through to S3 (`quiver_cache_read_through` 1),
 //!   and restarted with room it caches again.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;

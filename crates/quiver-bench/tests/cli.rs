@@ -249,7 +249,7 @@ fn standalone() -> Option<Standalone> {
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", http)) {
+        if let Ok(mut stream) = std::net::TcpStream::connect(&http) {
             use std::io::{Read, Write};
             let _ = stream.write_all(b"GET /readyz HTTP/1.0\r\n\r\n");
             let mut answer = String::new();
@@ -412,16 +412,38 @@ fn meta_bench_measures_a_real_three_node_cluster() {
     let directory = tempfile::tempdir().unwrap();
     let json = directory.path().join("meta.json");
     let table = run_bench(
-        &["meta", "--rounds", "1", "--commits", "5", "--wal-seconds", "1"],
+        &[
+            "meta",
+            "--rounds",
+            "1",
+            "--commits",
+            "5",
+            "--wal-seconds",
+            "1",
+        ],
         &[("--quiver", &quiver), ("--json", &json)],
     );
     assert!(table.contains("failover"), "{table}");
     assert!(table.contains("CommitWal throughput"), "{table}");
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_eq!(report["failovers_ms"].as_array().map(Vec::len), Some(1), "{report}");
-    assert!(report["failover"]["p50_ms"].as_f64().unwrap() > 0.0, "{report}");
-    assert!(report["manifest_commit"]["p99_ms"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(
+        report["failovers_ms"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    assert!(
+        report["failover"]["p50_ms"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["manifest_commit"]["p99_ms"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
     let runs = report["commit_wal"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "{report}");
-    assert!(runs.iter().all(|run| run["calls_per_s"].as_f64().unwrap() > 0.0), "{report}");
+    assert!(
+        runs.iter()
+            .all(|run| run["calls_per_s"].as_f64().unwrap() > 0.0),
+        "{report}"
+    );
 }

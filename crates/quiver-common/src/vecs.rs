@@ -113,7 +113,7 @@ pub fn parse_vecs<T: VecsValue>(
     }
     let dim = dimension_of(path, four_bytes(bytes), 0)?;
     let record = 4 * (dim + 1);
-    if bytes.len() % record != 0 {
+    if !bytes.len().is_multiple_of(record) {
         return Err(format(format!(
             "size {} is not a multiple of 4·(1 + {dim})",
             bytes.len()

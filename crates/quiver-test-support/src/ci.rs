@@ -24,6 +24,7 @@ fn current_test() -> String {
 /// `reason`: prints one line saying so straight to stderr (the harness does not
 /// capture it, so the skip shows in every run). Under CI ([`under_ci`]) it panics
 /// instead with `reason`: what CI lacks is a failure, not a skip.
+#[track_caller]
 pub fn skip_or_fail(what: &str, reason: &str) {
     let test = current_test();
     if under_ci() {

@@ -23,6 +23,7 @@ impl S3TestServer {
     /// Returns the server named by `QUIVER_TEST_S3_ENDPOINT`. When it is unset,
     /// skips `what` (e.g. "this test", "the S3 store of this test") visibly and
     /// returns `None` — or, under CI, panics saying the S3 server is missing.
+    #[track_caller]
     pub fn from_env(what: &str) -> Option<S3TestServer> {
         match std::env::var(S3_ENDPOINT_VARIABLE) {
             Ok(endpoint) if !endpoint.trim().is_empty() => Some(S3TestServer {

@@ -31,6 +31,7 @@ impl Tmpfs {
     /// Mounts a tmpfs of `size_bytes` (mode 0700) on a fresh temporary directory.
     /// Where mounting is not permitted, skips the test visibly and returns `None`;
     /// under CI (which runs as root) that panics instead.
+    #[track_caller]
     pub fn mount_temporary(size_bytes: u64) -> Option<Tmpfs> {
         let directory = tempfile::tempdir().expect("a temporary directory");
         match mount_tmpfs(directory.path(), size_bytes, 0o700) {
@@ -50,7 +51,8 @@ impl Tmpfs {
         &self.path
     }
 
-    fn filler(&self) -> PathBuf {
+    /// Returns the path of the file [`Tmpfs::fill`] writes.
+    pub fn filler(&self) -> PathBuf {
         self.path.join("filler.bin")
     }
 
@@ -98,7 +100,10 @@ impl Tmpfs {
     pub fn free_bytes(&self) -> anyhow::Result<u64> {
         let stats = nix::sys::statvfs::statvfs(&self.path)
             .with_context(|| format!("statvfs {}", self.path.display()))?;
-        Ok(u64::from(stats.blocks_available()) * u64::from(stats.fragment_size()))
+        // Both are u64 on 64-bit Linux, narrower on other targets.
+        #[allow(clippy::useless_conversion)]
+        let free = u64::from(stats.blocks_available()) * u64::from(stats.fragment_size());
+        Ok(free)
     }
 }
 

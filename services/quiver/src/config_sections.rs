@@ -1,6 +1,8 @@
 //! The data roles' sections of the config file (`[storage]`, `[indexer]`,
 //! `[searcher]`), checked before anything starts, and the size syntax of flags.
 
+use std::time::Duration;
+
 use anyhow::bail;
 use quiver_indexer::IndexerConfig;
 use quiver_searcher::SearcherNodeConfig;
@@ -156,7 +158,7 @@ impl SearcherFileConfig {
     }
 
     /// Applies the section to `config`; refuses zero periods.
-    fn apply(&self, config: &mut SearcherNodeConfig) -> anyhow::Result<()> {
+    pub(crate) fn apply(&self, config: &mut SearcherNodeConfig) -> anyhow::Result<()> {
         for (key, value, field) in [
             (
                 "heartbeat_interval_ms",
