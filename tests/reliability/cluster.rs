@@ -8,57 +8,24 @@
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use quiver_meta::{MetaClient, MetaClientConfig};
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl};
+pub use quiver_test_support::eventually;
+use quiver_test_support::process::{Signal, free_address};
+use quiver_test_support::{S3TestServer, fresh_bucket_name};
 use serde_json::json;
 
 use crate::api::Api;
 
-/// Polls `check` every 50 ms until it returns `Some`, or fails after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return Ok(value);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Returns a free loopback address (bound then released; a small race is accepted).
-pub fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    listener.local_addr().expect("local address").to_string()
-}
-
-/// The S3 test server's endpoint, or `None` outside CI without one (the suite
-/// is skipped); under CI a missing server is a failure.
+/// The S3 test server's endpoint, or `None` (a visible skip) without one;
+/// under CI a missing server is a failure.
 pub fn s3_endpoint() -> Option<String> {
-    match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => Some(endpoint),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!(
-                "QUIVER_TEST_S3_ENDPOINT is not set under CI (scripts/test.sh starts the S3 server)"
-            )
-        }
-        Err(_) => {
-            eprintln!("QUIVER_TEST_S3_ENDPOINT not set: skipping the reliability suite");
-            None
-        }
-    }
+    S3TestServer::from_env("this reliability scenario").map(|server| server.endpoint().to_string())
 }
 
 /// What a process runs as.
@@ -112,18 +79,8 @@ impl Process {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
-        // SAFETY: setrlimit is async-signal-safe; the closure touches no memory
-        // of the parent. Crash-point aborts must not leave core files behind.
-        unsafe {
-            command.pre_exec(|| {
-                let none = libc::rlimit {
-                    rlim_cur: 0,
-                    rlim_max: 0,
-                };
-                libc::setrlimit(libc::RLIMIT_CORE, &none);
-                Ok(())
-            });
-        }
+        // Crash-point aborts must not leave core files behind.
+        quiver_test_support::process::without_core_dumps(&mut command);
         self.child = Some(
             command
                 .spawn()
@@ -173,40 +130,29 @@ impl Process {
         }
     }
 
-    fn signal(&self, signal: i32) {
-        if let Some(child) = &self.child {
-            // SAFETY: sends a signal to our own child process.
-            unsafe { libc::kill(child.id() as i32, signal) };
+    fn signal(&self, signal: Signal) {
+        if let Some(child) = &self.child
+            && let Err(error) = quiver_test_support::process::send_signal(child, signal)
+        {
+            eprintln!("{}: {error:#}", self.name);
         }
     }
 
     /// Freezes the process (SIGSTOP): it holds its sockets but does nothing.
     pub fn pause(&self) {
-        self.signal(libc::SIGSTOP);
+        self.signal(Signal::SIGSTOP);
     }
 
     /// Lets a paused process run again (SIGCONT).
     pub fn resume(&self) {
-        self.signal(libc::SIGCONT);
+        self.signal(Signal::SIGCONT);
     }
 
     /// Stops the process with SIGTERM; returns its exit status.
     pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
         let mut child = self.child.take().context("process not running")?;
-        // SAFETY: sends a signal to our own child process.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("{} did not exit within {timeout:?} of SIGTERM", self.name);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        quiver_test_support::process::terminate(&mut child, timeout)
+            .with_context(|| format!("stopping {}", self.name))
     }
 
     /// Returns the exit status if the process ended on its own (and reaps it).
@@ -222,18 +168,8 @@ impl Process {
         let Some(child) = &self.child else {
             return false;
         };
-        // SAFETY: a zeroed siginfo_t is a valid out-parameter; WNOWAIT leaves an
-        // ended child to be reaped by `exited`/`kill9`.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let answer = libc::waitid(
-                libc::P_PID,
-                child.id(),
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            );
-            answer != 0 || info.si_pid() == 0
-        }
+        // Leaves an ended child to be reaped by `exited`/`kill9`.
+        !quiver_test_support::process::has_ended(child)
     }
 
     /// Returns the whole log.
@@ -352,18 +288,9 @@ impl Cluster {
         let directory = tempfile::Builder::new()
             .prefix("quiver-reliability-")
             .tempdir()?;
-        let s3 = S3Settings {
-            endpoint: Some(endpoint.to_string()),
-            region: Some("us-east-1".into()),
-            access_key_id: Some("testing".into()),
-            secret_access_key: Some("testing".into()),
-            ..Default::default()
-        };
-        let bucket = format!(
-            "quiver-reliability-{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        );
+        let server = S3TestServer::at(endpoint);
+        let s3 = server.settings();
+        let bucket = fresh_bucket_name("quiver-reliability");
         quiver_storage::ensure_bucket(&s3, &bucket)
             .await
             .with_context(|| format!("creating bucket {bucket}"))?;
@@ -451,18 +378,12 @@ impl Cluster {
             "--http-listen".into(),
             http_address.clone(),
         ]);
-        let mut env = BTreeMap::new();
-        for (key, value) in [
-            (
-                "AWS_ENDPOINT_URL",
-                self.s3.endpoint.clone().unwrap_or_default(),
-            ),
-            ("AWS_REGION", "us-east-1".to_string()),
-            ("AWS_ACCESS_KEY_ID", "testing".to_string()),
-            ("AWS_SECRET_ACCESS_KEY", "testing".to_string()),
-        ] {
-            env.insert(key.to_string(), value);
-        }
+        let server = S3TestServer::at(self.s3.endpoint.as_deref().unwrap_or_default());
+        let env: BTreeMap<String, String> = server
+            .process_env()
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value))
+            .collect();
         Ok(Process {
             name: name.to_string(),
             role,

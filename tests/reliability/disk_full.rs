@@ -10,13 +10,11 @@
 //!   file) it serves by reading through to S3 (`quiver_cache_read_through` 1),
 //!   and restarted with room it caches again.
 
-use std::ffi::CString;
-use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use quiver_test_support::Tmpfs;
 
 use crate::cluster::{Cluster, ClusterShape, eventually, s3_endpoint};
 use crate::drive::Run;
@@ -29,113 +27,6 @@ const COLLECTION: &str = "disk_full";
 const DIMENSION: usize = 32;
 /// Meta's `min_free_disk_bytes` in this scenario (its disk is 32 MiB).
 const META_RESERVE: u64 = 8 << 20;
-
-/// A tmpfs mounted on a directory until dropped (then detached and the
-/// directory and its emptied parents removed).
-pub struct Tmpfs {
-    pub path: PathBuf,
-}
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size_bytes` on `path` (created if needed).
-    pub fn mount(path: &Path, size_bytes: u64) -> anyhow::Result<Tmpfs> {
-        std::fs::create_dir_all(path)?;
-        let target = CString::new(path.as_os_str().as_bytes())?;
-        let options = CString::new(format!("size={size_bytes},mode=0755"))?;
-        // SAFETY: valid NUL-terminated strings that outlive the call.
-        let status = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                options.as_ptr().cast(),
-            )
-        };
-        if status != 0 {
-            let error = std::io::Error::last_os_error();
-            anyhow::bail!(
-                "mounting a {size_bytes}-byte tmpfs on {} failed: {error}. The disk-full scenario \
-                 needs to mount small filesystems (root, or CAP_SYS_ADMIN in a container); CI runs \
-                 as root",
-                path.display()
-            );
-        }
-        Ok(Tmpfs {
-            path: path.to_path_buf(),
-        })
-    }
-
-    fn filler(&self) -> PathBuf {
-        self.path.join("filler.bin")
-    }
-
-    /// Fills the filesystem to its last block; returns the bytes written.
-    pub fn fill(&self) -> anyhow::Result<u64> {
-        self.fill_leaving(0)
-    }
-
-    /// Fills the filesystem until at most `leave` bytes are free; returns the
-    /// bytes written.
-    pub fn fill_leaving(&self, leave: u64) -> anyhow::Result<u64> {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.filler())?;
-        let mut written = 0u64;
-        for chunk in [1 << 20, 64 << 10, 4 << 10, 512] {
-            let bytes = vec![0x5a_u8; chunk];
-            loop {
-                if self.free_bytes()? <= leave {
-                    break;
-                }
-                match file.write(&bytes) {
-                    Ok(0) => break,
-                    Ok(length) => written += length as u64,
-                    Err(error) if error.raw_os_error() == Some(libc::ENOSPC) => break,
-                    Err(error) => return Err(error).context("filling the tmpfs"),
-                }
-            }
-        }
-        let _ = file.sync_all();
-        Ok(written)
-    }
-
-    /// Removes the filler.
-    pub fn free(&self) -> anyhow::Result<()> {
-        std::fs::remove_file(self.filler()).context("removing the filler")
-    }
-
-    /// Returns the bytes free on the filesystem.
-    pub fn free_bytes(&self) -> anyhow::Result<u64> {
-        let target = CString::new(self.path.as_os_str().as_bytes())?;
-        // SAFETY: a zeroed statvfs is a valid out-parameter; the path is NUL-terminated.
-        let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-        let status = unsafe { libc::statvfs(target.as_ptr(), &mut stats) };
-        anyhow::ensure!(status == 0, "statvfs: {}", std::io::Error::last_os_error());
-        Ok(stats.f_bavail as u64 * stats.f_frsize as u64)
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        if let Ok(target) = CString::new(self.path.as_os_str().as_bytes()) {
-            // SAFETY: a valid NUL-terminated path; a lazy detach never blocks.
-            unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-        }
-        // The cluster's directory may already be gone except for the mount
-        // point: remove it and whichever parents it leaves empty.
-        let _ = std::fs::remove_dir(&self.path);
-        let mut parent = self.path.parent();
-        for _ in 0..2 {
-            let Some(directory) = parent else { break };
-            if std::fs::remove_dir(directory).is_err() {
-                break;
-            }
-            parent = directory.parent();
-        }
-    }
-}
 
 /// Tells whether a strong read (get or search) started at or after `since`
 /// succeeded.

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use quiver_common::hash::splitmix64;
+
 /// The deterministic vector of `id` at `version`: values in [-1, 1), different
 /// for every (id, version), so a read names the write it sees.
 pub fn vector(id: u64, version: u32, dimension: usize) -> Vec<f32> {
@@ -17,12 +19,9 @@ pub fn vector(id: u64, version: u32, dimension: usize) -> Vec<f32> {
         ^ 0x2545_F491_4F6C_DD1D;
     (0..dimension)
         .map(|_| {
-            // splitmix64
+            // The splitmix64 sequence from `state`.
+            let mixed = splitmix64(state);
             state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut mixed = state;
-            mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            mixed ^= mixed >> 31;
             (mixed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
         })
         .collect()

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use plotters::prelude::*;
 use quiver_client::{Client, CollectionConfig, Point, PointId, Search};
+use quiver_common::stats::percentile_or_zero;
+use quiver_common::vecs::{read_fvecs, read_ivecs};
 use serde::Serialize;
 
 use crate::progress::bar;
-use crate::vecs::{read_fvecs, read_ivecs};
 
 /// Options of `quiver-bench cluster`.
 pub struct ClusterOptions {
@@ -45,13 +46,6 @@ struct ClusterPoint {
     p50_ms: f64,
     p99_ms: f64,
     errors: usize,
-}
-
-fn percentile(sorted: &[f64], fraction: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * fraction).round() as usize]
 }
 
 async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
@@ -258,8 +252,8 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
                 found as f64 / wanted as f64
             },
             qps: latencies.len() as f64 / elapsed,
-            p50_ms: percentile(&latencies, 0.5),
-            p99_ms: percentile(&latencies, 0.99),
+            p50_ms: percentile_or_zero(&latencies, 0.5),
+            p99_ms: percentile_or_zero(&latencies, 0.99),
             errors,
         };
         println!(

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use quiver_common::stats::percentile_or_zero;
+use quiver_common::vecs::{Matrix, read_fvecs, read_ivecs};
 use quiver_index::{
     ByteSource, IdType, Metric, MmapSource, PointId, RawPrecision, SearchParams, SearchScratch,
     Segment, SegmentSpec, SegmentWriter, merge_hits,
@@ -19,7 +21,6 @@ use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl};
 use crate::peers;
 use crate::plot::Series;
 use crate::progress::bar;
-use crate::vecs::{Matrix, read_fvecs, read_ivecs};
 
 /// Options of one engine run.
 pub struct EngineOptions {
@@ -175,14 +176,6 @@ fn search_all<S: ByteSource>(
         .collect()
 }
 
-fn percentile(sorted: &[f64], fraction: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted[index]
-}
-
 fn measure<S: ByteSource>(
     segments: &[Segment<S>],
     options: &EngineOptions,
@@ -257,8 +250,8 @@ fn measure<S: ByteSource>(
         rescore: params.rescore,
         recall: found as f64 / (query_count * k.min(truth.dim)) as f64,
         qps: query_count as f64 / elapsed,
-        p50_ms: percentile(&latencies, 0.5),
-        p99_ms: percentile(&latencies, 0.99),
+        p50_ms: percentile_or_zero(&latencies, 0.5),
+        p99_ms: percentile_or_zero(&latencies, 0.99),
         rows_scanned: scanned as f64 / query_count as f64,
         rows_rescored: rescored as f64 / query_count as f64,
     })

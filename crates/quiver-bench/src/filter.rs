@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use plotters::prelude::*;
 use quiver_client::{Client, CollectionConfig, Point, PointId, Search};
+use quiver_common::stats::percentile_or_zero;
+use quiver_common::vecs::{Matrix, read_fvecs};
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::progress::bar;
-use crate::vecs::{Matrix, read_fvecs};
 
 /// Distinct `tag` values; selectivities are multiples of 1/TAGS.
 const TAGS: usize = 1000;
@@ -49,13 +50,6 @@ struct FilterPoint {
     p50_ms: f64,
     p99_ms: f64,
     errors: usize,
-}
-
-fn percentile(sorted: &[f64], fraction: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * fraction).round() as usize]
 }
 
 fn normalized(vector: &[f32]) -> Vec<f32> {
@@ -302,8 +296,8 @@ pub async fn run(options: &FilterOptions) -> Result<()> {
                 found as f64 / wanted as f64
             },
             qps: latencies.len() as f64 / elapsed,
-            p50_ms: percentile(&latencies, 0.5),
-            p99_ms: percentile(&latencies, 0.99),
+            p50_ms: percentile_or_zero(&latencies, 0.5),
+            p99_ms: percentile_or_zero(&latencies, 0.99),
             errors,
         };
         println!(

@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use anyhow::{Result, bail};
+use quiver_common::vecs::{write_fvecs, write_ivecs};
 use quiver_simd::BulkOp;
 use rand::distr::weighted::WeightedIndex;
 use rand::{Rng, SeedableRng};
@@ -15,7 +16,6 @@ use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
 use crate::progress::bar;
-use crate::vecs::{write_fvecs, write_ivecs};
 
 /// Settings of a generated dataset.
 pub struct GenSpec {

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use plotters::prelude::*;
 use quiver_client::{Client, CollectionConfig, Point, PointId};
+use quiver_common::stats::percentile_or_zero;
+use quiver_common::vecs::read_fvecs;
 use serde::Serialize;
 
 use crate::progress::bar;
-use crate::vecs::read_fvecs;
 
 /// Options of `quiver-bench ingest`.
 pub struct IngestOptions {
@@ -58,13 +59,6 @@ struct IngestPoint {
     timeline: Vec<(f64, u64, u64)>,
 }
 
-fn percentile(sorted: &[f64], fraction: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * fraction).round() as usize]
-}
-
 const SAMPLE: Duration = Duration::from_millis(100);
 
 /// Rows in segments: live points minus the rows still only in the WAL tail (every id is
@@ -77,7 +71,7 @@ fn segment_rows(described: &serde_json::Value) -> u64 {
 
 async fn run_one(
     client: &Client,
-    base: &Arc<crate::vecs::Matrix<f32>>,
+    base: &Arc<quiver_common::vecs::Matrix<f32>>,
     rows: usize,
     shards: u32,
     options: &IngestOptions,
@@ -217,11 +211,11 @@ async fn run_one(
         batch: options.batch,
         concurrency: options.concurrency,
         rows_per_s: acked as f64 / last_ack.max(1e-9),
-        ack_p50_ms: percentile(&latencies, 0.5),
-        ack_p99_ms: percentile(&latencies, 0.99),
+        ack_p50_ms: percentile_or_zero(&latencies, 0.5),
+        ack_p99_ms: percentile_or_zero(&latencies, 0.99),
         ack_max_ms: latencies.last().copied().unwrap_or(0.0),
-        ack_to_segment_p50_ms: percentile(&lags, 0.5),
-        ack_to_segment_p99_ms: percentile(&lags, 0.99),
+        ack_to_segment_p50_ms: percentile_or_zero(&lags, 0.5),
+        ack_to_segment_p99_ms: percentile_or_zero(&lags, 0.99),
         drain_ms: (drained_at - last_ack).max(0.0) * 1e3,
         sample_ms: SAMPLE.as_millis() as u64,
         errors,

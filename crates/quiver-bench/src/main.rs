@@ -5,10 +5,10 @@ mod engine;
 mod filter;
 mod generate;
 mod ingest;
+mod meta;
 mod peers;
 mod plot;
 mod progress;
-mod vecs;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -204,6 +204,9 @@ enum Command {
         #[arg(long)]
         json: PathBuf,
     },
+    /// Times failover, manifest commits and CommitWal throughput of a three-node
+    /// metadata cluster of real `quiver meta` processes.
+    Meta(MetaArgs),
     /// Builds segments with the real writer and benchmarks search through the real reader.
     Engine {
         #[arg(long)]
@@ -267,6 +270,31 @@ enum Command {
         #[arg(long, value_parser = parse_size, default_value = "16MiB")]
         region_size: u64,
     },
+}
+
+/// Options of `quiver-bench meta` (see the `meta` module).
+#[derive(clap::Args)]
+struct MetaArgs {
+    /// The `quiver` binary the meta nodes run (default: the one beside
+    /// quiver-bench, else `quiver` on PATH).
+    #[arg(long)]
+    quiver: Option<PathBuf>,
+    /// Give the nodes openraft's default timings (250 ms heartbeats, 1–2 s
+    /// election timeouts) instead of the test timings (50 ms, 300–600 ms).
+    #[arg(long)]
+    raft_defaults: bool,
+    /// Failover rounds (kill -9 of the leader each).
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
+    /// Sequential manifest commits timed.
+    #[arg(long, default_value_t = 500)]
+    commits: usize,
+    /// Seconds each CommitWal throughput run lasts.
+    #[arg(long, default_value_t = 5)]
+    wal_seconds: u64,
+    /// JSON report path.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 /// Parses a byte size such as `16MiB`, `10GiB` or `4096`.
@@ -426,6 +454,23 @@ fn main() -> Result<()> {
                 .enable_all()
                 .build()?
                 .block_on(filter::run(&options))
+        }
+        Command::Meta(args) => {
+            if args.rounds == 0 || args.commits == 0 || args.wal_seconds == 0 {
+                bail!("--rounds, --commits and --wal-seconds must be positive");
+            }
+            let options = meta::MetaOptions {
+                quiver: args.quiver.unwrap_or_else(meta::default_quiver_binary),
+                raft_defaults: args.raft_defaults,
+                rounds: args.rounds,
+                commits: args.commits,
+                wal_duration: Duration::from_secs(args.wal_seconds),
+                json: args.json,
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(meta::run(&options))
         }
         Command::Engine {
             base,

@@ -3,6 +3,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use quiver_test_support::process::free_address;
+
 /// Returns an `engine` command on the dataset `gen` wrote into `data`.
 fn engine_on(data: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_quiver-bench"));
@@ -205,38 +207,36 @@ impl Drop for Standalone {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts the `quiver` binary built beside `quiver-bench` (`cargo test
-/// --workspace` builds both); None, said so, when it was not built.
-fn standalone() -> Option<Standalone> {
+/// Returns the `quiver` binary built beside `quiver-bench` (`cargo test
+/// --workspace` builds both); None, a visible skip, when it was not built (under
+/// CI a failure).
+fn quiver_binary() -> Option<std::path::PathBuf> {
     let quiver = Path::new(env!("CARGO_BIN_EXE_quiver-bench")).with_file_name("quiver");
     if !quiver.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{} not built under CI",
-            quiver.display()
-        );
-        eprintln!(
-            "{} not built (run cargo test --workspace): skipping",
-            quiver.display()
+        quiver_test_support::skip_or_fail(
+            "this test",
+            &format!(
+                "{} is not built (run cargo test --workspace, or cargo build -p quiver)",
+                quiver.display()
+            ),
         );
         return None;
     }
+    Some(quiver)
+}
+
+/// Starts the `quiver` binary built beside `quiver-bench`; None, said so, when
+/// it was not built.
+fn standalone() -> Option<Standalone> {
+    let quiver = quiver_binary()?;
     let data = tempfile::tempdir().unwrap();
-    let (http, grpc) = (free_port(), free_port());
+    let (http, grpc) = (free_address(), free_address());
     let child = Command::new(&quiver)
         .arg("standalone")
         .arg("--data-dir")
         .arg(data.path())
-        .args(["--http-listen", &format!("127.0.0.1:{http}")])
-        .args(["--grpc-listen", &format!("127.0.0.1:{grpc}")])
+        .args(["--http-listen", &http])
+        .args(["--grpc-listen", &grpc])
         .args(["--cache-size", "256MiB"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -244,12 +244,12 @@ fn standalone() -> Option<Standalone> {
         .unwrap();
     let server = Standalone {
         child,
-        endpoint: format!("http://127.0.0.1:{http}"),
+        endpoint: format!("http://{http}"),
         _data: data,
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", http)) {
+        if let Ok(mut stream) = std::net::TcpStream::connect(&http) {
             use std::io::{Read, Write};
             let _ = stream.write_all(b"GET /readyz HTTP/1.0\r\n\r\n");
             let mut answer = String::new();
@@ -400,4 +400,50 @@ fn cluster_filter_and_ingest_benches_against_a_standalone_process() {
         assert!(point["ack_p99_ms"].as_f64().unwrap() >= point["ack_p50_ms"].as_f64().unwrap());
         assert!(point["ack_to_segment_p50_ms"].as_f64().is_some(), "{point}");
     }
+}
+
+/// `meta` against three real `quiver meta` processes, shortened: one failover,
+/// a few commits, one second per CommitWal run; the report has the documented fields.
+#[test]
+fn meta_bench_measures_a_real_three_node_cluster() {
+    let Some(quiver) = quiver_binary() else {
+        return;
+    };
+    let directory = tempfile::tempdir().unwrap();
+    let json = directory.path().join("meta.json");
+    let table = run_bench(
+        &[
+            "meta",
+            "--rounds",
+            "1",
+            "--commits",
+            "5",
+            "--wal-seconds",
+            "1",
+        ],
+        &[("--quiver", &quiver), ("--json", &json)],
+    );
+    assert!(table.contains("failover"), "{table}");
+    assert!(table.contains("CommitWal throughput"), "{table}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(
+        report["failovers_ms"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    assert!(
+        report["failover"]["p50_ms"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["manifest_commit"]["p99_ms"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    let runs = report["commit_wal"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{report}");
+    assert!(
+        runs.iter()
+            .all(|run| run["calls_per_s"].as_f64().unwrap() > 0.0),
+        "{report}"
+    );
 }

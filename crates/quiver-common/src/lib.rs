@@ -10,11 +10,13 @@
 //! - [`hash`]: the stable hashes whose outputs are part of the data format
 //!   (shard routing, rendezvous placement) or of reproducible tests.
 //! - [`stats`]: percentiles over sorted samples, for benchmarks and reports.
+//! - [`vecs`]: `.fvecs`/`.ivecs` dataset files (read by the CLI and the benchmarks).
 
 mod error;
 pub mod hash;
 mod retry;
 pub mod stats;
+pub mod vecs;
 
 pub use error::{ErrorCode, RETRY_AFTER_MS_HEADER, ServiceError};
 #[cfg(feature = "grpc")]

@@ -6,14 +6,29 @@
 //! Point the S3 endpoint at [`FaultProxy::endpoint`]. Every request is read whole
 //! from the client and forwarded on a fresh upstream connection; the answer is
 //! read whole and sent back, damaged or not. Faults are chosen by a seeded
-//! generator, so a failing run can be repeated.
+//! generator ([`quiver_common::hash::splitmix64`] draws), so a failing run can be
+//! repeated. HTTP/1.1 on both sides is hyper's.
 
+use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{
+    CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, EXPECT, HeaderValue, TRANSFER_ENCODING,
+};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use quiver_common::hash::splitmix64;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -160,14 +175,6 @@ impl ProxyShared {
     }
 }
 
-fn splitmix64(mut state: u64) -> u64 {
-    state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut mixed = state;
-    mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    mixed ^ (mixed >> 31)
-}
-
 /// A fault-injecting HTTP/1.1 proxy on a loopback port. Stops when dropped.
 pub struct FaultProxy {
     address: SocketAddr,
@@ -200,11 +207,7 @@ impl FaultProxy {
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let shared = accept_shared.clone();
-                tokio::spawn(async move {
-                    if let Err(error) = serve_connection(client, &shared).await {
-                        tracing::debug!(%error, "fault proxy connection ended");
-                    }
-                });
+                tokio::spawn(serve_connection(client, shared));
             }
         });
         Ok(FaultProxy {
@@ -245,311 +248,313 @@ impl Drop for FaultProxy {
     }
 }
 
-/// An HTTP message head: the start line and the header lines.
-struct Head {
-    start_line: String,
-    headers: Vec<(String, String)>,
+/// The body of an answer the proxy sends: whole, in slow pieces, or cut off.
+type ProxyBody = UnsyncBoxBody<Bytes, io::Error>;
+
+/// A client connection that closes with a reset (RST) instead of a FIN once
+/// asked to: hyper owns the stream, so the fault handler raises the flag and the
+/// stream resets itself when hyper drops (or shuts down) the connection.
+struct ResettableStream {
+    stream: TcpStream,
+    reset: Arc<AtomicBool>,
 }
 
-impl Head {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
-    }
-
-    fn content_length(&self) -> std::io::Result<Option<usize>> {
-        self.header("content-length")
-            .map(|value| {
-                value
-                    .trim()
-                    .parse()
-                    .map_err(|_| std::io::Error::other(format!("bad content-length {value:?}")))
-            })
-            .transpose()
-    }
-
-    fn is_chunked(&self) -> bool {
-        self.header("transfer-encoding")
-            .is_some_and(|value| value.to_ascii_lowercase().contains("chunked"))
-    }
-
-    fn closes(&self) -> bool {
-        self.header("connection")
-            .is_some_and(|value| value.eq_ignore_ascii_case("close"))
-            || self.start_line.starts_with("HTTP/1.0")
-    }
-
-    /// Returns the head as bytes, with a plain `Content-Length` framing.
-    fn encode_with_length(&self, length: usize) -> Vec<u8> {
-        let mut text = format!("{}\r\n", self.start_line);
-        for (name, value) in &self.headers {
-            if name.eq_ignore_ascii_case("content-length")
-                || name.eq_ignore_ascii_case("transfer-encoding")
-            {
-                continue;
-            }
-            text.push_str(&format!("{name}: {value}\r\n"));
-        }
-        text.push_str(&format!("Content-Length: {length}\r\n\r\n"));
-        text.into_bytes()
+impl ResettableStream {
+    fn reset_requested(&self) -> bool {
+        self.reset.load(Ordering::SeqCst)
     }
 }
 
-/// Reads a message head; `None` at a clean end of stream before any byte.
-async fn read_head<R: AsyncRead + Unpin>(
-    reader: &mut BufReader<R>,
-) -> std::io::Result<Option<Head>> {
-    use tokio::io::AsyncBufReadExt;
-    let mut lines = Vec::new();
-    loop {
-        let mut line = String::new();
-        let read = reader.read_line(&mut line).await?;
-        if read == 0 {
-            if lines.is_empty() {
-                return Ok(None);
-            }
-            return Err(std::io::Error::other("connection closed inside a head"));
-        }
-        let line = line.trim_end_matches(['\r', '\n']).to_string();
-        if line.is_empty() {
-            if lines.is_empty() {
-                continue;
-            }
-            break;
-        }
-        lines.push(line);
-    }
-    let start_line = lines.remove(0);
-    let headers = lines
-        .into_iter()
-        .filter_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            Some((name.trim().to_string(), value.trim().to_string()))
-        })
-        .collect();
-    Ok(Some(Head {
-        start_line,
-        headers,
-    }))
-}
-
-/// Reads a message body by its framing (length, chunked, or until the end).
-async fn read_body<R: AsyncRead + Unpin>(
-    reader: &mut BufReader<R>,
-    head: &Head,
-    until_end_allowed: bool,
-) -> std::io::Result<Vec<u8>> {
-    use tokio::io::AsyncBufReadExt;
-    if head.is_chunked() {
-        let mut body = Vec::new();
-        loop {
-            let mut size_line = String::new();
-            reader.read_line(&mut size_line).await?;
-            let size_text = size_line.trim().split(';').next().unwrap_or("");
-            let size = usize::from_str_radix(size_text, 16)
-                .map_err(|_| std::io::Error::other(format!("bad chunk size {size_text:?}")))?;
-            if size == 0 {
-                // Trailers, then the blank line.
-                loop {
-                    let mut trailer = String::new();
-                    let read = reader.read_line(&mut trailer).await?;
-                    if read == 0 || trailer.trim().is_empty() {
-                        break;
-                    }
-                }
-                return Ok(body);
-            }
-            let start = body.len();
-            body.resize(start + size, 0);
-            reader.read_exact(&mut body[start..]).await?;
-            let mut crlf = [0u8; 2];
-            reader.read_exact(&mut crlf).await?;
-        }
-    }
-    match head.content_length()? {
-        Some(length) => {
-            let mut body = vec![0u8; length];
-            reader.read_exact(&mut body).await?;
-            Ok(body)
-        }
-        None if until_end_allowed => {
-            let mut body = Vec::new();
-            reader.read_to_end(&mut body).await?;
-            Ok(body)
-        }
-        None => Ok(Vec::new()),
+impl AsyncRead for ResettableStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffer: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(context, buffer)
     }
 }
 
-fn reset(stream: TcpStream) {
-    // Linger 0: closing sends a RST instead of a FIN.
-    let _ = stream.set_zero_linger();
-    drop(stream);
+impl AsyncWrite for ResettableStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(context, bytes)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffers: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(context, buffers)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(context)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.reset_requested() {
+            // No FIN first: the close that follows is the reset.
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_shutdown(context)
+    }
 }
 
-async fn serve_connection(client: TcpStream, shared: &ProxyShared) -> std::io::Result<()> {
+impl Drop for ResettableStream {
+    fn drop(&mut self) {
+        if self.reset_requested() {
+            // Linger 0: closing sends a RST instead of a FIN.
+            let _ = self.stream.set_zero_linger();
+        }
+    }
+}
+
+async fn serve_connection(client: TcpStream, shared: Arc<ProxyShared>) {
     let _ = client.set_nodelay(true);
-    let mut client = BufReader::new(client);
-    loop {
-        let Some(request_head) = read_head(&mut client).await? else {
-            return Ok(());
-        };
-        let request_body = read_body(&mut client, &request_head, false).await?;
-        shared.requests.fetch_add(1, Ordering::Relaxed);
-        let method = request_head
-            .start_line
-            .split(' ')
-            .next()
-            .unwrap_or("")
-            .to_string();
-        let fault = shared.choose(&method);
-        match fault {
-            Some(Fault::ServerError) => {
-                shared.count(Fault::ServerError);
-                let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code>\
-                            <Message>injected by the fault proxy</Message></Error>";
-                let answer = format!(
-                    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                client.get_mut().write_all(answer.as_bytes()).await?;
-                client.get_mut().flush().await?;
-                return Ok(());
-            }
-            Some(Fault::Stall) => {
-                shared.count(Fault::Stall);
-                let stall = shared
-                    .config
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .stall;
-                tokio::time::sleep(stall).await;
-                return Ok(());
-            }
-            Some(Fault::Reset) => {
-                shared.count(Fault::Reset);
-                reset(client.into_inner());
-                return Ok(());
-            }
-            _ => {}
-        }
-        // Forward on a fresh upstream connection.
-        let mut upstream = BufReader::new(TcpStream::connect(shared.upstream).await?);
-        let mut forwarded = request_head.encode_with_length(request_body.len());
-        forwarded.extend_from_slice(&request_body);
-        upstream.get_mut().write_all(&forwarded).await?;
-        upstream.get_mut().flush().await?;
-        let response_head = read_head(&mut upstream)
-            .await?
-            .ok_or_else(|| std::io::Error::other("upstream closed without answering"))?;
-        let bodiless = method.eq_ignore_ascii_case("HEAD")
-            || ["204", "304"]
-                .iter()
-                .any(|status| response_head.start_line.split(' ').nth(1) == Some(status));
-        let mut response_body = if bodiless {
-            Vec::new()
-        } else {
-            read_body(&mut upstream, &response_head, true).await?
-        };
-        // A body fault needs a body to break; without one the request goes through.
-        let fault = fault.filter(|fault| !fault.needs_body() || response_body.len() >= 2);
-        let declared_length = if bodiless {
-            response_head.content_length()?.unwrap_or(0)
-        } else {
-            response_body.len()
-        };
-        let head_bytes = response_head.encode_with_length(declared_length);
-        let writer = client.get_mut();
-        match fault {
-            Some(Fault::TruncateBody) => {
-                shared.count(Fault::TruncateBody);
-                writer.write_all(&head_bytes).await?;
-                writer
-                    .write_all(&response_body[..response_body.len() / 2])
-                    .await?;
-                writer.flush().await?;
-                reset(client.into_inner());
-                return Ok(());
-            }
-            Some(Fault::SlowBody) => {
-                shared.count(Fault::SlowBody);
-                let pause = shared
-                    .config
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .slow_body_pause;
-                writer.write_all(&head_bytes).await?;
-                let piece = response_body.len().div_ceil(8).max(1);
-                for part in response_body.chunks(piece) {
-                    writer.write_all(part).await?;
-                    writer.flush().await?;
-                    tokio::time::sleep(pause).await;
-                }
-            }
-            Some(Fault::CorruptBody) => {
-                shared.count(Fault::CorruptBody);
-                let middle = response_body.len() / 2;
-                response_body[middle] ^= 0x5a;
-                writer.write_all(&head_bytes).await?;
-                writer.write_all(&response_body).await?;
-            }
-            _ => {
-                shared.forwarded.fetch_add(1, Ordering::Relaxed);
-                writer.write_all(&head_bytes).await?;
-                writer.write_all(&response_body).await?;
-            }
-        }
-        writer.flush().await?;
-        if request_head.closes() || response_head.closes() {
-            return Ok(());
-        }
+    let reset = Arc::new(AtomicBool::new(false));
+    let stream = ResettableStream {
+        stream: client,
+        reset: reset.clone(),
+    };
+    let service = hyper::service::service_fn(move |request| {
+        let shared = shared.clone();
+        let reset = reset.clone();
+        async move { answer(request, &shared, &reset).await }
+    });
+    if let Err(error) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(%error, "fault proxy connection ended");
     }
+}
+
+/// Answers one client request: with a fault, or with the upstream's answer
+/// (damaged or not). An error closes the client connection without an answer.
+async fn answer(
+    request: Request<Incoming>,
+    shared: &ProxyShared,
+    reset: &AtomicBool,
+) -> io::Result<Response<ProxyBody>> {
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await.map_err(io::Error::other)?.to_bytes();
+    shared.requests.fetch_add(1, Ordering::Relaxed);
+    let fault = shared.choose(parts.method.as_str());
+    match fault {
+        Some(Fault::ServerError) => {
+            shared.count(Fault::ServerError);
+            let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code>\
+                        <Message>injected by the fault proxy</Message></Error>";
+            let mut response = Response::new(whole(Bytes::from_static(body.as_bytes())));
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            let headers = response.headers_mut();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/xml"));
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
+            return Ok(response);
+        }
+        Some(Fault::Stall) => {
+            shared.count(Fault::Stall);
+            let stall = shared
+                .config
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .stall;
+            tokio::time::sleep(stall).await;
+            return Err(io::Error::other(
+                "stalled request closed by the fault proxy",
+            ));
+        }
+        Some(Fault::Reset) => {
+            shared.count(Fault::Reset);
+            reset.store(true, Ordering::SeqCst);
+            return Err(io::Error::other("connection reset by the fault proxy"));
+        }
+        _ => {}
+    }
+    let method = parts.method.clone();
+    let upstream = forward(shared.upstream, Request::from_parts(parts, body)).await?;
+    let (mut head, upstream_body) = upstream.into_parts();
+    let mut body = upstream_body
+        .collect()
+        .await
+        .map_err(io::Error::other)?
+        .to_bytes();
+    let bodiless = method == Method::HEAD
+        || head.status == StatusCode::NO_CONTENT
+        || head.status == StatusCode::NOT_MODIFIED;
+    // A body fault needs a body to break; without one the request goes through.
+    let fault = fault.filter(|fault| !fault.needs_body() || (!bodiless && body.len() >= 2));
+    // The body goes back with plain Content-Length framing (a bodiless answer
+    // keeps the upstream's length, e.g. of the object a HEAD describes).
+    head.headers.remove(TRANSFER_ENCODING);
+    if !bodiless {
+        head.headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    }
+    let body = match fault {
+        Some(Fault::TruncateBody) => {
+            shared.count(Fault::TruncateBody);
+            reset.store(true, Ordering::SeqCst);
+            truncated(body)
+        }
+        Some(Fault::SlowBody) => {
+            shared.count(Fault::SlowBody);
+            let pause = shared
+                .config
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .slow_body_pause;
+            slow(body, pause)
+        }
+        Some(Fault::CorruptBody) => {
+            shared.count(Fault::CorruptBody);
+            let mut damaged = body.to_vec();
+            let middle = damaged.len() / 2;
+            damaged[middle] ^= 0x5a;
+            whole(Bytes::from(damaged))
+        }
+        _ => {
+            shared.forwarded.fetch_add(1, Ordering::Relaxed);
+            whole(std::mem::take(&mut body))
+        }
+    };
+    Ok(Response::from_parts(head, body))
+}
+
+/// Sends `request` (its body whole) to `upstream` on a fresh connection.
+async fn forward(upstream: SocketAddr, request: Request<Bytes>) -> io::Result<Response<Incoming>> {
+    let stream = TcpStream::connect(upstream).await?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(io::Error::other)?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "fault proxy upstream connection ended");
+        }
+    });
+    let (mut parts, body) = request.into_parts();
+    // The body is here whole: send it with its length, and wait for no
+    // `100 Continue` (the client got its own from this proxy's server side).
+    parts.headers.remove(TRANSFER_ENCODING);
+    parts.headers.remove(EXPECT);
+    parts
+        .headers
+        .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    sender
+        .send_request(Request::from_parts(parts, Full::new(body)))
+        .await
+        .map_err(io::Error::other)
+}
+
+fn whole(body: Bytes) -> ProxyBody {
+    Full::new(body)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// Returns `body` in eight pieces, `pause` apart.
+fn slow(body: Bytes, pause: Duration) -> ProxyBody {
+    let piece = body.len().div_ceil(8).max(1);
+    let pieces: Vec<Bytes> = (0..body.len())
+        .step_by(piece)
+        .map(|start| body.slice(start..(start + piece).min(body.len())))
+        .collect();
+    let frames = futures_util::stream::iter(pieces.into_iter().enumerate()).then(
+        move |(index, piece)| async move {
+            if index > 0 {
+                tokio::time::sleep(pause).await;
+            }
+            Ok(Frame::data(piece))
+        },
+    );
+    StreamBody::new(frames).boxed_unsync()
+}
+
+/// Returns the first half of `body`, then (once that half is on its way) an
+/// error, which makes hyper drop the connection short of the declared length.
+fn truncated(body: Bytes) -> ProxyBody {
+    let half = body.slice(..body.len() / 2);
+    let frames = futures_util::stream::iter([true, false]).then(move |first| {
+        let half = half.clone();
+        async move {
+            if first {
+                return Ok(Frame::data(half));
+            }
+            // Pending for a moment lets hyper flush the half before the error.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Err(io::Error::other("body truncated by the fault proxy"))
+        }
+    });
+    StreamBody::new(frames).boxed_unsync()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A tiny upstream that answers every request with a fixed body.
+    /// A tiny upstream that answers every request with a fixed body (HEAD: its
+    /// length only).
     async fn upstream(body: &'static [u8]) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut stream = BufReader::new(stream);
-                    let Ok(Some(head)) = read_head(&mut stream).await else {
-                        return;
-                    };
-                    let _ = read_body(&mut stream, &head, false).await;
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let stream = stream.get_mut();
-                    let _ = stream.write_all(answer.as_bytes()).await;
-                    let _ = stream.write_all(body).await;
-                });
+                let service =
+                    hyper::service::service_fn(move |request: Request<Incoming>| async move {
+                        let _ = request.into_body().collect().await;
+                        Ok::<_, io::Error>(Response::new(Full::new(Bytes::from_static(body))))
+                    });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service),
+                );
             }
         });
         address
     }
 
-    async fn fetch(endpoint: &str) -> std::io::Result<(String, Vec<u8>)> {
+    /// Sends `method /bucket/key` to `endpoint`; returns the status, the body
+    /// and the declared length.
+    async fn fetch_with(
+        endpoint: &str,
+        method: Method,
+    ) -> Result<(StatusCode, Bytes, Option<String>), Box<dyn std::error::Error + Send + Sync>> {
         let address = endpoint.strip_prefix("http://").unwrap();
-        let mut stream = BufReader::new(TcpStream::connect(address).await?);
-        stream
-            .get_mut()
-            .write_all(b"GET /bucket/key HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-            .await?;
-        let head = read_head(&mut stream)
-            .await?
-            .ok_or_else(|| std::io::Error::other("no answer"))?;
-        let body = read_body(&mut stream, &head, false).await?;
-        Ok((head.start_line, body))
+        let stream = TcpStream::connect(address).await?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        let request = Request::builder()
+            .method(method)
+            .uri("/bucket/key")
+            .header("host", "x")
+            .body(Full::new(Bytes::new()))?;
+        let response = sender.send_request(request).await?;
+        let status = response.status();
+        let length = response
+            .headers()
+            .get(CONTENT_LENGTH)
+            .map(|value| value.to_str().unwrap_or_default().to_string());
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, body, length))
+    }
+
+    async fn fetch(
+        endpoint: &str,
+    ) -> Result<(StatusCode, Bytes), Box<dyn std::error::Error + Send + Sync>> {
+        let (status, body, _) = fetch_with(endpoint, Method::GET).await?;
+        Ok((status, body))
     }
 
     #[tokio::test]
@@ -560,12 +565,12 @@ mod tests {
             .await
             .unwrap();
         let (status, got) = fetch(&proxy.endpoint()).await.unwrap();
-        assert!(status.contains("200"), "{status}");
-        assert_eq!(got, body);
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(got.as_ref(), body);
 
         proxy.set_config(FaultConfig::new(1.0, &[Fault::ServerError]));
         let (status, _) = fetch(&proxy.endpoint()).await.unwrap();
-        assert!(status.contains("503"), "{status}");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 
         proxy.set_config(FaultConfig::new(1.0, &[Fault::TruncateBody]));
         assert!(fetch(&proxy.endpoint()).await.is_err(), "a truncated body");
@@ -576,11 +581,11 @@ mod tests {
         proxy.set_config(FaultConfig::new(1.0, &[Fault::CorruptBody]));
         let (_, got) = fetch(&proxy.endpoint()).await.unwrap();
         assert_eq!(got.len(), body.len());
-        assert_ne!(got, body, "one byte flipped");
+        assert_ne!(got.as_ref(), body, "one byte flipped");
 
         proxy.set_config(FaultConfig::new(1.0, &[Fault::SlowBody]));
         let (_, got) = fetch(&proxy.endpoint()).await.unwrap();
-        assert_eq!(got, body, "slow, but whole");
+        assert_eq!(got.as_ref(), body, "slow, but whole");
 
         let mut stall = FaultConfig::new(1.0, &[Fault::Stall]);
         stall.stall = Duration::from_millis(200);
@@ -593,12 +598,20 @@ mod tests {
         // Method filter: a GET is not eligible for PUT-only faults.
         proxy.set_config(FaultConfig::new(1.0, &[Fault::ServerError]).only_methods(&["PUT"]));
         let (status, _) = fetch(&proxy.endpoint()).await.unwrap();
-        assert!(status.contains("200"), "{status}");
+        assert_eq!(status, StatusCode::OK);
+
+        // A body fault leaves a bodiless answer alone, and a HEAD keeps the
+        // length of what it describes.
+        proxy.set_config(FaultConfig::new(1.0, &[Fault::TruncateBody]));
+        let (status, got, length) = fetch_with(&proxy.endpoint(), Method::HEAD).await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert!(got.is_empty());
+        assert_eq!(length.as_deref(), Some("16"));
 
         let stats = proxy.stats();
-        assert_eq!(stats.requests, 8);
+        assert_eq!(stats.requests, 9);
         assert_eq!(stats.total_injected(), 6);
-        assert_eq!(stats.forwarded, 2);
+        assert_eq!(stats.forwarded, 3);
     }
 
     #[test]

@@ -1,10 +1,26 @@
 //! `quiver`: runs one Quiver role per process (`quiver meta|indexer|searcher|gateway`)
 //! or all of them in one (`quiver standalone --data-dir DIR`), through the
 //! [`lifecycle::Role`] trait.
+//!
+//! - `main.rs`: the command line, the config file, logging, the HTTP port of the
+//!   roles that do not serve their own, and shutdown on SIGTERM/SIGINT.
+//! - [`lifecycle`]: the `Role` trait every role implements.
+//! - one module per role: `meta_role`, `indexer_role`, `searcher_role`,
+//!   `gateway_role`, `standalone_role` (all of them in one process).
+//! - what the data roles share: `data_node` (flags, object store, listener,
+//!   advertised address, node id), `config_sections` (the `[storage]`,
+//!   `[indexer]`, `[searcher]` sections), `http_routes` (`/metrics`, `/healthz`,
+//!   `/readyz`).
 
-mod data_roles;
+mod config_sections;
+mod data_node;
+mod gateway_role;
+mod http_routes;
+mod indexer_role;
 mod lifecycle;
 mod meta_role;
+mod searcher_role;
+mod standalone_role;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,13 +31,15 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
-use crate::data_roles::{
-    DataFileConfig, GatewayArgs, GatewayFileConfig, GatewayRole, GatewaySettings, IndexerArgs,
-    IndexerRole, SearcherArgs, SearcherFileConfig, SearcherRole, StandaloneArgs, StandaloneRole,
-    StorageFileConfig,
-};
+use tokio_util::sync::CancellationToken;
+
+use crate::config_sections::{DataFileConfig, SearcherFileConfig, StorageFileConfig};
+use crate::gateway_role::{GatewayArgs, GatewayFileConfig, GatewayRole, GatewaySettings};
+use crate::indexer_role::{IndexerArgs, IndexerRole};
 use crate::lifecycle::{Role, shutdown_signal};
 use crate::meta_role::{MetaArgs, MetaRole, meta_config};
+use crate::searcher_role::{SearcherArgs, SearcherRole};
+use crate::standalone_role::{StandaloneArgs, StandaloneRole};
 
 /// Quiver: a distributed vector search cluster.
 #[derive(Debug, Parser)]
@@ -165,18 +183,15 @@ async fn bind_http(address: &str) -> anyhow::Result<tokio::net::TcpListener> {
 fn serve_http(
     role: &dyn Role,
     listener: tokio::net::TcpListener,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let router = role.http_router();
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, role = role.name(), "http endpoints serving");
     }
     tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stop.wait_for(|stopping| *stopping).await;
-        };
         if let Err(error) = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
             .await
         {
             tracing::warn!(%error, "http server failed");
@@ -262,13 +277,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Box::new(StandaloneRole::start(standalone, settings, address, &data_file).await?)
         }
     };
-    let (stop_sender, stop_receiver) = tokio::sync::watch::channel(false);
+    let shutdown = CancellationToken::new();
     let http_task =
-        http_listener.map(|listener| serve_http(role.as_ref(), listener, stop_receiver));
+        http_listener.map(|listener| serve_http(role.as_ref(), listener, shutdown.clone()));
     tracing::info!(role = role.name(), ready = role.is_ready(), "role started");
     shutdown_signal().await;
     tracing::info!(role = role.name(), "shutting down");
-    let _ = stop_sender.send(true);
+    shutdown.cancel();
     role.stop(Duration::from_millis(common.shutdown_grace_ms))
         .await?;
     if let Some(task) = http_task {

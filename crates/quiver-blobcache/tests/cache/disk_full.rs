@@ -5,7 +5,9 @@
 
 use quiver_blobcache::{BlobCache, BlobCacheConfig, CacheError, ReadCounts};
 
-use crate::support::{TmpfsMount, memory_storage, put, random_bytes, runtime};
+use quiver_test_support::Tmpfs;
+
+use crate::support::{memory_storage, put, random_bytes, runtime};
 
 const REGION_BYTES: u64 = 1 << 20;
 
@@ -64,7 +66,7 @@ fn cold_reads_count_misses_and_bytes_and_warm_reads_count_hits() {
 
 #[test]
 fn a_full_disk_at_start_gives_a_clear_error_or_a_read_through_cache() {
-    let Some(mount) = TmpfsMount::new(4 << 20) else {
+    let Some(mount) = Tmpfs::mount_temporary(4 << 20) else {
         return;
     };
     let runtime = runtime();
@@ -120,7 +122,7 @@ fn a_full_disk_at_start_gives_a_clear_error_or_a_read_through_cache() {
 
 #[test]
 fn a_disk_that_fills_up_after_the_cache_started_changes_nothing() {
-    let Some(mount) = TmpfsMount::new(12 << 20) else {
+    let Some(mount) = Tmpfs::mount_temporary(12 << 20) else {
         return;
     };
     let runtime = runtime();

@@ -25,7 +25,9 @@ use quiver_index::{
     ByteSource, Hit, IndexErrorKind, MemorySource, SearchParams, SearchScratch, Segment,
 };
 
-use crate::support::{TmpfsMount, cache, put, random_bytes, runtime};
+use quiver_test_support::Tmpfs;
+
+use crate::support::{cache, put, random_bytes, runtime};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Fault {
@@ -510,7 +512,7 @@ fn fetched_again_after_an_eviction_is_checked_again(rows: usize, dim: usize, reg
 #[test]
 fn a_read_through_cache_checks_every_read() {
     // A disk too small for the cache file: every read goes to the store.
-    let Some(mount) = TmpfsMount::new(64 << 10) else {
+    let Some(mount) = Tmpfs::mount_temporary(64 << 10) else {
         return;
     };
     let runtime = runtime();

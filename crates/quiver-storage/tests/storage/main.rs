@@ -1,32 +1,12 @@
 //! Storage against real stores: memory, a local directory, and an S3-compatible
-//! server over HTTP (started by `.ci/run`; its endpoint in `QUIVER_TEST_S3_ENDPOINT`).
+//! server over HTTP (its endpoint in `QUIVER_TEST_S3_ENDPOINT`; without it the S3
+//! parts are skipped, visibly, and under `CI=true` they fail).
 
 use bytes::Bytes;
 use quiver_storage::{
     S3Settings, Storage, StorageErrorKind, StorageOptions, StoreUrl, ensure_bucket, keys,
 };
-
-/// Returns the S3 test settings, or `None` when no server is configured; under CI a
-/// missing server is a failure, not a skip.
-fn s3_settings() -> Option<S3Settings> {
-    match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => Some(S3Settings {
-            endpoint: Some(endpoint),
-            region: Some("us-east-1".into()),
-            access_key_id: Some("testing".into()),
-            secret_access_key: Some("testing".into()),
-            session_token: None,
-            virtual_hosted_style: false,
-        }),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("QUIVER_TEST_S3_ENDPOINT is not set: .ci/run must start the S3 server")
-        }
-        Err(_) => {
-            eprintln!("QUIVER_TEST_S3_ENDPOINT not set: skipping the S3 part of this test");
-            None
-        }
-    }
-}
+use quiver_test_support::{S3TestServer, fresh_bucket_name};
 
 async fn stores(directory: &std::path::Path) -> Vec<Storage> {
     let options = StorageOptions::default();
@@ -41,8 +21,9 @@ async fn stores(directory: &std::path::Path) -> Vec<Storage> {
         )
         .unwrap(),
     ];
-    if let Some(settings) = s3_settings() {
-        let bucket = format!("quiver-test-{}", std::process::id());
+    if let Some(server) = S3TestServer::from_env("the S3 store of this test") {
+        let settings = server.settings();
+        let bucket = fresh_bucket_name("quiver-storage-test");
         ensure_bucket(&settings, &bucket).await.unwrap();
         // A second call on an existing bucket succeeds.
         ensure_bucket(&settings, &bucket).await.unwrap();
@@ -158,13 +139,11 @@ async fn an_unreachable_server_fails_within_the_timeout_with_the_key() {
 #[tokio::test]
 async fn reads_through_a_faulty_server_are_whole_or_errors() {
     use quiver_storage::testing::{Fault, FaultConfig, FaultProxy};
-    let Some(settings) = s3_settings() else {
+    let Some(server) = S3TestServer::from_env("this test") else {
         return;
     };
-    let bucket = format!("quiver-test-faults-{}", std::process::id());
-    ensure_bucket(&settings, &bucket).await.unwrap();
-    let endpoint = settings.endpoint.clone().unwrap();
-    let proxy = FaultProxy::start(&endpoint, FaultConfig::none())
+    let bucket = server.create_bucket("quiver-storage-faults").await;
+    let proxy = FaultProxy::start(server.endpoint(), FaultConfig::none())
         .await
         .unwrap();
     let options = StorageOptions {
@@ -174,12 +153,7 @@ async fn reads_through_a_faulty_server_are_whole_or_errors() {
         initial_backoff: std::time::Duration::from_millis(10),
         ..Default::default()
     };
-    let through_proxy = S3Settings {
-        endpoint: Some(proxy.endpoint()),
-        ..settings.clone()
-    };
-    let url: StoreUrl = format!("s3://{bucket}/faults").parse().unwrap();
-    let store = Storage::open(&url, &through_proxy, options).unwrap();
+    let store = server.storage_via(&proxy.endpoint(), &bucket, "faults", options);
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
     store
         .put("object", Bytes::from(data.clone()))

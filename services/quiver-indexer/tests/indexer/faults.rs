@@ -12,38 +12,19 @@ use std::time::Duration;
 use quiver_indexer::{Catalog, MemoryCatalog};
 use quiver_proto::{ErrorCode, ServiceError};
 use quiver_storage::testing::{Fault, FaultConfig, FaultProxy};
-use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl};
+use quiver_storage::{Storage, StorageOptions};
+use quiver_test_support::S3TestServer;
 
 use crate::support::{assert_contents, manual_config, open_writer, shard, upsert};
 
 /// Storage through `proxy` (short timeouts, few retries) and straight to the
 /// server, on one fresh bucket.
 async fn stores(proxy_for: &str) -> Option<(FaultProxy, Storage, Storage)> {
-    let endpoint = match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => endpoint,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("QUIVER_TEST_S3_ENDPOINT is not set under CI")
-        }
-        Err(_) => {
-            eprintln!("QUIVER_TEST_S3_ENDPOINT not set: skipping {proxy_for}");
-            return None;
-        }
-    };
-    let settings = |endpoint: &str| S3Settings {
-        endpoint: Some(endpoint.to_string()),
-        region: Some("us-east-1".into()),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some("testing".into()),
-        ..Default::default()
-    };
-    let bucket = format!("quiver-faults-{}", rand::random::<u32>());
-    quiver_storage::ensure_bucket(&settings(&endpoint), &bucket)
+    let server = S3TestServer::from_env(proxy_for)?;
+    let bucket = server.create_bucket("quiver-faults").await;
+    let proxy = FaultProxy::start(server.endpoint(), FaultConfig::none())
         .await
         .unwrap();
-    let proxy = FaultProxy::start(&endpoint, FaultConfig::none())
-        .await
-        .unwrap();
-    let url: StoreUrl = format!("s3://{bucket}/faults").parse().unwrap();
     let options = StorageOptions {
         operation_timeout: Duration::from_secs(4),
         request_timeout: Duration::from_millis(700),
@@ -52,8 +33,8 @@ async fn stores(proxy_for: &str) -> Option<(FaultProxy, Storage, Storage)> {
         initial_backoff: Duration::from_millis(20),
         ..StorageOptions::default()
     };
-    let faulty = Storage::open(&url, &settings(&proxy.endpoint()), options).unwrap();
-    let direct = Storage::open(&url, &settings(&endpoint), StorageOptions::default()).unwrap();
+    let faulty = server.storage_via(&proxy.endpoint(), &bucket, "faults", options);
+    let direct = server.storage(&bucket, "faults", StorageOptions::default());
     Some((proxy, faulty, direct))
 }
 

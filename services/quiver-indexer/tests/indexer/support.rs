@@ -9,6 +9,7 @@ use quiver_indexer::{IndexerConfig, Manifest, MemoryCatalog, ShardRef, ShardWrit
 use quiver_storage::{
     DeletionBitmap, S3Settings, Storage, StorageOptions, StoreUrl, WalBatch, WalRecord,
 };
+use quiver_test_support::S3TestServer;
 
 pub const DIM: usize = 8;
 
@@ -32,32 +33,15 @@ pub fn memory_storage() -> Storage {
     .unwrap()
 }
 
-/// The S3 server's storage (a fresh bucket), or `None` outside CI without one.
+/// The S3 test server's storage (a fresh bucket), or `None` (a visible skip)
+/// without a server; under CI a missing server fails.
 pub async fn s3_storage() -> Option<Storage> {
-    let endpoint = match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => endpoint,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("QUIVER_TEST_S3_ENDPOINT is not set under CI")
-        }
-        Err(_) => return None,
-    };
-    let settings = S3Settings {
-        endpoint: Some(endpoint),
-        region: Some("us-east-1".into()),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some("testing".into()),
-        ..Default::default()
-    };
-    let bucket = format!(
-        "quiver-indexer-test-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    );
-    quiver_storage::ensure_bucket(&settings, &bucket)
-        .await
-        .unwrap();
-    let url: StoreUrl = format!("s3://{bucket}/indexer-tests").parse().unwrap();
-    Some(Storage::open(&url, &settings, StorageOptions::default()).unwrap())
+    let server = S3TestServer::from_env("the S3 part of this test")?;
+    Some(
+        server
+            .fresh_storage("quiver-indexer-test", "indexer-tests")
+            .await,
+    )
 }
 
 /// A config that never flushes or merges on its own (tests call flush).

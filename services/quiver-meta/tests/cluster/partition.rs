@@ -77,6 +77,46 @@ impl ProxiedCluster {
         self.cluster.nodes[&node_id].status().term
     }
 
+    /// Returns how many pre-vote rounds `node_id` ran that no quorum granted: one
+    /// per election timeout it reached as a follower without hearing from a leader.
+    fn refused_pre_votes(&self, node_id: u64) -> u64 {
+        self.cluster.nodes[&node_id]
+            .metrics()
+            .pre_vote_rounds_total
+            .with_label_values(&["refused"])
+            .get()
+    }
+
+    /// Returns how many times `node_id` stepped down as a leader no quorum
+    /// acknowledged for two leader leases (two maximal election timeouts).
+    fn step_downs(&self, node_id: u64) -> u64 {
+        self.cluster.nodes[&node_id]
+            .metrics()
+            .leader_step_downs_total
+            .get()
+    }
+
+    /// Waits until `count` of the isolated `node_id` (one of the counters above)
+    /// has grown by `rounds` over `before`: proof, from the node's own clock, that
+    /// it went through several election timeouts without a leader — each time it
+    /// would have campaigned (raised its term) without pre-vote — so what is
+    /// checked afterwards held through all of them, however slow the machine.
+    async fn wait_for_election_timeouts(
+        &self,
+        node_id: u64,
+        count: fn(&ProxiedCluster, u64) -> u64,
+        before: u64,
+        rounds: u64,
+    ) -> anyhow::Result<()> {
+        eventually(
+            "the isolated node to go through several election timeouts",
+            Duration::from_secs(60),
+            || async { (count(self, node_id) >= before + rounds).then_some(()) },
+        )
+        .await
+        .with_context(|| self.cluster.describe())
+    }
+
     /// Waits for a leader among `candidates` and returns it.
     async fn wait_for_leader_among(&self, candidates: &[u64]) -> anyhow::Result<u64> {
         eventually(
@@ -136,8 +176,13 @@ fn collection_names(catalog: &quiver_meta::Catalog) -> Vec<&str> {
         .collect()
 }
 
-/// Lets an isolated node run through several election timeouts (300–600 ms in tests).
-const SEVERAL_ELECTION_TIMEOUTS: Duration = Duration::from_secs(3);
+/// How many election timeouts (300–600 ms in tests) an isolated follower runs
+/// through before the test checks that it never campaigned.
+const SEVERAL_ELECTION_TIMEOUTS: u64 = 4;
+
+/// How many times an isolated leader steps down (each after two leader leases
+/// without a quorum, ~4 s for two) before the test checks it never campaigned.
+const SEVERAL_STEP_DOWNS: u64 = 2;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_cannot_commit_and_the_majority_moves_on() -> anyhow::Result<()> {
@@ -151,6 +196,7 @@ async fn a_partitioned_leader_cannot_commit_and_the_majority_moves_on() -> anyho
         .await?;
     cluster.wait_for_convergence().await?;
     let old_term = proxied.term(old_leader);
+    let step_downs_before = proxied.step_downs(old_leader);
 
     proxied.isolate(old_leader);
     let majority: Vec<u64> = (1..=3).filter(|node_id| *node_id != old_leader).collect();
@@ -193,8 +239,17 @@ async fn a_partitioned_leader_cannot_commit_and_the_majority_moves_on() -> anyho
             .create_collection(collection_spec(&format!("during-{index}"), 1, 1))
             .await?;
     }
-    tokio::time::sleep(SEVERAL_ELECTION_TIMEOUTS).await;
-    // Without a quorum to pre-vote for it, the isolated node never campaigned.
+    // The isolated leader lost its quorum for several election timeouts (it
+    // stepped down, check-quorum, again and again); without a quorum to pre-vote
+    // for it, it never campaigned.
+    proxied
+        .wait_for_election_timeouts(
+            old_leader,
+            ProxiedCluster::step_downs,
+            step_downs_before,
+            SEVERAL_STEP_DOWNS,
+        )
+        .await?;
     assert!(
         proxied.term(old_leader) <= old_term,
         "the isolated node raised its term: {}",
@@ -239,6 +294,7 @@ async fn an_isolated_follower_rejoins_without_deposing_the_leader() -> anyhow::R
     let follower = (1..=3)
         .find(|node_id| *node_id != leader)
         .context("a follower")?;
+    let refused_before = proxied.refused_pre_votes(follower);
 
     proxied.isolate(follower);
     let majority: Vec<u64> = (1..=3).filter(|node_id| *node_id != follower).collect();
@@ -253,7 +309,14 @@ async fn an_isolated_follower_rejoins_without_deposing_the_leader() -> anyhow::R
             .create_collection(collection_spec(&format!("during-{index}"), 1, 1))
             .await?;
     }
-    tokio::time::sleep(SEVERAL_ELECTION_TIMEOUTS).await;
+    proxied
+        .wait_for_election_timeouts(
+            follower,
+            ProxiedCluster::refused_pre_votes,
+            refused_before,
+            SEVERAL_ELECTION_TIMEOUTS,
+        )
+        .await?;
     let majority_leader = proxied.wait_for_leader_among(&majority).await?;
     let majority_term = proxied.term(majority_leader);
     assert!(

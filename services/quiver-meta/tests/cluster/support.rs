@@ -1,15 +1,15 @@
 //! In-process metadata clusters on loopback ports, and a TCP proxy that can cut links.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use quiver_meta::{Catalog, MetaClient, MetaClientConfig, MetaConfig, MetaServer};
 use quiver_proto::meta as pb;
+pub use quiver_test_support::eventually;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -23,24 +23,6 @@ pub fn init_test_logs() {
         )
         .with_test_writer()
         .try_init();
-}
-
-/// Polls `check` every 50 ms until it returns `Some`, or fails after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return Ok(value);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A collection spec with `shards` shards.

@@ -8,52 +8,15 @@ use std::sync::Arc;
 use quiver_blobcache::{BlobCache, BlobCacheConfig};
 use quiver_index::SearchScratch;
 use quiver_searcher::{ReadContext, ShardView};
+use quiver_test_support::Tmpfs;
 
 use crate::faults::write_shard;
 use crate::reload::{context, memory_storage};
 use crate::{request, spec, vectors};
 
-/// A small tmpfs mounted on a temporary directory, unmounted when dropped; `None`
-/// (with a note) where mounting is not permitted — under CI that fails.
-struct TmpfsMount {
-    directory: tempfile::TempDir,
-}
-
-impl TmpfsMount {
-    fn new(size_bytes: u64) -> Option<TmpfsMount> {
-        let directory = tempfile::tempdir().unwrap();
-        let options = std::ffi::CString::new(format!("size={size_bytes},mode=0700")).unwrap();
-        let mounted = rustix::mount::mount(
-            "tmpfs",
-            directory.path(),
-            "tmpfs",
-            rustix::mount::MountFlags::empty(),
-            options.as_c_str(),
-        );
-        if let Err(errno) = mounted {
-            let error = std::io::Error::from(errno);
-            if std::env::var_os("CI").is_some() {
-                panic!("cannot mount a tmpfs for the disk-full test under CI: {error}");
-            }
-            eprintln!("cannot mount a tmpfs ({error}): skipping the disk-full test");
-            return None;
-        }
-        Some(TmpfsMount { directory })
-    }
-}
-
-impl Drop for TmpfsMount {
-    fn drop(&mut self) {
-        let _ = rustix::mount::unmount(
-            self.directory.path(),
-            rustix::mount::UnmountFlags::DETACH,
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_read_through_when_the_cache_disk_is_full() {
-    let Some(mount) = TmpfsMount::new(2 << 20) else {
+    let Some(mount) = Tmpfs::mount_temporary(2 << 20) else {
         return;
     };
     let storage = memory_storage();
@@ -65,7 +28,7 @@ async fn queries_read_through_when_the_cache_disk_is_full() {
     let reference_dir = tempfile::tempdir().unwrap();
     let reference_context = context(&storage, reference_dir.path(), 64 << 10);
     let full = BlobCacheConfig {
-        directory: mount.directory.path().join("cache"),
+        directory: mount.path().join("cache"),
         capacity_bytes: 64 << 20,
         region_bytes: 1 << 20,
     };

@@ -12,7 +12,8 @@ use quiver_indexer::{Catalog, MemoryCatalog, ShardRef, ShardWriter};
 use quiver_proto::{ErrorCode, ServiceError};
 use quiver_searcher::ShardView;
 use quiver_storage::testing::{Fault, FaultConfig, FaultProxy};
-use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl, WalRecord};
+use quiver_storage::{Storage, StorageOptions, WalRecord};
+use quiver_test_support::S3TestServer;
 
 use crate::reload::{context, manual_config};
 use crate::{request, spec, upsert, vectors};
@@ -20,31 +21,11 @@ use crate::{request, spec, upsert, vectors};
 /// Storage through `proxy` (short timeouts, few retries) and straight to the
 /// server, on one fresh bucket.
 pub(crate) async fn stores() -> Option<(FaultProxy, Storage, Storage)> {
-    let endpoint = match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => endpoint,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("QUIVER_TEST_S3_ENDPOINT is not set under CI")
-        }
-        Err(_) => {
-            eprintln!("QUIVER_TEST_S3_ENDPOINT not set: skipping this S3 fault test");
-            return None;
-        }
-    };
-    let settings = |endpoint: &str| S3Settings {
-        endpoint: Some(endpoint.to_string()),
-        region: Some("us-east-1".into()),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some("testing".into()),
-        ..Default::default()
-    };
-    let bucket = format!("quiver-read-faults-{}", rand::random::<u32>());
-    quiver_storage::ensure_bucket(&settings(&endpoint), &bucket)
+    let server = S3TestServer::from_env("this S3 fault test")?;
+    let bucket = server.create_bucket("quiver-read-faults").await;
+    let proxy = FaultProxy::start(server.endpoint(), FaultConfig::none())
         .await
         .unwrap();
-    let proxy = FaultProxy::start(&endpoint, FaultConfig::none())
-        .await
-        .unwrap();
-    let url: StoreUrl = format!("s3://{bucket}/reads").parse().unwrap();
     let options = StorageOptions {
         operation_timeout: Duration::from_secs(4),
         request_timeout: Duration::from_millis(700),
@@ -53,8 +34,8 @@ pub(crate) async fn stores() -> Option<(FaultProxy, Storage, Storage)> {
         initial_backoff: Duration::from_millis(20),
         ..StorageOptions::default()
     };
-    let faulty = Storage::open(&url, &settings(&proxy.endpoint()), options).unwrap();
-    let direct = Storage::open(&url, &settings(&endpoint), StorageOptions::default()).unwrap();
+    let faulty = server.storage_via(&proxy.endpoint(), &bucket, "reads", options);
+    let direct = server.storage(&bucket, "reads", StorageOptions::default());
     Some((proxy, faulty, direct))
 }
 

@@ -13,6 +13,7 @@ use quiver_indexer::{Catalog, IndexerConfig, MemoryCatalog, ShardRef, ShardWrite
 use quiver_proto::{ErrorCode, ServiceError};
 use quiver_searcher::{ReadContext, SearchRequest, ShardView};
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl, WalRecord};
+use quiver_test_support::S3TestServer;
 use rand::{Rng, SeedableRng};
 
 mod corruption;
@@ -350,25 +351,11 @@ async fn search_through_the_cache_sees_every_acknowledged_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_through_the_cache_from_the_s3_server() {
-    let endpoint = match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => endpoint,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("QUIVER_TEST_S3_ENDPOINT is not set under CI")
-        }
-        Err(_) => return,
+    let Some(server) = S3TestServer::from_env("this test") else {
+        return;
     };
-    let settings = S3Settings {
-        endpoint: Some(endpoint),
-        region: Some("us-east-1".into()),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some("testing".into()),
-        ..Default::default()
-    };
-    let bucket = format!("quiver-searcher-test-{}", rand::random::<u32>());
-    quiver_storage::ensure_bucket(&settings, &bucket)
-        .await
-        .unwrap();
-    let url: StoreUrl = format!("s3://{bucket}/searcher").parse().unwrap();
-    let storage = Storage::open(&url, &settings, StorageOptions::default()).unwrap();
+    let storage = server
+        .fresh_storage("quiver-searcher-test", "searcher")
+        .await;
     check(fixture(storage).await).await;
 }

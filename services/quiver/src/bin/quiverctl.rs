@@ -135,33 +135,12 @@ fn print(value: &Value) {
     );
 }
 
-/// Reads an .fvecs file: per row a little-endian i32 dimension, then the values.
+/// Reads an .fvecs file: its dimension and its rows one after the other. A bad
+/// file (a negative or absurd dimension, a size that is no whole number of rows)
+/// is an error naming it.
 fn read_fvecs(path: &Path) -> anyhow::Result<(usize, Vec<f32>)> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    if bytes.len() < 4 {
-        bail!("{} is not an .fvecs file (too short)", path.display());
-    }
-    let dim = i32::from_le_bytes(bytes[..4].try_into()?) as usize;
-    let row_bytes = 4 + dim * 4;
-    if dim == 0 || bytes.len() % row_bytes != 0 {
-        bail!(
-            "{} is not an .fvecs file of dimension {dim} ({} bytes)",
-            path.display(),
-            bytes.len()
-        );
-    }
-    let mut values = Vec::with_capacity(bytes.len() / row_bytes * dim);
-    for row in bytes.chunks_exact(row_bytes) {
-        if i32::from_le_bytes(row[..4].try_into()?) as usize != dim {
-            bail!("{} mixes dimensions", path.display());
-        }
-        values.extend(
-            row[4..]
-                .chunks_exact(4)
-                .map(|value| f32::from_le_bytes(value.try_into().expect("4 bytes"))),
-        );
-    }
-    Ok((dim, values))
+    let matrix = quiver_common::vecs::read_fvecs(path, None)?;
+    Ok((matrix.dim, matrix.data))
 }
 
 async fn load(

@@ -8,32 +8,10 @@ use quiver_searcher::ReadContext;
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl};
 
 /// The S3 server's storage (a fresh bucket named from `bucket_prefix`, keys under
-/// `key_prefix`), or `None` outside CI without one.
+/// `key_prefix`), or `None` (a visible skip) without one; under CI a missing server fails.
 pub async fn s3_storage(bucket_prefix: &str, key_prefix: &str) -> Option<Storage> {
-    let endpoint = match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => endpoint,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("QUIVER_TEST_S3_ENDPOINT is not set under CI")
-        }
-        Err(_) => return None,
-    };
-    let settings = S3Settings {
-        endpoint: Some(endpoint),
-        region: Some("us-east-1".into()),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some("testing".into()),
-        ..Default::default()
-    };
-    let bucket = format!(
-        "{bucket_prefix}-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    );
-    quiver_storage::ensure_bucket(&settings, &bucket)
-        .await
-        .unwrap();
-    let url: StoreUrl = format!("s3://{bucket}/{key_prefix}").parse().unwrap();
-    Some(Storage::open(&url, &settings, StorageOptions::default()).unwrap())
+    let server = quiver_test_support::S3TestServer::from_env("this in-process cluster test")?;
+    Some(server.fresh_storage(bucket_prefix, key_prefix).await)
 }
 
 /// An in-memory object store.

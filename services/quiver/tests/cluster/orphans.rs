@@ -11,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use quiver_gateway::{GatewayConfig, GatewayServer};
 use quiver_indexer::{IndexerConfig, IndexerNode, IndexerNodeConfig};
 use quiver_meta::MetaClient;
-use quiver_storage::{S3Settings, Storage, StorageErrorKind, StorageOptions, StoreUrl, keys};
+use quiver_storage::{Storage, StorageErrorKind, keys};
+use quiver_test_support::S3TestServer;
 use serde_json::{Value, json};
 
 const MIN_AGE_MS: u64 = 2_000;
@@ -34,29 +35,8 @@ fn counter(name: &str) -> f64 {
 }
 
 async fn s3_storage() -> Option<Storage> {
-    let endpoint = match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => endpoint,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("QUIVER_TEST_S3_ENDPOINT is not set under CI")
-        }
-        Err(_) => {
-            eprintln!("QUIVER_TEST_S3_ENDPOINT not set: skipping the orphan sweep test");
-            return None;
-        }
-    };
-    let settings = S3Settings {
-        endpoint: Some(endpoint),
-        region: Some("us-east-1".into()),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some("testing".into()),
-        ..Default::default()
-    };
-    let bucket = format!("quiver-orphans-{}", rand::random::<u32>());
-    quiver_storage::ensure_bucket(&settings, &bucket)
-        .await
-        .unwrap();
-    let url: StoreUrl = format!("s3://{bucket}/cluster").parse().unwrap();
-    Some(Storage::open(&url, &settings, StorageOptions::default()).unwrap())
+    let server = S3TestServer::from_env("the orphan sweep test")?;
+    Some(server.fresh_storage("quiver-orphans", "cluster").await)
 }
 
 struct Rest {

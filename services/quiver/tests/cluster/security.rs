@@ -372,16 +372,13 @@ async fn keys_secrets_and_request_ids_on_both_ports() {
 /// never reaches the log. Needs the test S3 server (`QUIVER_TEST_S3_ENDPOINT`).
 #[test]
 fn s3_secret_keys_stay_out_of_debug_logs() {
-    let endpoint = match std::env::var("QUIVER_TEST_S3_ENDPOINT") {
-        Ok(endpoint) => endpoint,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("QUIVER_TEST_S3_ENDPOINT is not set under CI")
-        }
-        Err(_) => return,
+    let Some(server) = quiver_test_support::S3TestServer::from_env("this test") else {
+        return;
     };
+    let endpoint = server.endpoint();
     let directory = tempfile::tempdir().unwrap();
     let log_path = directory.path().join("indexer.log");
-    let bucket = format!("secrets-{}", rand::random::<u32>());
+    let bucket = quiver_test_support::fresh_bucket_name("secrets");
     let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
         .args([
             "indexer",
@@ -393,7 +390,7 @@ fn s3_secret_keys_stay_out_of_debug_logs() {
         .args(["--object-store", &format!("s3://{bucket}/quiver")])
         .args(["--log-format", "json", "--node-id", "secret-test"])
         .env("RUST_LOG", "debug,h2=info,hyper=info,hyper_util=info")
-        .env("AWS_ENDPOINT_URL", &endpoint)
+        .env("AWS_ENDPOINT_URL", endpoint)
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "AKIDS3TEST")
         .env("AWS_SECRET_ACCESS_KEY", S3_SECRET_ENV)

@@ -7,13 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+pub use quiver_test_support::process::free_address;
 use serde_json::{Value, json};
-
-/// Returns a free loopback address (bound then released; a small race is accepted).
-pub fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").to_string()
-}
 
 /// Returns a rustls client configuration trusting only `ca_pem` (none: nothing,
 /// which is enough for plain http).
@@ -277,19 +272,9 @@ impl Standalone {
         let Some(mut child) = self.child.take() else {
             return Ok(false);
         };
-        // SAFETY: sending a signal to our own child process.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status.success());
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                bail!("server did not stop within 30 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let status = quiver_test_support::process::terminate(&mut child, Duration::from_secs(30))
+            .context("server did not stop within 30 s of SIGTERM")?;
+        Ok(status.success())
     }
 }
 

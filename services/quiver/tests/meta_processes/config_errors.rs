@@ -18,7 +18,7 @@ fn bad_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::Result<(
     let directory = tempfile::tempdir()?;
     let data_dir = directory.path().join("data");
     let data_dir = data_dir.to_str().expect("utf-8 path");
-    let listen = free_address()?;
+    let listen = free_address();
     let unknown_key = directory.path().join("unknown.toml");
     std::fs::write(&unknown_key, "[meta]\nnode_id = 1\ncolour = \"red\"\n")?;
     let bad_timeouts = directory.path().join("timeouts.toml");
@@ -179,8 +179,8 @@ fn bad_gateway_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::
     let not_pem = write("not.pem", "hello\n")?;
     let missing = path_of("missing.pem");
     let data_dir = path_of("data");
-    let http = free_address()?;
-    let grpc = free_address()?;
+    let http = free_address();
+    let grpc = free_address();
 
     let standalone = |extra: &[&str]| -> Vec<String> {
         let mut args = vec![

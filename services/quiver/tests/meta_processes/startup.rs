@@ -57,12 +57,12 @@ fn terminate(mut child: Child) -> anyhow::Result<std::process::ExitStatus> {
 #[test]
 fn a_node_starts_from_environment_variables_alone() -> anyhow::Result<()> {
     let directory = tempfile::tempdir()?;
-    let http_address = free_address()?;
+    let http_address = free_address();
     let child = Command::new(env!("CARGO_BIN_EXE_quiver"))
         .arg("meta")
         .env("QUIVER_NODE_ID", "1")
         .env("QUIVER_DATA_DIR", directory.path().join("data"))
-        .env("QUIVER_LISTEN", free_address()?)
+        .env("QUIVER_LISTEN", free_address())
         .env("QUIVER_INIT", "true")
         .env("QUIVER_HTTP_LISTEN", &http_address)
         .env("QUIVER_LOG_FORMAT", "json")
@@ -89,7 +89,7 @@ fn a_node_starts_from_environment_variables_alone() -> anyhow::Result<()> {
 #[test]
 fn a_node_starts_from_a_config_file_alone() -> anyhow::Result<()> {
     let directory = tempfile::tempdir()?;
-    let http_address = free_address()?;
+    let http_address = free_address();
     let config_path = directory.path().join("quiver.toml");
     let data_dir = directory.path().join("data");
     std::fs::write(
@@ -97,7 +97,7 @@ fn a_node_starts_from_a_config_file_alone() -> anyhow::Result<()> {
         format!(
             "log_format = \"text\"\nhttp_listen = \"{http_address}\"\n\n[meta]\nnode_id = 7\ndata_dir = \"{}\"\nlisten = \"{}\"\ninit = true\nsnapshot_logs = 100\n",
             data_dir.display(),
-            free_address()?
+            free_address()
         ),
     )?;
     let child = Command::new(env!("CARGO_BIN_EXE_quiver"))

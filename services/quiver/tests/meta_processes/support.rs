@@ -2,14 +2,15 @@
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
-use std::future::Future;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use quiver_meta::{MetaClient, MetaClientConfig};
 use quiver_proto::meta as pb;
+pub use quiver_test_support::eventually;
+pub use quiver_test_support::process::free_address;
 
 /// Raft and control-loop timings short enough for tests.
 pub const FAST_CONFIG: &str = r#"
@@ -27,30 +28,6 @@ connect_timeout_ms = 300
 snapshot_logs = 200
 logs_to_keep = 50
 "#;
-
-/// Polls `check` every 20 ms until it returns `Some`, or fails after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return Ok(value);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Returns a free loopback address (bound then released; a small race is accepted).
-pub fn free_address() -> anyhow::Result<String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.to_string())
-}
 
 /// A client with short attempt timeouts.
 pub fn client_for(addresses: Vec<String>) -> MetaClient {
@@ -95,8 +72,8 @@ impl ProcessCluster {
                 node_id,
                 MetaProcess {
                     node_id,
-                    address: free_address()?,
-                    http_address: free_address()?,
+                    address: free_address(),
+                    http_address: free_address(),
                     data_dir: directory.path().join(format!("node-{node_id}")),
                     log_path: directory.path().join(format!("node-{node_id}.log")),
                     child: None,
@@ -162,21 +139,8 @@ impl ProcessCluster {
     pub fn terminate(&mut self, node_id: u64) -> anyhow::Result<ExitStatus> {
         let node = self.nodes.get_mut(&node_id).context("unknown node")?;
         let mut child = node.child.take().context("node not running")?;
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()?;
-        anyhow::ensure!(status.success(), "kill -TERM failed");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                child.kill()?;
-                bail!("node {node_id} did not exit within 15 s of sigterm");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        quiver_test_support::process::terminate(&mut child, Duration::from_secs(15))
+            .with_context(|| format!("stopping node {node_id}"))
     }
 
     pub fn is_running(&self, node_id: u64) -> bool {

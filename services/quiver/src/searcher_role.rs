@@ -1,0 +1,94 @@
+//! `quiver searcher`: the read path, through a local region cache, for the
+//! shards the metadata service assigns to this node.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use quiver_blobcache::{BlobCache, BlobCacheConfig};
+use quiver_searcher::{ReadContext, SearcherNode, SearcherNodeConfig};
+
+use crate::config_sections::{DataFileConfig, parse_size};
+use crate::data_node::{NodeArgs, NodeStart};
+use crate::http_routes::health_router;
+use crate::lifecycle::Role;
+
+/// Flags of `quiver searcher`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SearcherArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// Directory of the region cache file (local disk).
+    #[arg(long, env = "QUIVER_CACHE_DIR")]
+    pub cache_dir: PathBuf,
+    /// Size of the region cache file, e.g. 10GiB.
+    #[arg(long, env = "QUIVER_CACHE_SIZE", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// Region size of the cache.
+    #[arg(long, env = "QUIVER_REGION_SIZE", value_parser = parse_size, default_value = "16MiB")]
+    pub region_size: u64,
+}
+
+/// A running searcher as a [`Role`].
+pub struct SearcherRole {
+    node: SearcherNode,
+}
+
+impl SearcherRole {
+    /// Starts the searcher.
+    pub async fn start(args: &SearcherArgs, file: &DataFileConfig) -> anyhow::Result<SearcherRole> {
+        let NodeStart {
+            storage,
+            listener,
+            advertise,
+            node_id,
+            meta,
+        } = args.node.start("searcher", file).await?;
+        let cache_config = BlobCacheConfig {
+            directory: args.cache_dir.clone(),
+            capacity_bytes: args.cache_size,
+            region_bytes: args.region_size,
+        };
+        let runtime = tokio::runtime::Handle::current();
+        let cache = tokio::task::spawn_blocking({
+            let storage = storage.clone();
+            let runtime = runtime.clone();
+            // A full cache disk is not fatal: the cache reads through to the
+            // object store (slow, logged, `quiver_cache_read_through` = 1).
+            move || BlobCache::new_or_read_through(&cache_config, storage, runtime)
+        })
+        .await?
+        .context("region cache")?;
+        let context = Arc::new(ReadContext::new(Arc::new(cache), storage, runtime));
+        let mut config = SearcherNodeConfig::new(node_id, advertise);
+        if let Some(section) = &file.searcher {
+            section.apply(&mut config)?;
+        }
+        let node = SearcherNode::start(config, listener, meta, context).await?;
+        Ok(SearcherRole { node })
+    }
+}
+
+#[async_trait::async_trait]
+impl Role for SearcherRole {
+    fn name(&self) -> &'static str {
+        "searcher"
+    }
+
+    fn is_ready(&self) -> bool {
+        self.node.is_ready()
+    }
+
+    fn http_router(&self) -> axum::Router {
+        let ready = self.node.ready_probe();
+        health_router(Arc::new(ready))
+    }
+
+    async fn stop(self: Box<Self>, grace: Duration) -> anyhow::Result<()> {
+        tokio::time::timeout(grace, self.node.shutdown())
+            .await
+            .context("searcher did not stop in time")?;
+        Ok(())
+    }
+}

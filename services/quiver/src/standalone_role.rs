@@ -1,0 +1,155 @@
+//! `quiver standalone`: every role in one process over a local directory (the
+//! embedded default): meta, indexer, searcher and gateway, stopped front door first.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use quiver_blobcache::BlobCacheConfig;
+use quiver_meta::MetaServer;
+
+use crate::config_sections::{DataFileConfig, parse_size};
+use crate::data_node::{NodeArgs, StoreArgs};
+use crate::gateway_role::{GatewayArgs, GatewayRole, GatewaySettings, KeyArgs, TlsArgs};
+use crate::indexer_role::{IndexerArgs, IndexerRole};
+use crate::lifecycle::Role;
+use crate::searcher_role::{SearcherArgs, SearcherRole};
+
+/// Flags of `quiver standalone`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StandaloneArgs {
+    /// Directory holding everything: Raft log, objects, cache.
+    #[arg(long, env = "QUIVER_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// gRPC address of the client API.
+    #[arg(long, env = "QUIVER_GRPC_LISTEN", default_value = "127.0.0.1:7701")]
+    pub grpc_listen: String,
+    /// Size of the search cache file under the data directory.
+    #[arg(long, env = "QUIVER_CACHE_SIZE", value_parser = parse_size, default_value = "1GiB")]
+    pub cache_size: u64,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// Every role in one process.
+pub struct StandaloneRole {
+    meta: Option<MetaServer>,
+    indexer: IndexerRole,
+    searcher: SearcherRole,
+    gateway: GatewayRole,
+}
+
+impl StandaloneRole {
+    /// Starts meta, indexer, searcher and gateway over `--data-dir`.
+    pub async fn start(
+        args: &StandaloneArgs,
+        settings: &GatewaySettings,
+        http_listen: &str,
+        file: &DataFileConfig,
+    ) -> anyhow::Result<StandaloneRole> {
+        let data_dir = &args.data_dir;
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("cannot create --data-dir {}", data_dir.display()))?;
+        let data_dir = data_dir
+            .canonicalize()
+            .with_context(|| format!("--data-dir {}", data_dir.display()))?;
+        let meta = quiver_meta::run_single_node(&data_dir.join("meta"), "127.0.0.1:0")
+            .await
+            .context("metadata node did not start")?;
+        meta.wait_for_leader(Duration::from_secs(30))
+            .await
+            .context("metadata node elected no leader")?;
+        let meta_address = meta.local_address().to_string();
+        let objects = format!("file://{}", data_dir.join("objects").display());
+        let indexer = IndexerRole::start(
+            &IndexerArgs {
+                node: NodeArgs {
+                    meta: meta_address.clone(),
+                    store: StoreArgs {
+                        object_store: Some(objects.clone()),
+                    },
+                    listen: "127.0.0.1:0".into(),
+                    advertise_address: None,
+                    node_id: Some("standalone-indexer".into()),
+                },
+            },
+            file,
+        )
+        .await?;
+        let searcher = SearcherRole::start(
+            &SearcherArgs {
+                node: NodeArgs {
+                    meta: meta_address.clone(),
+                    store: StoreArgs {
+                        object_store: Some(objects),
+                    },
+                    listen: "127.0.0.1:0".into(),
+                    advertise_address: None,
+                    node_id: Some("standalone-searcher".into()),
+                },
+                cache_dir: data_dir.join("cache"),
+                cache_size: args.cache_size,
+                region_size: BlobCacheConfig::DEFAULT_REGION_BYTES,
+            },
+            file,
+        )
+        .await?;
+        let meta_metrics = meta.metrics().clone();
+        let gateway = GatewayRole::start(
+            &GatewayArgs {
+                meta: meta_address,
+                grpc_listen: args.grpc_listen.clone(),
+                node_id: Some("standalone-gateway".into()),
+                keys: args.keys.clone(),
+                tls: args.tls.clone(),
+            },
+            settings,
+            http_listen,
+            vec![Arc::new(move || meta_metrics.render())],
+        )
+        .await?;
+        tracing::info!(
+            http = %gateway.server.http_address(),
+            grpc = %gateway.server.grpc_address(),
+            data_dir = %data_dir.display(),
+            "standalone quiver ready to serve"
+        );
+        Ok(StandaloneRole {
+            meta: Some(meta),
+            indexer,
+            searcher,
+            gateway,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Role for StandaloneRole {
+    fn name(&self) -> &'static str {
+        "standalone"
+    }
+
+    fn is_ready(&self) -> bool {
+        self.indexer.is_ready() && self.searcher.is_ready() && self.gateway.is_ready()
+    }
+
+    fn http_router(&self) -> axum::Router {
+        axum::Router::new()
+    }
+
+    async fn stop(mut self: Box<Self>, grace: Duration) -> anyhow::Result<()> {
+        // Front door first, meta last: requests drain, then the roles they use stop.
+        Box::new(self.gateway).stop(grace).await?;
+        Box::new(self.searcher).stop(grace).await?;
+        Box::new(self.indexer).stop(grace).await?;
+        if let Some(meta) = self.meta.take() {
+            tokio::time::timeout(grace, meta.shutdown())
+                .await
+                .context("metadata node did not stop in time")??;
+        }
+        Ok(())
+    }
+}
