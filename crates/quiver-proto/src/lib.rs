@@ -5,6 +5,7 @@
 //! - [`raft`]: the peer-only Raft RPCs between metadata nodes (`raft.proto`).
 //! - [`data`]: the data plane between roles: indexer writes, searcher reads (`data.proto`).
 //! - [`client`]: the client API the gateway serves over gRPC (`client.proto`).
+//! - [`convert`]: wire messages ↔ the shared model (`quiver-model`).
 //! - [`ErrorCode`]: one code per kind of failure, with its gRPC and HTTP mapping.
 //! - [`request_span`]: the span each role's gRPC server runs a call in, carrying
 //!   the request id the gateway sends as [`REQUEST_ID_HEADER`] metadata.
