@@ -18,8 +18,8 @@ use quiver_proto::{ErrorCode, meta as pb};
 use quiver_storage::{Storage, WalRecord};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 use crate::catalog::ShardRef;
@@ -121,7 +121,7 @@ pub struct IndexerNode {
     /// Cancelled once, by [`IndexerNode::shutdown`]: every background loop and
     /// the gRPC server end on it.
     shutdown: CancellationToken,
-    tasks: TaskTracker,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl IndexerNode {
@@ -148,7 +148,7 @@ impl IndexerNode {
             registered: Arc::new(AtomicBool::new(false)),
         });
         let shutdown = CancellationToken::new();
-        let tasks = TaskTracker::new();
+        let mut tasks = Vec::new();
         let service = IndexerServer::new(IndexerGrpc {
             state: state.clone(),
         })
@@ -156,7 +156,7 @@ impl IndexerNode {
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let server_shutdown = shutdown.clone().cancelled_owned();
-        tasks.spawn(async move {
+        tasks.push(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .trace_fn(quiver_proto::request_span)
                 .add_service(service)
@@ -165,15 +165,15 @@ impl IndexerNode {
             if let Err(error) = result {
                 tracing::error!(%error, "indexer grpc server failed");
             }
-        });
+        }));
         // quiver-meta's heartbeat loop stops on a watch channel: fed by the token.
         let (heartbeat_stop, heartbeat_stopped) = watch::channel(false);
         let token = shutdown.clone();
-        tasks.spawn(async move {
+        tasks.push(tokio::spawn(async move {
             token.cancelled().await;
             let _ = heartbeat_stop.send(true);
-        });
-        tasks.spawn(keep_registered(
+        }));
+        tasks.push(tokio::spawn(keep_registered(
             state.meta.clone(),
             NodeIdentity {
                 node_id: state.config.node_id.clone(),
@@ -184,11 +184,10 @@ impl IndexerNode {
             state.registered.clone(),
             Vec::new,
             heartbeat_stopped,
-        ));
-        tasks.spawn(lease_loop(state.clone(), shutdown.clone()));
-        tasks.spawn(gc_loop(state.clone(), shutdown.clone()));
-        tasks.spawn(orphan_loop(state.clone(), shutdown.clone()));
-        tasks.close();
+        )));
+        tasks.push(tokio::spawn(lease_loop(state.clone(), shutdown.clone())));
+        tasks.push(tokio::spawn(gc_loop(state.clone(), shutdown.clone())));
+        tasks.push(tokio::spawn(orphan_loop(state.clone(), shutdown.clone())));
         tracing::info!(node_id = %state.config.node_id, address = %local_address, "indexer started");
         Ok(IndexerNode {
             state,
@@ -225,9 +224,11 @@ impl IndexerNode {
 
     /// Stops serving; writes in flight fail and nothing acknowledged is lost
     /// (it is all in the WAL tail or in segments).
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.shutdown.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.tasks.wait()).await;
+        for task in std::mem::take(&mut self.tasks) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
         let writers: Vec<Arc<ShardWriter>> = {
             let mut shards = self.state.shards.write().unwrap_or_else(|p| p.into_inner());
             shards.drain().map(|(_, open)| open.writer).collect()
