@@ -115,9 +115,6 @@ impl TmpfsMount {
 impl Drop for TmpfsMount {
     fn drop(&mut self) {
         // MNT_DETACH cannot leave it half-done.
-        let _ = rustix::mount::unmount(
-            self.directory.path(),
-            rustix::mount::UnmountFlags::DETACH,
-        );
+        let _ = rustix::mount::unmount(self.directory.path(), rustix::mount::UnmountFlags::DETACH);
     }
 }

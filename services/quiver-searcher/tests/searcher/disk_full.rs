@@ -44,10 +44,7 @@ impl TmpfsMount {
 
 impl Drop for TmpfsMount {
     fn drop(&mut self) {
-        let _ = rustix::mount::unmount(
-            self.directory.path(),
-            rustix::mount::UnmountFlags::DETACH,
-        );
+        let _ = rustix::mount::unmount(self.directory.path(), rustix::mount::UnmountFlags::DETACH);
     }
 }
 
