@@ -53,7 +53,10 @@ impl ReadContext {
         self.segment_opens.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn open_segment(&self, entry: &SegmentEntry) -> SearcherResult<Arc<Segment<CachedObject>>> {
+    pub(crate) fn open_segment(
+        &self,
+        entry: &SegmentEntry,
+    ) -> SearcherResult<Arc<Segment<CachedObject>>> {
         self.segment_opens.fetch_add(1, Ordering::Relaxed);
         crate::metrics::METRICS.segment_opens.inc();
         let object = self.cache.open_blocking(&entry.key)?;

@@ -19,12 +19,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::context::ReadContext;
 use crate::error::SearcherError;
 use crate::grpc::SearcherGrpc;
 use crate::metrics::METRICS;
 use crate::reload::ServedShard;
 use crate::routing::{safety_poll_loop, watch_loop};
-use crate::context::ReadContext;
 
 const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
