@@ -70,7 +70,7 @@ async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
     };
     match client.create_collection(&options.collection, &config).await {
         Ok(_) => {}
-        Err(error) if error.code() == "ALREADY_EXISTS" => {
+        Err(error) if error.code() == Some(quiver_client::ErrorCode::AlreadyExists) => {
             bail!(
                 "collection {} exists with another definition; drop it or pick another --collection",
                 options.collection
@@ -110,7 +110,7 @@ async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
     // Searchable once every point is counted (strong read).
     loop {
         let described = client.describe(&options.collection).await?;
-        if described["points"].as_u64() == Some(rows as u64) {
+        if described.points == rows as u64 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -132,8 +132,8 @@ async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
     let mut reported = Instant::now();
     loop {
         let described = client.describe(&options.collection).await?;
-        let shape = (described["segments"].clone(), described["bytes"].clone());
-        let flushed = described["wal_tail_rows"].as_u64() == Some(0);
+        let shape = (described.segments, described.bytes);
+        let flushed = described.wal_tail_rows == 0;
         if last.as_ref() != Some(&shape) || !flushed {
             last = Some(shape);
             unchanged_since = Instant::now();
@@ -141,7 +141,7 @@ async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
             println!(
                 "settled in {:.1} s: {} segments, nothing unflushed, unchanged for {} s",
                 started.elapsed().as_secs_f64(),
-                described["segments"],
+                described.segments,
                 options.settle.as_secs()
             );
             return Ok(());
@@ -150,8 +150,8 @@ async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
             reported = Instant::now();
             println!(
                 "settling: {} segments, {} rows in the WAL tail ({:.0} s)",
-                described["segments"],
-                described["wal_tail_rows"],
+                described.segments,
+                described.wal_tail_rows,
                 started.elapsed().as_secs_f64()
             );
         }
@@ -179,9 +179,9 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
     println!(
         "collection {}: {} points, {} segments, {} bytes; {} queries, k = {}",
         options.collection,
-        described["points"],
-        described["segments"],
-        described["bytes"],
+        described.points,
+        described.segments,
+        described.bytes,
         queries.rows(),
         options.k
     );
@@ -238,7 +238,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
                     .iter()
                     .filter(|hit| {
                         hit.id
-                            .as_i64()
+                            .as_u64()
                             .is_some_and(|id| expected.contains(&(id as i32)))
                     })
                     .count();
@@ -272,12 +272,12 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         "dataset": {
             "collection": options.collection,
             "queries": options.queries.display().to_string(),
-            "points": described["points"],
+            "points": described.points,
             "k": options.k,
             "endpoint": options.endpoint,
         },
         "build_s": load_seconds.unwrap_or(0.0),
-        "index_bytes": described["bytes"],
+        "index_bytes": described.bytes,
         "points": points,
     });
     std::fs::write(&options.json, serde_json::to_string_pretty(&report)?)

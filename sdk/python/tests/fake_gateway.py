@@ -1,4 +1,4 @@
-"""An in-memory Quiver gateway speaking the REST contract of INTERFACES.md.
+"""An in-memory Quiver gateway speaking the REST contract of docs/api.md.
 
 It runs a real HTTP/1.1 server (``http.server``, keep-alive) on a loopback port in a
 thread, so the clients are tested over real sockets: request shapes, headers,
