@@ -31,7 +31,7 @@ pub struct CreateCollectionRequest {
     pub payload_schema: Option<Value>,
 }
 
-/// A collection's index options (`index` of a create request and of a collection).
+/// The index options of a create request (`index`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexOptions {
@@ -39,6 +39,13 @@ pub struct IndexOptions {
     /// or `"bf16"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_precision: Option<String>,
+}
+
+/// A collection's index settings, as its definition reports them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectionIndex {
+    /// `"f32"` or `"bf16"`.
+    pub raw_precision: String,
 }
 
 /// One declared payload field.
@@ -68,8 +75,8 @@ pub struct Collection {
     pub shards: u32,
     /// Searchers per shard.
     pub replication: u32,
-    /// Index options (`raw_precision` always set).
-    pub index: IndexOptions,
+    /// Index settings.
+    pub index: CollectionIndex,
     /// The declared payload fields.
     pub payload_schema: Vec<FieldSchema>,
     /// Creation time, milliseconds since the Unix epoch.
@@ -154,8 +161,8 @@ mod tests {
             id_type: "u64".into(),
             shards: 2,
             replication: 1,
-            index: IndexOptions {
-                raw_precision: Some("f32".into()),
+            index: CollectionIndex {
+                raw_precision: "f32".into(),
             },
             payload_schema: vec![FieldSchema {
                 name: "lang".into(),

@@ -27,8 +27,9 @@ pub use admin::{
     SegmentStatus, ShardLease, ShardStatus,
 };
 pub use collections::{
-    Collection, CollectionStats, CreateCollectionRequest, DescribeCollectionResponse,
-    DropCollectionResponse, FieldSchema, IndexOptions, ListCollectionsResponse,
+    Collection, CollectionIndex, CollectionStats, CreateCollectionRequest,
+    DescribeCollectionResponse, DropCollectionResponse, FieldSchema, IndexOptions,
+    ListCollectionsResponse,
 };
 pub use error::{ErrorBody, ErrorDetail};
 pub use points::{

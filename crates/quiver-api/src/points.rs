@@ -54,6 +54,17 @@ impl From<&str> for PointId {
     }
 }
 
+/// Compares with the id's JSON form (`PointId::U64(7) == json!(7)`).
+impl PartialEq<Value> for PointId {
+    fn eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (PointId::U64(number), Value::Number(other)) => other.as_u64() == Some(*number),
+            (PointId::String(text), Value::String(other)) => text == other,
+            _ => false,
+        }
+    }
+}
+
 /// Shows the id as in JSON: `7`, `"doc-7"`.
 impl fmt::Display for PointId {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -83,9 +94,7 @@ impl<'de> Deserialize<'de> for PointId {
 
             fn visit_i64<E: de::Error>(self, number: i64) -> Result<PointId, E> {
                 u64::try_from(number).map(PointId::U64).map_err(|_| {
-                    E::custom(format!(
-                        "id {number} is not an unsigned 64-bit integer"
-                    ))
+                    E::custom(format!("id {number} is not an unsigned 64-bit integer"))
                 })
             }
 
@@ -208,6 +217,8 @@ mod tests {
         let ids: Vec<PointId> = serde_json::from_value(json!([7, "doc"])).unwrap();
         assert_eq!(ids, [PointId::U64(7), PointId::String("doc".into())]);
         assert_eq!(serde_json::to_value(&ids).unwrap(), json!([7, "doc"]));
+        assert_eq!(ids[0], json!(7));
+        assert_ne!(ids[1], json!(7));
         for (id, message) in [
             (json!(-1), "id -1 is not an unsigned 64-bit integer"),
             (json!(1.5), "id 1.5 is not an unsigned 64-bit integer"),

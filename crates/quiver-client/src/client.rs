@@ -21,8 +21,11 @@ use crate::tls::{error_chain, is_tls_failure, tls_config};
 /// How calls that are safe to repeat are retried (full jitter, so clients that
 /// failed together do not come back together), bounded in time by
 /// [`Client`]'s retry deadline; a server's retry hint is waited at least.
-const RETRY: RetryPolicy =
-    RetryPolicy::new(usize::MAX, Duration::from_millis(100), Duration::from_secs(2));
+const RETRY: RetryPolicy = RetryPolicy::new(
+    usize::MAX,
+    Duration::from_millis(100),
+    Duration::from_secs(2),
+);
 
 /// A collection to create (a convenience over [`CreateCollectionRequest`], which
 /// [`Client::create_collection_with`] takes as is).
@@ -499,7 +502,11 @@ mod tests {
         );
         assert_eq!(data_loss.code(), Some(quiver_api::ErrorCode::DataLoss));
         assert!(!data_loss.is_retryable());
-        let newer = api_error(409, r#"{"error": {"code": "ABORTED", "message": "m"}}"#, None);
+        let newer = api_error(
+            409,
+            r#"{"error": {"code": "ABORTED", "message": "m"}}"#,
+            None,
+        );
         assert_eq!(newer.code(), None);
         assert!(newer.to_string().starts_with("ABORTED"));
         let proxy = api_error(502, "<html>bad gateway</html>", None);

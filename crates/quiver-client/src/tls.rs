@@ -8,7 +8,9 @@ use rustls::pki_types::pem::PemObject;
 
 /// Returns a rustls client configuration trusting the system's CA certificates
 /// and `extra_ca_pem`.
-pub(crate) fn tls_config(extra_ca_pem: Option<&[u8]>) -> std::result::Result<rustls::ClientConfig, String> {
+pub(crate) fn tls_config(
+    extra_ca_pem: Option<&[u8]>,
+) -> std::result::Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     // Unreadable system certificates are skipped; a given CA may be all we need.
     roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
@@ -68,4 +70,3 @@ pub(crate) fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool 
     }
     false
 }
-

@@ -166,6 +166,9 @@ mod tests {
         assert_eq!(error.retry_after, Some(Duration::from_millis(250)));
         let again = status_of(&error);
         assert_eq!(again.code(), tonic::Code::ResourceExhausted);
-        assert_eq!(retry_after_of_status(&again), Some(Duration::from_millis(250)));
+        assert_eq!(
+            retry_after_of_status(&again),
+            Some(Duration::from_millis(250))
+        );
     }
 }

@@ -6,11 +6,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use quiver_proto::{ErrorCode, REQUEST_ID_HEADER, status_of};
 use quiver_proto::client::quiver_server::Quiver;
 use quiver_proto::client::{self as api};
 use quiver_proto::convert::{point_id, wire_point_id};
 use quiver_proto::data;
+use quiver_proto::{ErrorCode, REQUEST_ID_HEADER, status_of};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;

@@ -27,7 +27,6 @@ impl CompareOp {
             CompareOp::Ge => ">=",
         }
     }
-
 }
 
 /// A literal in a filter.
@@ -101,4 +100,3 @@ impl fmt::Display for Filter {
         }
     }
 }
-

@@ -64,5 +64,4 @@ impl Filter {
             Filter::Not(inner) => inner.check_at(schema, depth + 1),
         }
     }
-
 }

@@ -256,4 +256,3 @@ fn compare_column(
     }
     matched
 }
-

@@ -186,8 +186,12 @@ impl FilterObject {
                 .collect()
         };
         match self {
-            FilterObject { and: Some(items), .. } => Ok(Filter::And(children(items)?)),
-            FilterObject { or: Some(items), .. } => Ok(Filter::Or(children(items)?)),
+            FilterObject {
+                and: Some(items), ..
+            } => Ok(Filter::And(children(items)?)),
+            FilterObject {
+                or: Some(items), ..
+            } => Ok(Filter::Or(children(items)?)),
             FilterObject {
                 not: Some(inner), ..
             } => Ok(Filter::Not(Box::new(inner.into_filter(depth + 1)?))),

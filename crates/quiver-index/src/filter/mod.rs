@@ -154,15 +154,33 @@ mod tests {
                 json!({"and": [{"field": "price", "value": 1}], "or": [{"field": "price", "value": 2}]}),
                 "\"or\"",
             ),
-            (json!({"or": [], "not": {"field": "sale", "value": true}}), "\"not\""),
-            (json!({"and": [], "field": "price", "value": 1}), "\"field\""),
-            (json!({"field": "color", "value": "red", "colour": "blue"}), "colour"),
+            (
+                json!({"or": [], "not": {"field": "sale", "value": true}}),
+                "\"not\"",
+            ),
+            (
+                json!({"and": [], "field": "price", "value": 1}),
+                "\"field\"",
+            ),
+            (
+                json!({"field": "color", "value": "red", "colour": "blue"}),
+                "colour",
+            ),
             (json!({"and": [{"field": "price", "valeu": 1}]}), "valeu"),
-            (json!({"field": "color", "in": ["a"], "not_in": ["b"]}), "not_in"),
-            (json!({"field": "color", "in": ["a"], "value": "b"}), "\"value\""),
+            (
+                json!({"field": "color", "in": ["a"], "not_in": ["b"]}),
+                "not_in",
+            ),
+            (
+                json!({"field": "color", "in": ["a"], "value": "b"}),
+                "\"value\"",
+            ),
             (json!({"op": "=", "value": 1}), "\"op\""),
             (json!({}), "needs \"and\", \"or\", \"not\" or \"field\""),
-            (json!({"field": "price", "op": "~", "value": 1}), "unknown operator"),
+            (
+                json!({"field": "price", "op": "~", "value": 1}),
+                "unknown operator",
+            ),
             (json!({"field": "price"}), "needs a \"value\""),
             (json!({"field": "color", "in": "red"}), "in"),
             (json!({"and": {"field": "price", "value": 1}}), "and"),
@@ -203,4 +221,3 @@ mod tests {
         assert_eq!(parsed, Filter::parse("price = 1 or sale = false").unwrap());
     }
 }
-

@@ -24,7 +24,6 @@ impl Filter {
         }
         Ok(filter)
     }
-
 }
 
 /// Returns the operator a symbol names (`=` and `==` are the same, as are
@@ -368,4 +367,3 @@ impl Parser {
         Ok(values)
     }
 }
-

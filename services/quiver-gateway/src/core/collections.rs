@@ -39,9 +39,9 @@ impl Gateway {
         // New shards get their indexer and searchers within a control interval;
         // the next request re-reads the table if it does not know the name yet.
         let _ = self.router.refresh().await;
-        response.collection.ok_or_else(|| {
-            GatewayError::internal("meta answered without the collection")
-        })
+        response
+            .collection
+            .ok_or_else(|| GatewayError::internal("meta answered without the collection"))
     }
 
     /// Lists the collections.

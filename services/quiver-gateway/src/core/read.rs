@@ -8,8 +8,8 @@ use std::time::Instant;
 use futures_util::future::join_all;
 use quiver_index::{Metric, PointId};
 use quiver_proto::convert::{point_id, shard_of, wire_point_id};
-use quiver_proto::data::searcher_client::SearcherClient;
 use quiver_proto::data;
+use quiver_proto::data::searcher_client::SearcherClient;
 use quiver_proto::{ErrorCode, meta as pb};
 
 use crate::core::validate::{
@@ -23,7 +23,11 @@ use crate::routing::{CollectionRoute, ShardPlacement};
 
 impl Gateway {
     /// Calls `call` on the shard's searchers in turn until one answers.
-    pub(super) async fn on_searchers<T, F, Fut>(&self, placement: &ShardPlacement, call: F) -> GatewayResult<T>
+    pub(super) async fn on_searchers<T, F, Fut>(
+        &self,
+        placement: &ShardPlacement,
+        call: F,
+    ) -> GatewayResult<T>
     where
         F: Fn(SearcherClient<tonic::transport::Channel>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -225,5 +229,4 @@ impl Gateway {
         METRICS.search_hits.observe(hits.len() as f64);
         Ok((hits, took_ms, cost))
     }
-
 }

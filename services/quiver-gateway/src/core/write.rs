@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use quiver_common::RetryPolicy;
 use quiver_index::PointId;
 use quiver_proto::convert::{shard_of, wire_point_id};
 use quiver_proto::data::indexer_client::IndexerClient;
 use quiver_proto::data::{self, write_record};
-use quiver_common::RetryPolicy;
 use quiver_proto::{ErrorCode, meta as pb};
 
 use crate::core::validate::{check_id, prepare_upsert, validate_name};
@@ -30,8 +30,11 @@ fn is_retryable(error: &GatewayError) -> bool {
 
 /// How writes retry while a shard's lease moves; bounded in time by the
 /// gateway's write deadline.
-const WRITE_RETRY: RetryPolicy =
-    RetryPolicy::new(usize::MAX, Duration::from_millis(20), Duration::from_millis(500));
+const WRITE_RETRY: RetryPolicy = RetryPolicy::new(
+    usize::MAX,
+    Duration::from_millis(20),
+    Duration::from_millis(500),
+);
 
 impl Gateway {
     /// Validates and writes `points`; returns the write's sequence.
@@ -129,9 +132,7 @@ impl Gateway {
     ) -> GatewayResult<data::WriteResponse> {
         // Full jitter, bounded by the write deadline: after a failover every
         // gateway retries at once, and fixed delays would bring them back together.
-        let mut backoff = WRITE_RETRY
-            .with_max_elapsed(self.write_deadline)
-            .backoff();
+        let mut backoff = WRITE_RETRY.with_max_elapsed(self.write_deadline).backoff();
         let mut route = self.router.route(name).await?;
         loop {
             let placement = route

@@ -210,9 +210,8 @@ pub(super) async fn compact(
             return Ok(Json(answer).into_response());
         }
         answer.running_shards = Some(compaction.running_shards);
-        answer.message = Some(
-            "compaction still running on the indexers; POST again to wait for it".to_string(),
-        );
+        answer.message =
+            Some("compaction still running on the indexers; POST again to wait for it".to_string());
         Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
     })
     .await

@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use quiver_api::{
-    Collection, DescribeCollectionResponse, DropCollectionResponse, FieldSchema, IndexOptions,
+    Collection, CollectionIndex, DescribeCollectionResponse, DropCollectionResponse, FieldSchema,
     ListCollectionsResponse,
 };
 use quiver_proto::meta as pb;
@@ -60,8 +60,8 @@ pub(super) fn collection_of(collection: &pb::Collection) -> GatewayResult<Collec
         .to_string(),
         shards: spec.shards,
         replication: spec.replication,
-        index: IndexOptions {
-            raw_precision: Some(raw_precision_name(spec.index.as_ref()).to_string()),
+        index: CollectionIndex {
+            raw_precision: raw_precision_name(spec.index.as_ref()).to_string(),
         },
         payload_schema: spec
             .payload_schema

@@ -67,7 +67,10 @@ pub fn router(state: Arc<RestState>) -> axum::Router {
             "/v1/collections/{name}/points/delete",
             post(points::delete_points),
         )
-        .route("/v1/collections/{name}/points/get", post(points::get_points))
+        .route(
+            "/v1/collections/{name}/points/get",
+            post(points::get_points),
+        )
         .route("/v1/collections/{name}/search", post(search::search))
         .route(
             "/v1/collections/{name}/search/batch",

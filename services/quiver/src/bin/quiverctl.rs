@@ -245,10 +245,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 for collection in client.list_collections().await? {
                     println!(
                         "{}\tdim={}\tmetric={}\tshards={}",
-                        collection.name,
-                        collection.dimension,
-                        collection.metric,
-                        collection.shards
+                        collection.name, collection.dimension, collection.metric, collection.shards
                     );
                 }
             }
