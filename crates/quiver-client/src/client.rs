@@ -10,7 +10,7 @@ use quiver_api::{
     OrphansResponse, Point, PointId, PointIdsRequest, PointRecord, SearchRequest, SearchResponse,
     UpsertRequest, WriteResponse,
 };
-use quiver_common::{RETRY_AFTER_MS_HEADER, RetryPolicy, Retryable};
+use quiver_common::{RETRY_AFTER_MS_HEADER, RetryPolicy};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -466,6 +466,8 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
+    use quiver_common::Retryable;
+
     use super::*;
 
     #[test]

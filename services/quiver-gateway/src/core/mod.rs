@@ -25,7 +25,10 @@ pub use types::{
     CollectionStats, Compaction, Consistency, Hit, Limits, PointOut, SearchCost, SearchInput,
     UpsertPoint,
 };
-pub use validate::{check_search_options, prepare_search, prepare_upsert, validate_name};
+pub use validate::{check_search_options, validate_name};
+// The fuzz tests drive the validation directly.
+#[cfg(test)]
+pub use validate::{prepare_search, prepare_upsert};
 
 use crate::error::{GatewayError, GatewayResult};
 use crate::routing::{CollectionRoute, Router};

@@ -29,6 +29,8 @@ use axum::routing::{get, post, put};
 use quiver_proto::{ErrorCode, REQUEST_ID_HEADER};
 use tracing::Instrument;
 
+// The fuzz tests drive the decoders directly.
+#[cfg(test)]
 pub use decode::{decode_batch, decode_create, decode_ids, decode_search, decode_upsert};
 pub use response::error_response_with_status;
 
