@@ -64,7 +64,7 @@ async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
     };
     match client.create_collection(&options.collection, &config).await {
         Ok(_) => {}
-        Err(error) if error.code() == "ALREADY_EXISTS" => {
+        Err(error) if error.code() == Some(quiver_client::ErrorCode::AlreadyExists) => {
             bail!(
                 "collection {} exists with another definition; drop it or pick another --collection",
                 options.collection
@@ -104,7 +104,7 @@ async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
     // Searchable once every point is counted (strong read).
     loop {
         let described = client.describe(&options.collection).await?;
-        if described["points"].as_u64() == Some(rows as u64) {
+        if described.points == rows as u64 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -121,13 +121,13 @@ async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
         return Ok(());
     }
     let started = Instant::now();
-    let mut last: Option<(serde_json::Value, serde_json::Value)> = None;
+    let mut last: Option<(u64, u64)> = None;
     let mut unchanged_since = Instant::now();
     let mut reported = Instant::now();
     loop {
         let described = client.describe(&options.collection).await?;
-        let shape = (described["segments"].clone(), described["bytes"].clone());
-        let flushed = described["wal_tail_rows"].as_u64() == Some(0);
+        let shape = (described.segments, described.bytes);
+        let flushed = described.wal_tail_rows == 0;
         if last.as_ref() != Some(&shape) || !flushed {
             last = Some(shape);
             unchanged_since = Instant::now();
@@ -135,7 +135,7 @@ async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
             println!(
                 "settled in {:.1} s: {} segments, nothing unflushed, unchanged for {} s",
                 started.elapsed().as_secs_f64(),
-                described["segments"],
+                described.segments,
                 options.settle.as_secs()
             );
             return Ok(());
@@ -144,8 +144,8 @@ async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
             reported = Instant::now();
             println!(
                 "settling: {} segments, {} rows in the WAL tail ({:.0} s)",
-                described["segments"],
-                described["wal_tail_rows"],
+                described.segments,
+                described.wal_tail_rows,
                 started.elapsed().as_secs_f64()
             );
         }
@@ -173,9 +173,9 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
     println!(
         "collection {}: {} points, {} segments, {} bytes; {} queries, k = {}",
         options.collection,
-        described["points"],
-        described["segments"],
-        described["bytes"],
+        described.points,
+        described.segments,
+        described.bytes,
         queries.rows(),
         options.k
     );
@@ -232,7 +232,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
                     .iter()
                     .filter(|hit| {
                         hit.id
-                            .as_i64()
+                            .as_u64()
                             .is_some_and(|id| expected.contains(&(id as i32)))
                     })
                     .count();
@@ -266,12 +266,12 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         "dataset": {
             "collection": options.collection,
             "queries": options.queries.display().to_string(),
-            "points": described["points"],
+            "points": described.points,
             "k": options.k,
             "endpoint": options.endpoint,
         },
         "build_s": load_seconds.unwrap_or(0.0),
-        "index_bytes": described["bytes"],
+        "index_bytes": described.bytes,
         "points": points,
     });
     std::fs::write(&options.json, serde_json::to_string_pretty(&report)?)

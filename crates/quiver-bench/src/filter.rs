@@ -117,7 +117,7 @@ async fn load(client: &Client, base: &Arc<Matrix<f32>>, options: &FilterOptions)
     };
     match client.create_collection(&options.collection, &config).await {
         Ok(_) => {}
-        Err(error) if error.code() == "ALREADY_EXISTS" => {
+        Err(error) if error.code() == Some(quiver_client::ErrorCode::AlreadyExists) => {
             bail!(
                 "collection {} exists; drop it or pick another --collection",
                 options.collection
@@ -154,7 +154,7 @@ async fn load(client: &Client, base: &Arc<Matrix<f32>>, options: &FilterOptions)
     progress.finish();
     loop {
         let described = client.describe(&options.collection).await?;
-        if described["points"].as_u64() == Some(rows as u64) {
+        if described.points == rows as u64 {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -188,11 +188,11 @@ pub async fn run(options: &FilterOptions) -> Result<()> {
         );
     }
     let described = client.describe(&options.collection).await?;
-    if described["points"].as_u64() != Some(base.rows() as u64) {
+    if described.points != base.rows() as u64 {
         bail!(
             "collection {} holds {} points, --base has {} rows (load it with --load)",
             options.collection,
-            described["points"],
+            described.points,
             base.rows()
         );
     }

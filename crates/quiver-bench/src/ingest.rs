@@ -63,9 +63,9 @@ const SAMPLE: Duration = Duration::from_millis(100);
 
 /// Rows in segments: live points minus the rows still only in the WAL tail (every id is
 /// written once here, so the two never overlap).
-fn segment_rows(described: &serde_json::Value) -> u64 {
-    let points = described["points"].as_u64().unwrap_or(0);
-    let tail = described["wal_tail_rows"].as_u64().unwrap_or(0);
+fn segment_rows(described: &quiver_client::DescribeCollectionResponse) -> u64 {
+    let points = described.points;
+    let tail = described.wal_tail_rows;
     points.saturating_sub(tail)
 }
 
@@ -87,7 +87,7 @@ async fn run_one(
     };
     match client.create_collection(&name, &config).await {
         Ok(_) => {}
-        Err(error) if error.code() == "ALREADY_EXISTS" => {
+        Err(error) if error.code() == Some(quiver_client::ErrorCode::AlreadyExists) => {
             bail!("collection {name} exists; drop it or pick another --collection-prefix")
         }
         Err(error) => return Err(error.into()),
@@ -118,7 +118,7 @@ async fn run_one(
                     let acked = acked_rows.load(std::sync::atomic::Ordering::SeqCst);
                     timeline.push((started.elapsed().as_secs_f64(), acked, flushed));
                     if done.load(std::sync::atomic::Ordering::SeqCst)
-                        && described["wal_tail_rows"].as_u64() == Some(0)
+                        && described.wal_tail_rows == 0
                         && flushed >= acked
                     {
                         drained_at = Some(started.elapsed().as_secs_f64());

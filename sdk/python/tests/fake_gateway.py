@@ -1,4 +1,4 @@
-"""An in-memory Quiver gateway speaking the REST contract of INTERFACES.md.
+"""An in-memory Quiver gateway speaking the REST contract of docs/api.md.
 
 It runs a real HTTP/1.1 server (``http.server``, keep-alive) on a loopback port in a
 thread, so the clients are tested over real sockets: request shapes, headers,
@@ -28,6 +28,7 @@ STATUS_OF_CODE = {
     "FAILED_PRECONDITION": 412,
     "RESOURCE_EXHAUSTED": 429,
     "INTERNAL": 500,
+    "DATA_LOSS": 500,
     "UNAVAILABLE": 503,
     "DEADLINE_EXCEEDED": 504,
 }

@@ -23,6 +23,7 @@ CODES = [
     ("UNAVAILABLE", quiver.Unavailable, 503),
     ("DEADLINE_EXCEEDED", quiver.DeadlineExceeded, 504),
     ("INTERNAL", quiver.Internal, 500),
+    ("DATA_LOSS", quiver.DataLossError, 500),
 ]
 
 
@@ -51,6 +52,16 @@ def test_an_unknown_code_raises_the_base_class(client: quiver.Client, gateway: F
     assert type(caught.value) is quiver.QuiverError
     assert caught.value.code == "ABORTED" and caught.value.status == 409
     assert caught.value.details["retry_in"] == 3
+    assert len(gateway.requests) == 1
+
+
+def test_data_loss_has_its_own_class_and_is_not_retried(gateway: FakeGateway) -> None:
+    gateway.fail_next(500, error_body("DATA_LOSS", "segment s1: checksum mismatch"), times=10)
+    with quiver.Client(gateway.endpoint) as client:
+        with pytest.raises(quiver.DataLossError) as caught:
+            client.describe("docs")
+    assert quiver.DataLossError is quiver.DataLoss
+    assert caught.value.code == "DATA_LOSS" and caught.value.status == 500
     assert len(gateway.requests) == 1
 
 

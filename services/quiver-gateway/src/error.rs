@@ -1,11 +1,11 @@
 //! The gateway's errors: one code of the shared vocabulary plus a message naming
-//! what was wrong, rendered as `{"error": {"code", "message"}}` over REST and as
-//! a status over gRPC.
+//! what was wrong. `GatewayError` is a [`ServiceError`], so the one mapping of
+//! that trait renders it: as a gRPC status ([`quiver_proto::status_of`]) and as
+//! the REST error answer (`rest::error_response`).
 
-use axum::Json;
-use axum::http::{HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use quiver_proto::ErrorCode;
+use std::time::Duration;
+
+use quiver_proto::{ErrorCode, ServiceError, retry_after_of_status};
 
 /// A failed request.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -15,8 +15,8 @@ pub struct GatewayError {
     pub code: ErrorCode,
     /// What was wrong, naming the input.
     pub message: String,
-    /// Suggested wait before a retry, for RESOURCE_EXHAUSTED and UNAVAILABLE.
-    pub retry_after_ms: Option<u64>,
+    /// Suggested wait before a retry (a node's backpressure hint, passed on).
+    pub retry_after: Option<Duration>,
 }
 
 impl GatewayError {
@@ -25,7 +25,7 @@ impl GatewayError {
         GatewayError {
             code,
             message: message.into(),
-            retry_after_ms: None,
+            retry_after: None,
         }
     }
 
@@ -44,13 +44,20 @@ impl GatewayError {
         GatewayError::new(ErrorCode::Unavailable, message)
     }
 
-    /// Returns the error a role's gRPC status maps to.
+    /// Returns an INTERNAL error.
+    pub fn internal(message: impl Into<String>) -> Self {
+        GatewayError::new(ErrorCode::Internal, message)
+    }
+
+    /// Returns this error with `context` before its message (`searches[2]: …`).
+    pub fn with_context(mut self, context: impl std::fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+
+    /// Returns the error a role's gRPC status maps to, with its retry hint.
     pub fn from_status(status: &tonic::Status) -> Self {
-        let retry_after_ms = status
-            .metadata()
-            .get("retry-after-ms")
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.parse().ok());
+        let retry_after = retry_after_of_status(status);
         // A status with a source was made on this side of the connection
         // from a transport failure (connection refused or reset, a broken
         // HTTP/2 stream): tonic gives those `Unknown`. The node may be
@@ -62,19 +69,24 @@ impl GatewayError {
             return GatewayError {
                 code: ErrorCode::Unavailable,
                 message: format!("node unreachable: {}", transport_detail(status)),
-                retry_after_ms,
+                retry_after,
             };
         }
         GatewayError {
             code: ErrorCode::from_grpc_code(status.code()),
             message: status.message().to_string(),
-            retry_after_ms,
+            retry_after,
         }
     }
+}
 
-    /// Returns the gRPC status of this error.
-    pub fn to_status(&self) -> tonic::Status {
-        tonic::Status::new(self.code.grpc_code(), self.message.clone())
+impl ServiceError for GatewayError {
+    fn error_code(&self) -> ErrorCode {
+        self.code
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 }
 
@@ -106,29 +118,13 @@ impl From<quiver_meta_client::MetaClientError> for GatewayError {
     }
 }
 
-impl IntoResponse for GatewayError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.code.http_status())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::json!({
-            "error": {"code": self.code.as_str(), "message": self.message}
-        });
-        let mut response = (status, Json(body)).into_response();
-        if let Some(retry_after_ms) = self.retry_after_ms {
-            let seconds = retry_after_ms.div_ceil(1000).max(1);
-            if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
-                response.headers_mut().insert("retry-after", value);
-            }
-        }
-        response
-    }
-}
-
 /// Result alias of this crate.
 pub type GatewayResult<T> = Result<T, GatewayError>;
 
 #[cfg(test)]
 mod tests {
+    use quiver_proto::{RETRY_AFTER_MS_HEADER, status_of};
+
     use super::*;
 
     #[test]
@@ -151,10 +147,27 @@ mod tests {
             (tonic::Code::Unknown, ErrorCode::Internal),
             (tonic::Code::InvalidArgument, ErrorCode::InvalidArgument),
             (tonic::Code::Unavailable, ErrorCode::Unavailable),
+            (tonic::Code::DataLoss, ErrorCode::DataLoss),
         ] {
             let error = GatewayError::from_status(&tonic::Status::new(code, "from the node"));
             assert_eq!(error.code, expected);
             assert_eq!(error.message, "from the node");
         }
+    }
+
+    #[test]
+    fn a_retry_hint_survives_the_round_trip_through_grpc() {
+        let mut status = tonic::Status::resource_exhausted("shard 0: 20000 unflushed rows");
+        status
+            .metadata_mut()
+            .insert(RETRY_AFTER_MS_HEADER, "250".parse().unwrap());
+        let error = GatewayError::from_status(&status);
+        assert_eq!(error.retry_after, Some(Duration::from_millis(250)));
+        let again = status_of(&error);
+        assert_eq!(again.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            retry_after_of_status(&again),
+            Some(Duration::from_millis(250))
+        );
     }
 }

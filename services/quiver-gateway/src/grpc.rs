@@ -6,12 +6,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use quiver_proto::ErrorCode;
-use quiver_proto::REQUEST_ID_HEADER;
 use quiver_proto::client::quiver_server::Quiver;
 use quiver_proto::client::{self as api};
 use quiver_proto::convert::{point_id, wire_point_id};
 use quiver_proto::data;
+use quiver_proto::{ErrorCode, REQUEST_ID_HEADER, status_of};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -101,19 +100,24 @@ impl ClientApi {
             }
             _ => tracing::debug!(code, elapsed_ms = seconds * 1e3, "request done"),
         });
-        let request_id = MetadataValue::try_from(request_id.as_str())
-            .expect("request ids are visible ASCII (checked or generated)");
+        // Request ids are visible ASCII (checked or generated); should one not
+        // be, the answer goes without it rather than failing.
+        let request_id = MetadataValue::try_from(request_id.as_str()).ok();
         match outcome {
             Ok(answer) => {
                 let mut response = Response::new(answer);
-                response
-                    .metadata_mut()
-                    .insert(REQUEST_ID_HEADER, request_id);
+                if let Some(request_id) = request_id {
+                    response
+                        .metadata_mut()
+                        .insert(REQUEST_ID_HEADER, request_id);
+                }
                 Ok(response)
             }
             Err(error) => {
-                let mut status = error.to_status();
-                status.metadata_mut().insert(REQUEST_ID_HEADER, request_id);
+                let mut status = status_of(&error);
+                if let Some(request_id) = request_id {
+                    status.metadata_mut().insert(REQUEST_ID_HEADER, request_id);
+                }
                 Err(status)
             }
         }
@@ -168,7 +172,7 @@ pub fn search_input(
     let input = SearchInput {
         vector: request.vector,
         k: if request.k == 0 {
-            10
+            quiver_api::DEFAULT_K
         } else {
             request.k as usize
         },
@@ -388,10 +392,8 @@ impl Quiver for ClientApi {
                     .into_iter()
                     .enumerate()
                     .map(|(index, search)| {
-                        search_input(search, limits).map_err(|mut error| {
-                            error.message = format!("searches[{index}]: {}", error.message);
-                            error
-                        })
+                        search_input(search, limits)
+                            .map_err(|error| error.with_context(format!("searches[{index}]")))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut results = Vec::with_capacity(inputs.len());
@@ -400,10 +402,7 @@ impl Quiver for ClientApi {
                         .gateway
                         .search(&message.collection, input)
                         .await
-                        .map_err(|mut error| {
-                            error.message = format!("searches[{index}]: {}", error.message);
-                            error
-                        })?;
+                        .map_err(|error| error.with_context(format!("searches[{index}]")))?;
                     results.push(hits_of(hits, took_ms));
                 }
                 Ok(api::SearchBatchResponse { results })

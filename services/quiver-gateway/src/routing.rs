@@ -26,20 +26,20 @@ pub struct ShardPlacement {
     pub manifest_version: u64,
 }
 
-/// A collection and its shards.
+/// A collection and its shards. Only collections that meta sent with their spec
+/// get a route (the spec holds the name the table is keyed by), so the spec is
+/// kept beside the collection rather than looked up in it each time.
 #[derive(Clone, Debug)]
 pub struct CollectionRoute {
     pub collection: pb::Collection,
+    spec: pb::CollectionSpec,
     pub shards: Vec<ShardPlacement>,
 }
 
 impl CollectionRoute {
     /// Returns the collection's spec.
     pub fn spec(&self) -> &pb::CollectionSpec {
-        self.collection
-            .spec
-            .as_ref()
-            .expect("collections from meta always carry a spec")
+        &self.spec
     }
 }
 
@@ -67,6 +67,11 @@ fn build_routes(routing: &pb::GetRoutingResponse) -> HashMap<String, Arc<Collect
     let mut routes = HashMap::new();
     for collection in &routing.collections {
         let Some(spec) = &collection.spec else {
+            // Requests for it answer NOT_FOUND; say why in the log.
+            tracing::warn!(
+                collection_id = collection.collection_id,
+                "meta sent a collection without its spec; it is left out of the routing table"
+            );
             continue;
         };
         let mut shards: Vec<ShardPlacement> = routing
@@ -99,6 +104,7 @@ fn build_routes(routing: &pb::GetRoutingResponse) -> HashMap<String, Arc<Collect
             spec.name.clone(),
             Arc::new(CollectionRoute {
                 collection: collection.clone(),
+                spec: spec.clone(),
                 shards,
             }),
         );

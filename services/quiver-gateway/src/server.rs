@@ -13,6 +13,7 @@ use quiver_proto::meta as pb;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::ApiKeys;
 use crate::core::{Gateway, Limits};
@@ -62,7 +63,7 @@ pub struct GatewayServer {
     http_address: SocketAddr,
     grpc_address: SocketAddr,
     ready: Arc<AtomicBool>,
-    shutdown: watch::Sender<bool>,
+    shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -96,11 +97,8 @@ impl GatewayServer {
             ready: Arc::new(move || ready_probe.load(Ordering::Acquire)),
         }))
         .merge(extra_routes);
-        let (shutdown, shutdown_receiver) = watch::channel(false);
-        let mut http_shutdown = shutdown_receiver.clone();
-        let stop_http = async move {
-            let _ = http_shutdown.wait_for(|stopping| *stopping).await;
-        };
+        let shutdown = CancellationToken::new();
+        let stop_http = shutdown.clone().cancelled_owned();
         let http_task = match &config.tls {
             None => tokio::spawn(async move {
                 if let Err(error) = axum::serve(http, rest)
@@ -137,14 +135,12 @@ impl GatewayServer {
                 .tls_config(tls.grpc_config())
                 .map_err(|error| GatewayError::invalid(format!("grpc tls: {error}")))?;
         }
-        let mut grpc_shutdown = shutdown_receiver.clone();
+        let stop_grpc = shutdown.clone().cancelled_owned();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc);
         let grpc_task = tokio::spawn(async move {
             let result = grpc_builder
                 .add_service(service)
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = grpc_shutdown.wait_for(|stopping| *stopping).await;
-                })
+                .serve_with_incoming_shutdown(incoming, stop_grpc)
                 .await;
             if let Err(error) = result {
                 tracing::error!(%error, "gateway grpc server failed");
@@ -160,13 +156,13 @@ impl GatewayServer {
             config.routing_interval,
             Arc::new(AtomicBool::new(false)),
             Vec::new,
-            shutdown_receiver.clone(),
+            watch_of(&shutdown),
         ));
         let background = tokio::spawn(routing_loop(
             config.routing_interval,
             routing,
             ready.clone(),
-            shutdown_receiver,
+            shutdown.clone(),
         ));
         let tls = config.tls.is_some();
         tracing::info!(%http_address, %grpc_address, tls, "gateway started");
@@ -195,12 +191,20 @@ impl GatewayServer {
     }
 
     /// Stops accepting requests and lets those in flight finish.
-    pub async fn shutdown(self) {
-        let _ = self.shutdown.send(true);
-        for task in self.tasks {
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        for task in std::mem::take(&mut self.tasks) {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
         tracing::info!("gateway stopped");
+    }
+}
+
+/// A gateway dropped without [`GatewayServer::shutdown`] stops its servers and
+/// loops too (without waiting for them).
+impl Drop for GatewayServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
     }
 }
 
@@ -209,17 +213,34 @@ async fn routing_loop(
     interval: Duration,
     routing: Arc<Router>,
     ready: Arc<AtomicBool>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(interval);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.cancelled() => return,
         }
         match routing.refresh().await {
             Ok(()) => ready.store(true, Ordering::Release),
             Err(error) => tracing::debug!(%error, "routing refresh failed"),
         }
     }
+}
+
+/// Returns a `watch` receiver that turns true once `token` is cancelled, for
+/// the membership loop of `quiver-meta`, which stops on a `watch` channel.
+fn watch_of(token: &CancellationToken) -> watch::Receiver<bool> {
+    let (sender, receiver) = watch::channel(false);
+    let token = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = token.cancelled() => {
+                let _ = sender.send(true);
+            }
+            // Nobody listens any more: nothing to stop.
+            _ = sender.closed() => {}
+        }
+    });
+    receiver
 }

@@ -14,6 +14,8 @@ from .async_client import AsyncClient
 from .client import Client
 from .errors import (
     AlreadyExists,
+    DataLoss,
+    DataLossError,
     DeadlineExceeded,
     FailedPrecondition,
     Internal,
@@ -46,4 +48,6 @@ __all__ = [
     "Unavailable",
     "DeadlineExceeded",
     "Internal",
+    "DataLoss",
+    "DataLossError",
 ]

@@ -1,4 +1,4 @@
-"""The REST mapping of every client method (INTERFACES.md), as :class:`ApiCall` values.
+"""The REST mapping of every client method (docs/api.md), as :class:`ApiCall` values.
 
 Both clients execute these; keeping the mapping in one place keeps them identical.
 """

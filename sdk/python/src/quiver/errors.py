@@ -23,6 +23,8 @@ __all__ = [
     "Unavailable",
     "DeadlineExceeded",
     "Internal",
+    "DataLoss",
+    "DataLossError",
     "error_from_code",
 ]
 
@@ -155,6 +157,19 @@ class Internal(QuiverError):
     code = "INTERNAL"
 
 
+class DataLoss(QuiverError):
+    """Stored data is damaged or missing (a checksum failed, an object vanished).
+
+    Not retried: the same bytes fail again; the message names the object.
+    """
+
+    code = "DATA_LOSS"
+
+
+#: The name the DATA_LOSS error is documented under; the same class as :class:`DataLoss`.
+DataLossError = DataLoss
+
+
 _ERRORS_BY_CODE: Dict[str, Type[QuiverError]] = {
     error_class.code: error_class
     for error_class in (
@@ -168,6 +183,7 @@ _ERRORS_BY_CODE: Dict[str, Type[QuiverError]] = {
         Unavailable,
         DeadlineExceeded,
         Internal,
+        DataLoss,
     )
 }
 

@@ -128,7 +128,7 @@ enum MetaCommand {
     Remove { id: u64 },
 }
 
-fn print(value: &Value) {
+fn print(value: &impl serde::Serialize) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()
@@ -224,10 +224,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 for collection in client.list_collections().await? {
                     println!(
                         "{}\tdim={}\tmetric={}\tshards={}",
-                        collection["name"].as_str().unwrap_or_default(),
-                        collection["dimension"],
-                        collection["metric"].as_str().unwrap_or_default(),
-                        collection["shards"]
+                        collection.name, collection.dimension, collection.metric, collection.shards
                     );
                 }
             }
@@ -306,15 +303,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut merges = 0;
             loop {
                 let mut answer = client.compact_once(&name).await?;
-                merges += answer["merges"].as_u64().unwrap_or(0);
-                if answer["done"] != serde_json::Value::Bool(false) {
-                    answer["merges"] = merges.into();
+                merges += answer.merges;
+                if answer.done {
+                    answer.merges = merges;
                     print(&answer);
                     break;
                 }
                 eprintln!(
-                    "compacting {name}: shards {} still running ({:.0} s)",
-                    answer["running_shards"],
+                    "compacting {name}: shards {:?} still running ({:.0} s)",
+                    answer.running_shards.unwrap_or_default(),
                     started.elapsed().as_secs_f64()
                 );
             }

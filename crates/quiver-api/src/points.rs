@@ -1,0 +1,252 @@
+//! Points: `POST /v1/collections/{name}/points` (upsert), `…/points/delete` and
+//! `…/points/get`.
+
+use std::fmt;
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// A point id: an unsigned 64-bit integer or a string (1–128 bytes), as the
+/// collection's `id_type` says. On the wire a JSON number or string.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(untagged)]
+pub enum PointId {
+    /// A numeric id.
+    U64(u64),
+    /// A string id.
+    String(String),
+}
+
+impl PointId {
+    /// Returns the numeric id, if it is one.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            PointId::U64(number) => Some(*number),
+            PointId::String(_) => None,
+        }
+    }
+
+    /// Returns the string id, if it is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            PointId::U64(_) => None,
+            PointId::String(text) => Some(text),
+        }
+    }
+}
+
+impl From<u64> for PointId {
+    fn from(number: u64) -> Self {
+        PointId::U64(number)
+    }
+}
+
+impl From<String> for PointId {
+    fn from(text: String) -> Self {
+        PointId::String(text)
+    }
+}
+
+impl From<&str> for PointId {
+    fn from(text: &str) -> Self {
+        PointId::String(text.to_string())
+    }
+}
+
+/// Compares with the id's JSON form (`PointId::U64(7) == json!(7)`).
+impl PartialEq<Value> for PointId {
+    fn eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (PointId::U64(number), Value::Number(other)) => other.as_u64() == Some(*number),
+            (PointId::String(text), Value::String(other)) => text == other,
+            _ => false,
+        }
+    }
+}
+
+/// Shows the id as in JSON: `7`, `"doc-7"`.
+impl fmt::Display for PointId {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PointId::U64(number) => write!(formatter, "{number}"),
+            PointId::String(text) => write!(formatter, "{}", Value::String(text.clone())),
+        }
+    }
+}
+
+/// Decodes by hand rather than `untagged`, so a wrong id says what is wrong
+/// (`id -1 is not an unsigned 64-bit integer`) instead of "did not match any variant".
+impl<'de> Deserialize<'de> for PointId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct IdVisitor;
+
+        impl<'de> Visitor<'de> for IdVisitor {
+            type Value = PointId;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("an id (an unsigned 64-bit integer or a string)")
+            }
+
+            fn visit_u64<E: de::Error>(self, number: u64) -> Result<PointId, E> {
+                Ok(PointId::U64(number))
+            }
+
+            fn visit_i64<E: de::Error>(self, number: i64) -> Result<PointId, E> {
+                u64::try_from(number).map(PointId::U64).map_err(|_| {
+                    E::custom(format!("id {number} is not an unsigned 64-bit integer"))
+                })
+            }
+
+            fn visit_f64<E: de::Error>(self, number: f64) -> Result<PointId, E> {
+                Err(E::custom(format!(
+                    "id {} is not an unsigned 64-bit integer",
+                    serde_json::Number::from_f64(number)
+                        .map_or_else(|| number.to_string(), |number| number.to_string())
+                )))
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<PointId, E> {
+                Ok(PointId::String(text.to_string()))
+            }
+
+            fn visit_string<E: de::Error>(self, text: String) -> Result<PointId, E> {
+                Ok(PointId::String(text))
+            }
+
+            fn visit_bool<E: de::Error>(self, flag: bool) -> Result<PointId, E> {
+                Err(E::custom(format!(
+                    "id must be a number or a string, got {flag}"
+                )))
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<PointId, E> {
+                Err(E::custom("id must be a number or a string, got null"))
+            }
+
+            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<PointId, A::Error> {
+                Err(de::Error::custom(
+                    "id must be a number or a string, got a list",
+                ))
+            }
+
+            fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<PointId, A::Error> {
+                Err(de::Error::custom(
+                    "id must be a number or a string, got an object",
+                ))
+            }
+        }
+
+        deserializer.deserialize_any(IdVisitor)
+    }
+}
+
+/// One point to upsert.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Point {
+    /// The point's id (an existing point with it is replaced).
+    pub id: PointId,
+    /// The vector, of the collection's dimension, finite values.
+    pub vector: Vec<f32>,
+    /// A JSON object; its declared fields can be filtered on. `null` is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+}
+
+/// `POST /v1/collections/{name}/points`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpsertRequest {
+    /// The points (at most the gateway's batch limit).
+    pub points: Vec<Point>,
+}
+
+/// `POST /v1/collections/{name}/points/get` and `…/points/delete`: the ids, and
+/// for a get whether to return vectors and how fresh the read must be.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PointIdsRequest {
+    /// The ids.
+    pub ids: Vec<PointId>,
+    /// Returns each point's vector too (get).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_vector: bool,
+    /// `"strong"` (default) or `"eventual"` (get).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistency: Option<String>,
+}
+
+/// The answer to an upsert or a delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteResponse {
+    /// The write's sequence: `(epoch << 40) | seq`, the largest over the shards
+    /// written; later writes have larger sequences.
+    pub sequence: u64,
+}
+
+/// A point read by id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PointRecord {
+    /// The id.
+    pub id: PointId,
+    /// The payload, when the point has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+    /// The vector, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector: Option<Vec<f32>>,
+}
+
+/// The answer to a get: the points found, in the order asked (missing ids are
+/// left out).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GetPointsResponse {
+    /// The points found.
+    pub points: Vec<PointRecord>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn ids_are_numbers_or_strings_and_wrong_ones_say_why() {
+        let ids: Vec<PointId> = serde_json::from_value(json!([7, "doc"])).unwrap();
+        assert_eq!(ids, [PointId::U64(7), PointId::String("doc".into())]);
+        assert_eq!(serde_json::to_value(&ids).unwrap(), json!([7, "doc"]));
+        assert_eq!(ids[0], json!(7));
+        assert_ne!(ids[1], json!(7));
+        for (id, message) in [
+            (json!(-1), "id -1 is not an unsigned 64-bit integer"),
+            (json!(1.5), "id 1.5 is not an unsigned 64-bit integer"),
+            (json!([1]), "id must be a number or a string"),
+            (json!(null), "id must be a number or a string"),
+        ] {
+            let error = serde_json::from_value::<PointId>(id.clone()).unwrap_err();
+            assert!(error.to_string().contains(message), "{id}: {error}");
+        }
+        let huge = serde_json::from_str::<PointId>("18446744073709551616").unwrap_err();
+        assert!(huge.to_string().contains("not an unsigned 64-bit integer"));
+    }
+
+    #[test]
+    fn optional_fields_are_left_out() {
+        let record = PointRecord {
+            id: PointId::U64(1),
+            payload: None,
+            vector: None,
+        };
+        assert_eq!(serde_json::to_value(&record).unwrap(), json!({"id": 1}));
+        let get = PointIdsRequest {
+            ids: vec![PointId::U64(1)],
+            ..Default::default()
+        };
+        assert_eq!(serde_json::to_value(&get).unwrap(), json!({"ids": [1]}));
+        let point: Point =
+            serde_json::from_value(json!({"id": 1, "vector": [0.5], "payload": null})).unwrap();
+        assert_eq!(point.payload, None);
+    }
+}

@@ -1,0 +1,164 @@
+//! Search: `POST /v1/collections/{name}/search` and `…/search/batch`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::points::PointId;
+
+/// The `k` of a search that names none.
+pub const DEFAULT_K: usize = 10;
+
+fn default_k() -> usize {
+    DEFAULT_K
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// One search (the body of `…/search`, an entry of a batch).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    /// The query vector, of the collection's dimension.
+    pub vector: Vec<f32>,
+    /// How many hits (default 10).
+    #[serde(default = "default_k")]
+    pub k: usize,
+    /// A filter on declared payload fields: its string form
+    /// (`"lang = \"en\" and year >= 2020"`) or its JSON form
+    /// (`{"and": [{"field": "lang", "value": "en"}, …]}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<Value>,
+    /// IVF lists probed per segment (default: the segment's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nprobe: Option<u32>,
+    /// Candidates rescored with full vectors, as a multiple of `k`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rescore: Option<u32>,
+    /// `"strong"` (default) or `"eventual"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistency: Option<String>,
+    /// Returns each hit's payload (default true).
+    #[serde(default = "default_true")]
+    pub include_payload: bool,
+    /// Returns each hit's vector (default false).
+    #[serde(default)]
+    pub include_vector: bool,
+}
+
+impl SearchRequest {
+    /// Returns a top-`k` search for `vector` with the server's defaults.
+    pub fn new(vector: Vec<f32>, k: usize) -> Self {
+        SearchRequest {
+            vector,
+            k,
+            filter: None,
+            nprobe: None,
+            rescore: None,
+            consistency: None,
+            include_payload: true,
+            include_vector: false,
+        }
+    }
+}
+
+/// `POST /v1/collections/{name}/search/batch`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSearchRequest {
+    /// The searches, answered in this order.
+    pub searches: Vec<SearchRequest>,
+}
+
+/// One hit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SearchHit {
+    /// The point's id.
+    pub id: PointId,
+    /// Cosine similarity (`cosine`), inner product (`dot`) or squared Euclidean
+    /// distance (`l2`).
+    pub score: f32,
+    /// The payload, when asked for and present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+    /// The vector, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector: Option<Vec<f32>>,
+}
+
+/// What a search cost, summed over shards (`search_ms`: the slowest shard).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SearchCost {
+    /// Shards that answered.
+    pub shards: u64,
+    /// Segments searched.
+    pub segments: u64,
+    /// Rows whose 1-bit codes were scanned.
+    pub rows_scanned: u64,
+    /// Rows rescored with full vectors.
+    pub rows_rescored: u64,
+    /// Rows not yet in a segment, scored exactly.
+    pub tail_rows_scored: u64,
+    /// Cache regions found in the searchers' caches.
+    pub cache_regions_hit: u64,
+    /// Cache regions fetched from object storage.
+    pub cache_regions_missed: u64,
+    /// Bytes fetched from object storage.
+    pub bytes_fetched: u64,
+    /// Time in the searchers, milliseconds (the slowest shard).
+    pub search_ms: f64,
+}
+
+/// The answer to a search (with `cost`), or one entry of a batch's `results`
+/// (without).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SearchResponse {
+    /// The hits, best first.
+    pub hits: Vec<SearchHit>,
+    /// Time at the gateway, milliseconds.
+    pub took_ms: f64,
+    /// What the search cost (single searches only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<SearchCost>,
+}
+
+/// The answer to a batch search.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchSearchResponse {
+    /// One answer per search, in order.
+    pub results: Vec<SearchResponse>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_search_body_takes_the_defaults_and_refuses_typos() {
+        let search: SearchRequest = serde_json::from_value(json!({"vector": [1.0]})).unwrap();
+        assert_eq!(search, SearchRequest::new(vec![1.0], DEFAULT_K));
+        let typo = serde_json::from_value::<SearchRequest>(json!({"vector": [1.0], "topk": 3}));
+        assert!(typo.unwrap_err().to_string().contains("topk"));
+    }
+
+    #[test]
+    fn a_batch_entry_has_no_cost_and_hits_leave_out_what_was_not_asked() {
+        let answer = SearchResponse {
+            hits: vec![SearchHit {
+                id: PointId::U64(3),
+                score: 0.5,
+                payload: None,
+                vector: None,
+            }],
+            took_ms: 1.5,
+            cost: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&answer).unwrap(),
+            json!({"hits": [{"id": 3, "score": 0.5}], "took_ms": 1.5})
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! Collection operations: create, list, drop, describe (with live statistics
+//! from the searchers), compact (on the indexers).
+
+use futures_util::future::join_all;
+use quiver_proto::data::{self, indexer_client::IndexerClient};
+use quiver_proto::meta as pb;
+
+use crate::core::validate::validate_name;
+use crate::core::{CollectionStats, Compaction, Gateway};
+use crate::error::{GatewayError, GatewayResult};
+use crate::request_id::outgoing;
+
+impl Gateway {
+    /// Creates a collection (an identical existing one is returned as is).
+    pub async fn create_collection(
+        &self,
+        mut spec: pb::CollectionSpec,
+    ) -> GatewayResult<pb::Collection> {
+        validate_name(&spec.name)?;
+        if spec.dimension == 0 || spec.dimension > 65_536 {
+            return Err(GatewayError::invalid(format!(
+                "dimension must be 1..=65536, got {}",
+                spec.dimension
+            )));
+        }
+        if spec.shards == 0 {
+            spec.shards = 1;
+        }
+        if spec.shards > self.limits.max_shards {
+            return Err(GatewayError::invalid(format!(
+                "shards must be at most {}, got {}",
+                self.limits.max_shards, spec.shards
+            )));
+        }
+        if spec.replication == 0 {
+            spec.replication = 1;
+        }
+        let response = self.router.meta().create_collection(spec).await?;
+        // New shards get their indexer and searchers within a control interval;
+        // the next request re-reads the table if it does not know the name yet.
+        let _ = self.router.refresh().await;
+        response
+            .collection
+            .ok_or_else(|| GatewayError::internal("meta answered without the collection"))
+    }
+
+    /// Lists the collections.
+    pub async fn list_collections(&self) -> GatewayResult<Vec<pb::Collection>> {
+        Ok(self.router.meta().list_collections(true).await?)
+    }
+
+    /// Drops a collection; its objects are garbage-collected.
+    pub async fn drop_collection(&self, name: &str) -> GatewayResult<()> {
+        validate_name(name)?;
+        self.router.meta().drop_collection(name).await?;
+        self.router.forget(name);
+        Ok(())
+    }
+
+    /// Returns a collection with its live statistics (deletions applied).
+    pub async fn describe(&self, name: &str) -> GatewayResult<(pb::Collection, CollectionStats)> {
+        validate_name(name)?;
+        let route = self.router.route_linearizable(name).await?;
+        let reference = |shard: u32| pb::ShardRef {
+            collection_id: route.collection.collection_id,
+            shard,
+        };
+        let calls = route.shards.iter().map(|placement| {
+            let request = data::ShardStatsRequest {
+                shard: Some(reference(placement.shard)),
+                min_manifest_version: placement.manifest_version,
+            };
+            self.on_searchers(placement, move |mut client| async move {
+                client.shard_stats(outgoing(request)).await
+            })
+        });
+        let mut stats = CollectionStats::default();
+        for answer in join_all(calls).await {
+            let answer = answer?;
+            stats.points += answer.live_points;
+            stats.segments += answer.segments;
+            stats.wal_tail_rows += answer.wal_tail_rows;
+            stats.bytes += answer.segment_bytes;
+        }
+        Ok((route.collection.clone(), stats))
+    }
+
+    /// Asks every shard's indexer to merge everything it can, and waits for up
+    /// to about the request timeout. Compactions go on in the indexers past
+    /// that (a large shard takes minutes); the shards still compacting are
+    /// returned, and asking again joins them rather than starting over.
+    pub async fn compact(&self, name: &str) -> GatewayResult<Compaction> {
+        validate_name(name)?;
+        let route = self.router.route_linearizable(name).await?;
+        // Below the channel's own timeout, so that this answers first.
+        let wait = self
+            .compact_wait
+            .min(self.router.request_timeout().mul_f64(0.8));
+        let collection_id = route.collection.collection_id;
+        let calls = route.shards.iter().map(|placement| async move {
+            let Some((_, address, _)) = &placement.indexer else {
+                return Err(GatewayError::unavailable(format!(
+                    "shard {} has no live indexer right now",
+                    placement.shard
+                )));
+            };
+            let mut client = IndexerClient::new(self.router.channel(address)?);
+            let call = client.compact(outgoing(data::ShardRequest {
+                shard: Some(pb::ShardRef {
+                    collection_id,
+                    shard: placement.shard,
+                }),
+            }));
+            match tokio::time::timeout(wait, call).await {
+                Err(_still_running) => Ok((placement.shard, None)),
+                Ok(answer) => answer
+                    .map(|response| (placement.shard, Some(response.into_inner().merges)))
+                    .map_err(|status| GatewayError::from_status(&status)),
+            }
+        });
+        let mut compaction = Compaction::default();
+        for answer in join_all(calls).await {
+            match answer? {
+                (_, Some(merges)) => compaction.merges += merges,
+                (shard, None) => compaction.running_shards.push(shard),
+            }
+        }
+        compaction.running_shards.sort_unstable();
+        Ok(compaction)
+    }
+}

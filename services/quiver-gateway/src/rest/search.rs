@@ -1,0 +1,68 @@
+//! `POST /v1/collections/{name}/search` and `…/search/batch`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use quiver_api::{BatchSearchResponse, SearchCost, SearchHit, SearchResponse};
+
+use super::decode::{BodyResult, body_bytes, decode_batch, decode_search, wire_id};
+use super::{Segment, Shared, handle};
+use crate::auth::Access;
+use crate::core::Hit;
+
+fn search_response(hits: Vec<Hit>, took_ms: f64, cost: Option<SearchCost>) -> SearchResponse {
+    SearchResponse {
+        hits: hits
+            .into_iter()
+            .map(|hit| SearchHit {
+                id: wire_id(&hit.id),
+                score: hit.score,
+                payload: hit.payload,
+                vector: hit.vector,
+            })
+            .collect(),
+        took_ms,
+        cost,
+    }
+}
+
+pub(super) async fn search(
+    State(state): Shared,
+    Segment(name): Segment,
+    headers: HeaderMap,
+    body: BodyResult,
+) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "search", Access::Read, async move {
+        let input = decode_search(body_bytes(&body, gateway.limits())?, gateway.limits())?;
+        let (hits, took_ms, cost) = gateway.search_with_cost(&name, input).await?;
+        Ok(Json(search_response(hits, took_ms, Some(cost))))
+    })
+    .await
+}
+
+pub(super) async fn search_batch(
+    State(state): Shared,
+    Segment(name): Segment,
+    headers: HeaderMap,
+    body: BodyResult,
+) -> Response {
+    let gateway = state.gateway.clone();
+    handle(&state, &headers, "search_batch", Access::Read, async move {
+        let inputs = decode_batch(body_bytes(&body, gateway.limits())?, gateway.limits())?;
+        let searches = inputs.into_iter().map(|input| gateway.search(&name, input));
+        let mut results = Vec::new();
+        for (index, outcome) in futures_util::future::join_all(searches)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            let (hits, took_ms) =
+                outcome.map_err(|error| error.with_context(format!("searches[{index}]")))?;
+            results.push(search_response(hits, took_ms, None));
+        }
+        Ok(Json(BatchSearchResponse { results }))
+    })
+    .await
+}
