@@ -349,8 +349,8 @@ fn unclean(failure: &str) -> Option<&'static str> {
     }
     let mut words = error.split_whitespace();
     let code = words.nth(2).unwrap_or_default().trim_end_matches(':');
-    if code != "UNAVAILABLE" && code != "INTERNAL" {
-        return Some("neither UNAVAILABLE nor INTERNAL");
+    if code != "UNAVAILABLE" && code != "INTERNAL" && code != "DATA_LOSS" {
+        return Some("neither UNAVAILABLE, INTERNAL nor DATA_LOSS");
     }
     if !error.contains("/shards/#") {
         return Some("names no object");

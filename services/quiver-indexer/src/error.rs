@@ -101,6 +101,9 @@ impl ServiceError for IndexerError {
     }
 }
 
+/// Result alias of this crate.
+pub type IndexerResult<T> = Result<T, IndexerError>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +138,3 @@ mod tests {
         assert_eq!(fenced.retry_after(), None);
     }
 }
-
-/// Result alias of this crate.
-pub type IndexerResult<T> = Result<T, IndexerError>;

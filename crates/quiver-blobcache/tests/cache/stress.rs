@@ -96,8 +96,7 @@ fn a_cache_full_of_pinned_regions_fails_clearly_then_recovers() {
     let second = object.read(70_000, 10).unwrap();
     let error = object
         .read(200_000, 10)
-        .err()
-        .expect("no region can be evicted");
+        .expect_err("no region can be evicted");
     assert!(
         error.to_string().contains("cache full of pinned regions"),
         "{error}"

@@ -50,7 +50,10 @@ impl Gateway {
                     let error = GatewayError::from_status(&status);
                     if !matches!(
                         error.code,
-                        ErrorCode::Unavailable | ErrorCode::Internal | ErrorCode::DeadlineExceeded
+                        ErrorCode::Unavailable
+                            | ErrorCode::Internal
+                            | ErrorCode::DataLoss
+                            | ErrorCode::DeadlineExceeded
                     ) {
                         return Err(error);
                     }
