@@ -11,13 +11,22 @@ use nix::sys::wait::{Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 /// Returns a free loopback address (bound, then released: a small race with
-/// other processes is accepted).
+/// other processes is accepted). An address is never handed out twice in one
+/// test process: the kernel may offer a just-released port again, and two roles
+/// of one test cluster told to listen on the same port fail to start.
 pub fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    listener
-        .local_addr()
-        .expect("a bound listener's address")
-        .to_string()
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let address = listener.local_addr().expect("a bound listener's address");
+        let mut handed_out = HANDED_OUT
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !handed_out.contains(&address.port()) {
+            handed_out.push(address.port());
+            return address.to_string();
+        }
+    }
 }
 
 fn pid_of(child: &Child) -> Pid {
