@@ -343,7 +343,9 @@ def test_pods_run_as_non_root_with_a_read_only_root(value_set):
 
 def file_section_keys(struct: str) -> set[str]:
     """The keys the binary accepts in a config-file section (fields of `struct`)."""
-    source = (REPO_ROOT / "services" / "quiver" / "src" / "data_roles.rs").read_text()
+    source = "\n".join(
+        path.read_text() for path in sorted((REPO_ROOT / "services" / "quiver" / "src").glob("*.rs"))
+    )
     body = source.split(f"pub struct {struct} {{", 1)[1].split("\n}", 1)[0]
     return set(re.findall(r"pub (\w+): Option<", body))
 
