@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use quiver_common::stats::percentile;
-use quiver_meta::{MetaClient, MetaClientConfig};
+use quiver_meta_client::{MetaClient, MetaClientConfig};
 use quiver_proto::meta as pb;
+use quiver_test_support::process::free_address;
 use serde::Serialize;
 
 /// Options of `quiver-bench meta`.
@@ -293,11 +294,6 @@ where
     }
 }
 
-fn free_address() -> Result<String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.to_string())
-}
-
 struct MetaNode {
     address: String,
     data_dir: PathBuf,
@@ -326,7 +322,7 @@ impl MetaCluster {
         let mut nodes = Vec::new();
         for node_id in 1..=NODES {
             nodes.push(MetaNode {
-                address: free_address()?,
+                address: free_address(),
                 data_dir: directory.path().join(format!("node-{node_id}")),
                 log_path: directory.path().join(format!("node-{node_id}.log")),
                 child: None,
@@ -369,7 +365,7 @@ impl MetaCluster {
             .args(["--node-id", &node_id.to_string()])
             .arg("--data-dir")
             .arg(&node.data_dir)
-            .args(["--listen", &node.address, "--http-listen", &free_address()?])
+            .args(["--listen", &node.address, "--http-listen", &free_address()])
             .args(["--peers", &peers])
             .arg("--config")
             .arg(&config_path)

@@ -10,22 +10,47 @@ pub use nix::sys::signal::Signal;
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-/// Returns a free loopback address (bound, then released: a small race with
-/// other processes is accepted). An address is never handed out twice in one
-/// test process: the kernel may offer a just-released port again, and two roles
-/// of one test cluster told to listen on the same port fail to start.
+/// Returns a free loopback address for a child process to listen on.
+///
+/// Ports come from below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`): a port picked there and released could be
+/// taken by any outgoing connection (a Raft RPC, an S3 request) before the
+/// child binds it, and the child then fails with "address already in use".
+/// Below that range only listeners take ports, so checking that the port binds
+/// now is enough. An address is never handed out twice in one test process;
+/// the walk starts at a random port, so concurrent test processes rarely meet.
 pub fn free_address() -> String {
     static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        let address = listener.local_addr().expect("a bound listener's address");
-        let mut handed_out = HANDED_OUT
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !handed_out.contains(&address.port()) {
-            handed_out.push(address.port());
-            return address.to_string();
+    let (low, high) = listener_port_range();
+    let span = u32::from(high - low);
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let start = rand::random::<u32>() % span;
+    for step in 0..span {
+        let port = low + u16::try_from((start + step) % span).expect("below span");
+        if handed_out.contains(&port) {
+            continue;
         }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return format!("127.0.0.1:{port}");
+        }
+    }
+    panic!("no free loopback port between {low} and {high}");
+}
+
+/// The ports below the ephemeral range: `[10000, ephemeral low)`, or
+/// `[10000, 32768)` when the range cannot be read or leaves too little room.
+fn listener_port_range() -> (u16, u16) {
+    const LOW: u16 = 10_000;
+    const DEFAULT_HIGH: u16 = 32_768;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok());
+    match ephemeral_low {
+        Some(high) if high >= LOW + 2_000 => (LOW, high),
+        _ => (LOW, DEFAULT_HIGH),
     }
 }
 
