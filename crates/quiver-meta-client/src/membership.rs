@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use quiver_proto::ErrorCode;
 use quiver_proto::meta as pb;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::client::MetaClient;
 
@@ -23,7 +23,7 @@ pub struct NodeIdentity {
     pub address: String,
 }
 
-/// Registers `node` and heartbeats every `interval` until `shutdown` turns true.
+/// Registers `node` and heartbeats every `interval` until `shutdown` is cancelled.
 /// `registered` tells the node whether meta knows it; `ready_shards` is called
 /// before each heartbeat.
 pub async fn keep_registered(
@@ -32,13 +32,13 @@ pub async fn keep_registered(
     interval: Duration,
     registered: Arc<AtomicBool>,
     ready_shards: impl Fn() -> Vec<pb::ShardRef> + Send,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(interval);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
+            () = shutdown.cancelled() => return,
         }
         if !registered.load(Ordering::Acquire) {
             let request = pb::RegisterNodeRequest {

@@ -11,7 +11,6 @@ use quiver_meta_client::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::client::quiver_server::QuiverServer;
 use quiver_proto::meta as pb;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -156,7 +155,7 @@ impl GatewayServer {
             config.routing_interval,
             Arc::new(AtomicBool::new(false)),
             Vec::new,
-            watch_of(&shutdown),
+            shutdown.clone(),
         ));
         let background = tokio::spawn(routing_loop(
             config.routing_interval,
@@ -226,21 +225,4 @@ async fn routing_loop(
             Err(error) => tracing::debug!(%error, "routing refresh failed"),
         }
     }
-}
-
-/// Returns a `watch` receiver that turns true once `token` is cancelled, for
-/// the membership loop of `quiver-meta`, which stops on a `watch` channel.
-fn watch_of(token: &CancellationToken) -> watch::Receiver<bool> {
-    let (sender, receiver) = watch::channel(false);
-    let token = token.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = token.cancelled() => {
-                let _ = sender.send(true);
-            }
-            // Nobody listens any more: nothing to stop.
-            _ = sender.closed() => {}
-        }
-    });
-    receiver
 }

@@ -17,7 +17,6 @@ use quiver_proto::data::{self, write_record};
 use quiver_proto::{ErrorCode, meta as pb};
 use quiver_storage::{Storage, WalRecord};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -166,13 +165,6 @@ impl IndexerNode {
                 tracing::error!(%error, "indexer grpc server failed");
             }
         }));
-        // quiver-meta's heartbeat loop stops on a watch channel: fed by the token.
-        let (heartbeat_stop, heartbeat_stopped) = watch::channel(false);
-        let token = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
-            token.cancelled().await;
-            let _ = heartbeat_stop.send(true);
-        }));
         tasks.push(tokio::spawn(keep_registered(
             state.meta.clone(),
             NodeIdentity {
@@ -183,7 +175,7 @@ impl IndexerNode {
             state.config.heartbeat_interval,
             state.registered.clone(),
             Vec::new,
-            heartbeat_stopped,
+            shutdown.clone(),
         )));
         tasks.push(tokio::spawn(lease_loop(state.clone(), shutdown.clone())));
         tasks.push(tokio::spawn(gc_loop(state.clone(), shutdown.clone())));

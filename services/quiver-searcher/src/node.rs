@@ -158,7 +158,7 @@ impl SearcherNode {
                     ready
                 }
             },
-            stop_signal(&state),
+            state.shutdown.clone(),
         ));
         state.tasks.spawn(watch_loop(state.clone()));
         state.tasks.spawn(safety_poll_loop(state.clone()));
@@ -205,18 +205,6 @@ impl Drop for SearcherNode {
     fn drop(&mut self) {
         self.state.shutdown.cancel();
     }
-}
-
-/// Returns a `watch` receiver that turns true when the node stops, for
-/// [`keep_registered`], which takes one (the node itself stops on its token).
-fn stop_signal(state: &NodeState) -> tokio::sync::watch::Receiver<bool> {
-    let (sender, receiver) = tokio::sync::watch::channel(false);
-    let shutdown = state.shutdown.clone();
-    state.tasks.spawn(async move {
-        shutdown.cancelled().await;
-        let _ = sender.send(true);
-    });
-    receiver
 }
 
 fn state_ready(state: &NodeState) -> bool {
