@@ -8,6 +8,7 @@
 
 mod build_pool;
 mod calibrate;
+mod codebook;
 mod error;
 mod fields;
 mod filter;
@@ -22,6 +23,7 @@ mod source;
 mod writer;
 
 pub use calibrate::{Calibration, CalibrationOptions, calibrate_nprobe};
+pub use codebook::{Codebook, CodebookInfo};
 pub use error::{IndexError, IndexErrorKind, IndexResult};
 pub use fields::{FieldColumn, FieldKind, FieldSpec, FieldValue};
 pub use filter::{CompareOp, Filter, Literal, MAX_FILTER_DEPTH};
@@ -31,7 +33,9 @@ pub use params::{
     default_nprobe,
 };
 pub use reader::Segment;
-pub use search::{Hit, RowFilter, SearchScratch, SearchStats, merge_hits};
+pub use search::{
+    Hit, RowFilter, SearchScratch, SearchStats, SharedProbe, merge_hits, search_shared,
+};
 pub use source::{AccessPattern, ByteSource, DirectSession, MemorySource, MmapSource, ReadSession};
 pub use writer::{
     BuildProgress, BuildStage, PointId, SegmentHeader, SegmentSpec, SegmentSummary, SegmentWriter,

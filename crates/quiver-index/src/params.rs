@@ -47,6 +47,10 @@ pub struct BuildParams {
     pub seed: u64,
     /// Threads used to build (0 = all cores).
     pub threads: usize,
+    /// Build with these centroids and rotation instead of training k-means
+    /// (the shard's codebook); `None` trains a new one from the rows.
+    #[serde(skip)]
+    pub codebook: Option<std::sync::Arc<crate::codebook::Codebook>>,
 }
 
 impl Default for BuildParams {
@@ -58,6 +62,7 @@ impl Default for BuildParams {
             kmeans_sample_per_list: 48,
             seed: 0x5157_4956_4552,
             threads: 0,
+            codebook: None,
         }
     }
 }

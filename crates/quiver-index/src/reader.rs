@@ -630,7 +630,12 @@ fn validate_header(object: &str, header: &SegmentHeader) -> IndexResult<()> {
     if header.rows == 0 || header.rows > u32::MAX as u64 {
         return bad(format!("row count {} is invalid", header.rows));
     }
-    if header.nlist == 0 || header.nlist as u64 > header.rows {
+    // A segment built with a shard codebook may have more lists than rows
+    // (most empty); no codebook has more lists than the rows it was trained on.
+    let most_lists = header.codebook.map_or(header.rows, |codebook| {
+        codebook.trained_rows.max(header.rows)
+    });
+    if header.nlist == 0 || header.nlist as u64 > most_lists {
         return bad(format!("list count {} is invalid", header.nlist));
     }
     if header.block_rows != quiver_simd::RABITQ_BLOCK_ROWS

@@ -58,10 +58,23 @@ struct Candidate {
     row: u32,
 }
 
+/// A ranked row: its key and its handle (member segment << 32 | row).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Ranked {
     key: f32,
-    row: u32,
+    handle: u64,
+}
+
+/// Returns the handle of `row` of member segment `member`.
+#[inline]
+fn handle(member: usize, row: u32) -> u64 {
+    ((member as u64) << 32) | u64::from(row)
+}
+
+/// Returns the member segment and row of a handle.
+#[inline]
+fn unhandle(handle: u64) -> (usize, u32) {
+    ((handle >> 32) as usize, handle as u32)
 }
 
 impl Eq for Ranked {}
@@ -76,7 +89,7 @@ impl Ord for Ranked {
     fn cmp(&self, other: &Self) -> Ordering {
         self.key
             .total_cmp(&other.key)
-            .then(self.row.cmp(&other.row))
+            .then(self.handle.cmp(&other.handle))
     }
 }
 
@@ -102,12 +115,12 @@ impl TopK {
         }
     }
 
-    fn push(&mut self, key: f32, row: u32) {
+    fn push(&mut self, key: f32, handle: u64) {
         if self.heap.len() < self.k {
-            self.heap.push(Ranked { key, row });
+            self.heap.push(Ranked { key, handle });
         } else if key < self.threshold() {
             self.heap.pop();
-            self.heap.push(Ranked { key, row });
+            self.heap.push(Ranked { key, handle });
         }
     }
 }
@@ -167,6 +180,7 @@ struct Ranking {
 #[inline]
 fn select_candidates(
     entry: ListEntry,
+    member: usize,
     threshold: f32,
     filter: Option<&dyn RowFilter>,
     scratch: &mut SearchScratch,
@@ -192,7 +206,7 @@ fn select_candidates(
             if lower < threshold {
                 scratch.candidates.push(Candidate { key, lower, row });
             } else {
-                reserve.push(key, row);
+                reserve.push(key, handle(member, row));
             }
         }
     }
@@ -276,57 +290,33 @@ impl<S: ByteSource> Segment<S> {
         filter: Option<&dyn RowFilter>,
         scratch: &mut SearchScratch,
     ) -> IndexResult<Vec<Hit>> {
-        if params.k == 0 {
-            return Err(IndexError::InvalidArgument("k must be at least 1".into()));
-        }
-        self.prepare_query(query, scratch)?;
-        // Every read of this query goes through one session: a cache pins each
-        // region once for the whole query instead of once per read.
-        let session = self.source.session();
-        let nlist = self.header.nlist;
-        let nprobe = params
-            .nprobe
-            .unwrap_or_else(|| default_nprobe(nlist))
-            .clamp(1, nlist);
-        scratch.stats = SearchStats::default();
-        let encoded = self.encode_query(scratch);
-        self.choose_lists(&encoded, nprobe, scratch);
-        let mut ranking = Ranking {
-            top: TopK::new(params.k, std::mem::take(&mut scratch.heap)),
-            reserve: TopK::new(
-                params.k * params.rescore.max(1),
-                std::mem::take(&mut scratch.reserve),
-            ),
-            rescored: 0,
+        let member = SharedProbe {
+            segment: self,
+            filter,
         };
-        for probe in 0..scratch.list_keys.len() {
-            let list = scratch.list_keys[probe].1 as usize;
-            self.probe_list(
-                &session,
-                list,
-                &encoded,
-                params,
-                filter,
-                scratch,
-                &mut ranking,
-            )?;
+        let hits = search_shared(std::slice::from_ref(&member), query, params, scratch)?;
+        Ok(hits.into_iter().map(|(_, hit)| hit).collect())
+    }
+
+    /// Checks that `self` has the same lists as `lead` (one codebook).
+    fn check_shares_lists_with(&self, lead: &Segment<S>) -> IndexResult<()> {
+        let (a, b) = (&lead.header, &self.header);
+        let same = a.codebook.is_some()
+            && a.codebook.map(|c| c.id) == b.codebook.map(|c| c.id)
+            && a.dim == b.dim
+            && a.padded_dim == b.padded_dim
+            && a.metric == b.metric
+            && a.nlist == b.nlist
+            && a.rotation_seed == b.rotation_seed;
+        if same {
+            Ok(())
+        } else {
+            Err(IndexError::InvalidArgument(format!(
+                "segments {} and {} do not share one codebook; search them separately",
+                lead.name(),
+                self.name()
+            )))
         }
-        // The guard: the best ruled-out rows by estimate are rescored as well.
-        let Ranking {
-            mut top,
-            mut reserve,
-            mut rescored,
-        } = ranking;
-        for ranked in reserve.heap.drain() {
-            top.push(
-                self.rescore_row(&session, &scratch.query, ranked.row)?,
-                ranked.row,
-            );
-            rescored += 1;
-        }
-        scratch.reserve = reserve.heap;
-        scratch.stats.rows_rescored = rescored;
-        Ok(self.finish_hits(top, scratch))
     }
 
     /// Rotates the prepared query into the codes' space and quantizes it to
@@ -399,6 +389,7 @@ impl<S: ByteSource> Segment<S> {
     #[allow(clippy::too_many_arguments)]
     fn probe_list<R: ReadSession>(
         &self,
+        member: usize,
         session: &R,
         list: usize,
         encoded: &EncodedQuery,
@@ -463,8 +454,15 @@ impl<S: ByteSource> Segment<S> {
             &mut scratch.lowers,
             &mut scratch.masks,
         );
-        select_candidates(entry, threshold, filter, scratch, &mut ranking.reserve);
-        self.rescore_candidates(session, scratch, ranking)?;
+        select_candidates(
+            entry,
+            member,
+            threshold,
+            filter,
+            scratch,
+            &mut ranking.reserve,
+        );
+        self.rescore_candidates(member, session, scratch, ranking)?;
         scratch.stats.lists_probed += 1;
         scratch.stats.rows_scanned += entry.rows as usize;
         Ok(())
@@ -476,6 +474,7 @@ impl<S: ByteSource> Segment<S> {
     #[inline]
     fn rescore_candidates<R: ReadSession>(
         &self,
+        member: usize,
         session: &R,
         scratch: &mut SearchScratch,
         ranking: &mut Ranking,
@@ -509,12 +508,14 @@ impl<S: ByteSource> Segment<S> {
             let row_bytes_now = ring[index % ring.len()].take().expect("read ahead");
             let candidate = scratch.candidates[index];
             if candidate.lower >= ranking.top.threshold() {
-                ranking.reserve.push(candidate.key, candidate.row);
+                ranking
+                    .reserve
+                    .push(candidate.key, handle(member, candidate.row));
                 continue;
             }
             ranking.top.push(
                 self.exact_key(&scratch.query, &row_bytes_now)?,
-                candidate.row,
+                handle(member, candidate.row),
             );
             ranking.rescored += 1;
         }
@@ -522,17 +523,10 @@ impl<S: ByteSource> Segment<S> {
     }
 
     fn finish_hits(&self, top: TopK, scratch: &mut SearchScratch) -> Vec<Hit> {
-        let mut ranked = top.heap.into_sorted_vec();
-        let hits = ranked
-            .iter()
-            .map(|r| Hit {
-                row: r.row,
-                score: to_score(self.header.metric, r.key),
-            })
-            .collect();
-        ranked.clear();
-        scratch.heap = BinaryHeap::from(ranked);
-        hits
+        finish_shared(self.header.metric, top, scratch)
+            .into_iter()
+            .map(|(_, hit)| hit)
+            .collect()
     }
 
     /// Returns the exact top-`k` of the given rows (a selective filter's matches):
@@ -553,7 +547,10 @@ impl<S: ByteSource> Segment<S> {
         let mut scored = 0;
         for row in rows {
             self.check_row(row)?;
-            top.push(self.rescore_row(&session, &scratch.query, row)?, row);
+            top.push(
+                self.rescore_row(&session, &scratch.query, row)?,
+                u64::from(row),
+            );
             scored += 1;
         }
         scratch.stats = SearchStats {
@@ -613,7 +610,10 @@ impl<S: ByteSource> Segment<S> {
                 if filter.is_some_and(|f| !f.allows(row)) {
                     continue;
                 }
-                top.push(if op == BulkOp::Dot { -score } else { score }, row);
+                top.push(
+                    if op == BulkOp::Dot { -score } else { score },
+                    u64::from(row),
+                );
             }
         }
         scratch.stats = SearchStats {
@@ -623,6 +623,118 @@ impl<S: ByteSource> Segment<S> {
         };
         Ok(self.finish_hits(top, scratch))
     }
+}
+
+/// One member of a shared search: a segment and the rows it may return.
+pub struct SharedProbe<'a, S: ByteSource> {
+    /// The segment.
+    pub segment: &'a Segment<S>,
+    /// Rows it may return (`None`: all).
+    pub filter: Option<&'a dyn RowFilter>,
+}
+
+/// Returns the approximate top-`k` over segments that share one codebook, as
+/// `(member index, hit)`, best first.
+///
+/// The query is rotated, quantized and ranked against the centroids once (the
+/// first member's: every member has the same). Each of the `nprobe` nearest
+/// lists is then scanned in every member against one top-k, one reserve and one
+/// error-bound threshold, so the cost is that of one segment holding every
+/// member's rows: `nprobe` means lists of the shard, not of each segment. One
+/// member is [`Segment::search`].
+pub fn search_shared<S: ByteSource>(
+    members: &[SharedProbe<'_, S>],
+    query: &[f32],
+    params: &SearchParams,
+    scratch: &mut SearchScratch,
+) -> IndexResult<Vec<(usize, Hit)>> {
+    if params.k == 0 {
+        return Err(IndexError::InvalidArgument("k must be at least 1".into()));
+    }
+    let Some(lead) = members.first().map(|member| member.segment) else {
+        return Ok(Vec::new());
+    };
+    for member in &members[1..] {
+        member.segment.check_shares_lists_with(lead)?;
+    }
+    lead.prepare_query(query, scratch)?;
+    // Every read of this query goes through one session per member: a cache
+    // pins each region once for the whole query instead of once per read.
+    let sessions: Vec<_> = members
+        .iter()
+        .map(|member| member.segment.source.session())
+        .collect();
+    let nlist = lead.header.nlist;
+    let nprobe = params
+        .nprobe
+        .unwrap_or_else(|| default_nprobe(nlist))
+        .clamp(1, nlist);
+    scratch.stats = SearchStats::default();
+    let encoded = lead.encode_query(scratch);
+    lead.choose_lists(&encoded, nprobe, scratch);
+    let mut ranking = Ranking {
+        top: TopK::new(params.k, std::mem::take(&mut scratch.heap)),
+        reserve: TopK::new(
+            params.k * params.rescore.max(1),
+            std::mem::take(&mut scratch.reserve),
+        ),
+        rescored: 0,
+    };
+    for probe in 0..scratch.list_keys.len() {
+        let list = scratch.list_keys[probe].1 as usize;
+        for (index, member) in members.iter().enumerate() {
+            member.segment.probe_list(
+                index,
+                &sessions[index],
+                list,
+                &encoded,
+                params,
+                member.filter,
+                scratch,
+                &mut ranking,
+            )?;
+        }
+    }
+    // The guard: the best ruled-out rows by estimate are rescored as well.
+    let Ranking {
+        mut top,
+        mut reserve,
+        mut rescored,
+    } = ranking;
+    for ranked in reserve.heap.drain() {
+        let (index, row) = unhandle(ranked.handle);
+        let segment = members[index].segment;
+        top.push(
+            segment.rescore_row(&sessions[index], &scratch.query, row)?,
+            ranked.handle,
+        );
+        rescored += 1;
+    }
+    scratch.reserve = reserve.heap;
+    scratch.stats.rows_rescored = rescored;
+    Ok(finish_shared(lead.header.metric, top, scratch))
+}
+
+/// Turns the final top-k into `(member, hit)`, best first, and keeps the
+/// heap's buffer for the next query.
+fn finish_shared(metric: Metric, top: TopK, scratch: &mut SearchScratch) -> Vec<(usize, Hit)> {
+    let mut ranked = top.heap.into_sorted_vec();
+    let hits = ranked
+        .iter()
+        .map(|r| {
+            let (member, row) = unhandle(r.handle);
+            (
+                member,
+                Hit {
+                    row,
+                    score: to_score(metric, r.key),
+                },
+            )
+        })
+        .collect();
+    ranked.clear();
+    scratch.heap = BinaryHeap::from(ranked);
+    hits
 }
 
 /// Merges per-segment hit lists into the best `k` overall, best first.

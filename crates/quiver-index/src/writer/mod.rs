@@ -14,6 +14,7 @@ use self::sections::{
     IdLookup, SectionSink, SectionWriter, build_id_lookup, write_codes, write_id_lookup, write_ids,
 };
 use crate::build_pool::build_pool;
+use crate::codebook::{Codebook, CodebookInfo, codebook_id};
 use crate::error::{IndexError, IndexResult};
 use crate::fields::{self, FieldSpec, FieldValue};
 use crate::format::{self, SectionKind};
@@ -88,6 +89,10 @@ pub struct SegmentHeader {
     pub fields: Vec<FieldSpec>,
     /// Opaque collection parameters.
     pub collection: serde_json::Value,
+    /// The codebook (centroids and rotation) the lists were built with;
+    /// absent in segments written before codebooks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codebook: Option<CodebookInfo>,
 }
 
 /// Numbers about a written segment.
@@ -280,16 +285,33 @@ impl SegmentWriter {
             ));
         }
         let build = &self.spec.build;
-        let nlist = build
-            .nlist
-            .unwrap_or_else(|| default_nlist(rows))
-            .clamp(1, rows);
         let id_lookup = build_id_lookup(&self.ids)?;
         let pool = build_pool(build.threads)?;
-        let clustering = self.cluster(&pool, nlist, progress);
-        let layout = ListLayout::new(&clustering.assignments, nlist);
-        let rotation = Rotation::new(self.spec.dim, build.seed);
-        let rotated_centroids = rotate_centroids(&rotation, &clustering.centroids, self.spec.dim);
+        let (layout, rotation, rotated_centroids, codebook) = match &build.codebook {
+            Some(codebook) => {
+                codebook.check_dim(self.spec.dim)?;
+                let rotation = Rotation::new(self.spec.dim, codebook.seed());
+                let assignments = self.assign_to_codebook(&pool, &rotation, codebook, progress);
+                let layout = ListLayout::new(&assignments, codebook.nlist());
+                let centroids = codebook.rotated_centroids().to_vec();
+                (layout, rotation, centroids, codebook.info())
+            }
+            None => {
+                let nlist = build
+                    .nlist
+                    .unwrap_or_else(|| default_nlist(rows))
+                    .clamp(1, rows);
+                let clustering = self.cluster(&pool, nlist, progress);
+                let layout = ListLayout::new(&clustering.assignments, nlist);
+                let rotation = Rotation::new(self.spec.dim, build.seed);
+                let centroids = rotate_centroids(&rotation, &clustering.centroids, self.spec.dim);
+                let info = CodebookInfo {
+                    id: codebook_id(build.seed, self.spec.dim, &centroids),
+                    trained_rows: rows as u64,
+                };
+                (layout, rotation, centroids, info)
+            }
+        };
         let encoded = self.encode_lists(&pool, &layout, &rotation, &rotated_centroids, progress);
         self.write_sections(
             out,
@@ -297,8 +319,42 @@ impl SegmentWriter {
             &rotated_centroids,
             &encoded,
             &id_lookup,
+            codebook,
             progress,
         )
+    }
+
+    /// Assigns every row to its nearest centroid of `codebook` (no training):
+    /// rows are rotated into the centroids' space a tile at a time (the
+    /// rotation keeps distances, so the nearest centroid is the same).
+    fn assign_to_codebook(
+        &self,
+        pool: &rayon::ThreadPool,
+        rotation: &Rotation,
+        codebook: &Codebook,
+        progress: BuildProgress<'_>,
+    ) -> Vec<u32> {
+        const TILE_ROWS: usize = 1024;
+        let dim = self.spec.dim;
+        let padded_dim = padded_dimension(dim);
+        let rows = self.ids.len();
+        let mut assignments = vec![0u32; rows];
+        pool.install(|| {
+            assignments
+                .par_chunks_mut(TILE_ROWS)
+                .enumerate()
+                .for_each(|(tile, slots)| {
+                    let first = tile * TILE_ROWS;
+                    let mut rotated = vec![0f32; slots.len() * padded_dim];
+                    for (offset, out) in rotated.chunks_exact_mut(padded_dim).enumerate() {
+                        let row = first + offset;
+                        rotation.apply(&self.vectors[row * dim..][..dim], out);
+                    }
+                    kmeans::assign(&rotated, padded_dim, codebook.rotated_centroids(), slots);
+                });
+        });
+        progress(BuildStage::Clustering, 1, 1);
+        assignments
     }
 
     /// Trains `nlist` k-means centroids and assigns every row to its nearest.
@@ -394,7 +450,7 @@ impl SegmentWriter {
     }
 
     /// Returns the header section's contents.
-    fn header(&self, layout: &ListLayout) -> SegmentHeader {
+    fn header(&self, layout: &ListLayout, codebook: CodebookInfo) -> SegmentHeader {
         let spec = &self.spec;
         SegmentHeader {
             format_version: format::FORMAT_VERSION,
@@ -411,6 +467,7 @@ impl SegmentWriter {
             block_rows: RABITQ_BLOCK_ROWS,
             fields: spec.fields.clone(),
             collection: spec.collection.clone(),
+            codebook: Some(codebook),
         }
     }
 
@@ -422,6 +479,7 @@ impl SegmentWriter {
         rotated_centroids: &[f32],
         encoded: &EncodedLists,
         id_lookup: &IdLookup,
+        codebook: CodebookInfo,
         progress: BuildProgress<'_>,
     ) -> IndexResult<SegmentSummary> {
         let total_sections = SectionKind::ALL.len() as u64;
@@ -431,7 +489,7 @@ impl SegmentWriter {
             step += 1;
             progress(BuildStage::Writing, step, total_sections);
         };
-        let header = self.header(layout);
+        let header = self.header(layout, codebook);
         file.section(SectionKind::Header, |w| {
             w.write(&serde_json::to_vec(&header).expect("header"))
         })?;

@@ -1,5 +1,6 @@
 //! Segment round trips, recall against flat search, and damaged files.
 
+mod codebook;
 mod corruption;
 mod data;
 mod filters;
