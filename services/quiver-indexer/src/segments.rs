@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use quiver_index::{
-    BuildProgress, CalibrationOptions, MemorySource, MmapSource, PointId, Segment, SegmentSpec,
-    SegmentWriter, calibrate_nprobe,
+    BuildProgress, CalibrationOptions, Codebook, MemorySource, MmapSource, PointId, Segment,
+    SegmentSpec, SegmentWriter, calibrate_nprobe, default_nprobe,
 };
 use quiver_storage::{DeletionBitmap, Storage};
 use roaring::RoaringBitmap;
@@ -36,6 +36,51 @@ pub(crate) struct RowRef {
 pub(crate) struct ShardIndex {
     pub segments: HashMap<Arc<str>, LiveSegment>,
     pub primary_keys: HashMap<PointId, RowRef>,
+    /// The codebook new segments are built with (the one trained on the most
+    /// rows so far); `None` until the first segment is built.
+    pub codebook: Option<ShardCodebook>,
+}
+
+/// A build retrains the codebook once it has this many times the rows the
+/// current codebook was trained on: the lists are then sized for the shard
+/// as it has grown, and later segments share the new codebook.
+pub(crate) const CODEBOOK_RETRAIN_GROWTH: u64 = 2;
+
+/// A shard's codebook and the `nprobe` calibrated when it was trained: every
+/// segment built with it records that `nprobe`, since searchers probe the
+/// codebook's lists across all those segments at once.
+#[derive(Clone, Debug)]
+pub(crate) struct ShardCodebook {
+    pub codebook: Arc<Codebook>,
+    pub nprobe: u32,
+}
+
+impl ShardCodebook {
+    /// Returns the codebook `segment` was built with, and the `nprobe` its
+    /// manifest entry records (the default for its lists when it records none).
+    pub fn of_segment<S: quiver_index::ByteSource>(
+        segment: &Segment<S>,
+        entry: &SegmentEntry,
+    ) -> Option<ShardCodebook> {
+        let codebook = Codebook::of_segment(segment)?;
+        let nprobe = entry
+            .default_nprobe
+            .unwrap_or_else(|| default_nprobe(codebook.nlist()) as u32);
+        Some(ShardCodebook {
+            codebook: Arc::new(codebook),
+            nprobe,
+        })
+    }
+
+    /// Returns the codebook a build of `rows` rows should use: this one,
+    /// unless the build has outgrown it (then a new one is trained).
+    pub fn for_build(current: Option<&ShardCodebook>, rows: usize) -> Option<ShardCodebook> {
+        current
+            .filter(|current| {
+                rows as u64 <= current.codebook.trained_rows() * CODEBOOK_RETRAIN_GROWTH
+            })
+            .cloned()
+    }
 }
 
 impl ShardIndex {
@@ -59,6 +104,17 @@ impl ShardIndex {
             .insert(segment_id, LiveSegment { entry, deleted });
     }
 
+    /// Makes `candidate` the shard's codebook when it was trained on more rows
+    /// than the current one (or there is none).
+    pub fn offer_codebook(&mut self, candidate: ShardCodebook) {
+        let better = self.codebook.as_ref().is_none_or(|current| {
+            candidate.codebook.trained_rows() > current.codebook.trained_rows()
+        });
+        if better {
+            self.codebook = Some(candidate);
+        }
+    }
+
     /// Returns the live segment entries (for checks and merge planning).
     pub fn entries(&self) -> impl Iterator<Item = &LiveSegment> {
         self.segments.values()
@@ -70,18 +126,25 @@ pub(crate) struct BuiltSegment {
     pub bytes: Vec<u8>,
     /// Ids in row order.
     pub ids: Vec<PointId>,
-    /// The calibrated default `nprobe`.
+    /// The default `nprobe` of its codebook's lists.
     pub default_nprobe: u32,
+    /// The codebook it was built with.
+    pub codebook: ShardCodebook,
 }
 
 /// Builds one segment from `rows` (id, vector, payload JSON bytes) on the
-/// calling thread, and calibrates its default `nprobe`.
+/// calling thread. With the shard's `codebook` (see [`ShardCodebook::for_build`])
+/// the rows join its lists and the segment records its `nprobe`; without, a
+/// codebook is trained from the rows and its `nprobe` calibrated on them.
 pub(crate) fn build_segment<'r>(
     spec: &SegmentSpec,
     rows: impl Iterator<Item = (&'r PointId, &'r [f32], &'r [u8])>,
+    codebook: Option<ShardCodebook>,
     progress: BuildProgress<'_>,
 ) -> IndexerResult<BuiltSegment> {
-    let mut writer = SegmentWriter::new(spec.clone())?;
+    let mut spec = spec.clone();
+    spec.build.codebook = codebook.as_ref().map(|shared| shared.codebook.clone());
+    let mut writer = SegmentWriter::new(spec)?;
     for (id, vector, payload) in rows {
         let payload = parse_payload(payload)?;
         writer.add(id.clone(), vector, payload.as_ref())?;
@@ -90,12 +153,24 @@ pub(crate) fn build_segment<'r>(
     writer.finish(&mut bytes, progress)?;
     let segment = Segment::open(MemorySource::new("new segment", &bytes))?;
     let ids = segment.ids()?;
-    let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default())?;
+    let codebook = match codebook {
+        Some(shared) => shared,
+        None => {
+            let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default())?;
+            ShardCodebook {
+                codebook: Arc::new(Codebook::of_segment(&segment).ok_or_else(|| {
+                    IndexerError::Internal("a new segment carries no codebook".into())
+                })?),
+                nprobe: calibration.nprobe as u32,
+            }
+        }
+    };
     drop(segment);
     Ok(BuiltSegment {
         bytes,
         ids,
-        default_nprobe: calibration.nprobe as u32,
+        default_nprobe: codebook.nprobe,
+        codebook,
     })
 }
 

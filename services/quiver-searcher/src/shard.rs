@@ -3,11 +3,15 @@
 //! (deleted, or replaced by a newer copy in the WAL tail), plus the WAL tail's
 //! points scored exactly.
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use quiver_blobcache::{CachedObject, ReadCounts};
-use quiver_index::{Filter, Metric, PointId, SearchParams, SearchScratch, Segment, SegmentSpec};
+use quiver_index::{
+    Filter, Metric, PointId, RowFilter, SearchParams, SearchScratch, Segment, SegmentSpec,
+    SharedProbe, search_shared,
+};
+use quiver_simd::BulkOp;
 use quiver_storage::WalRecord;
 use quiver_storage::manifest::{Manifest, SegmentEntry};
 use roaring::RoaringBitmap;
@@ -35,7 +39,7 @@ pub struct SearchRequest {
     pub vector: Vec<f32>,
     /// Hits wanted.
     pub k: usize,
-    /// Lists probed per segment (`None`: the segment's calibrated default).
+    /// Lists probed per codebook group of segments (`None`: the calibrated default).
     pub nprobe: Option<usize>,
     /// Rescoring guard multiplier (`None`: the default).
     pub rescore: Option<usize>,
@@ -99,12 +103,191 @@ struct SegmentView {
     blocked: RoaringBitmap,
 }
 
-enum TailPoint {
-    Upsert {
-        vector: Vec<f32>,
-        payload: Option<Value>,
-    },
+/// The upserts of one WAL object, laid out for bulk scoring: `vectors` holds
+/// every row's vector back to back (unit length for cosine collections).
+struct TailChunk {
+    ids: Vec<PointId>,
+    vectors: Vec<f32>,
+    payloads: Vec<Option<Value>>,
+}
+
+/// Where the newest WAL-tail record of an id is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TailSlot {
+    /// An upsert: its position among the tail's rows (over every chunk).
+    Row(u32),
+    /// A delete.
     Deleted,
+}
+
+/// The WAL tail, not yet in a segment: chunks of rows in commit order, the
+/// newest record of every id, and the rows a later record superseded.
+#[derive(Clone, Default)]
+struct Tail {
+    chunks: Vec<Arc<TailChunk>>,
+    /// Position of the first row of every chunk.
+    chunk_starts: Vec<u32>,
+    rows: u32,
+    newest: HashMap<PointId, TailSlot>,
+    /// Rows replaced or deleted by a later record of the same id.
+    superseded: RoaringBitmap,
+}
+
+impl Tail {
+    /// Appends one WAL object's records.
+    fn apply(
+        &mut self,
+        key: &str,
+        records: &[WalRecord],
+        metric: Metric,
+        dimension: usize,
+    ) -> SearcherResult<()> {
+        let mut chunk = TailChunk {
+            ids: Vec::new(),
+            vectors: Vec::new(),
+            payloads: Vec::new(),
+        };
+        for record in records {
+            let slot = match record {
+                WalRecord::Upsert {
+                    id,
+                    vector,
+                    payload,
+                } => {
+                    if vector.len() != dimension {
+                        return Err(quiver_storage::StorageError::Corrupted {
+                            key: key.to_string(),
+                            reason: format!(
+                                "vector of {id} has dimension {}, the collection {dimension}",
+                                vector.len()
+                            ),
+                        }
+                        .into());
+                    }
+                    let payload = if payload.is_empty() {
+                        None
+                    } else {
+                        Some(serde_json::from_slice(payload).map_err(|error| {
+                            quiver_storage::StorageError::Corrupted {
+                                key: key.to_string(),
+                                reason: format!("payload of {id} is not JSON: {error}"),
+                            }
+                        })?)
+                    };
+                    if metric == Metric::Cosine {
+                        chunk.vectors.extend(normalized(vector));
+                    } else {
+                        chunk.vectors.extend_from_slice(vector);
+                    }
+                    chunk.ids.push(id.clone());
+                    chunk.payloads.push(payload);
+                    TailSlot::Row(self.rows + chunk.ids.len() as u32 - 1)
+                }
+                WalRecord::Delete { .. } => TailSlot::Deleted,
+            };
+            if let Some(TailSlot::Row(old)) = self.newest.insert(record.id().clone(), slot) {
+                self.superseded.insert(old);
+            }
+        }
+        if !chunk.ids.is_empty() {
+            self.chunk_starts.push(self.rows);
+            self.rows += chunk.ids.len() as u32;
+            self.chunks.push(Arc::new(chunk));
+        }
+        Ok(())
+    }
+
+    /// Returns the chunk and the index in it of tail row `position`.
+    fn locate(&self, position: u32) -> (&TailChunk, usize) {
+        let chunk = self
+            .chunk_starts
+            .partition_point(|&start| start <= position)
+            - 1;
+        (
+            &self.chunks[chunk],
+            (position - self.chunk_starts[chunk]) as usize,
+        )
+    }
+
+    /// Returns the live upsert of `id`: its vector and payload.
+    fn get(&self, id: &PointId) -> Option<Option<(&[f32], Option<&Value>)>> {
+        match self.newest.get(id)? {
+            TailSlot::Deleted => Some(None),
+            TailSlot::Row(position) => {
+                let (chunk, index) = self.locate(*position);
+                let dimension = chunk.vectors.len() / chunk.ids.len();
+                Some(Some((
+                    &chunk.vectors[index * dimension..][..dimension],
+                    chunk.payloads[index].as_ref(),
+                )))
+            }
+        }
+    }
+
+    fn live_rows(&self) -> u64 {
+        u64::from(self.rows) - self.superseded.len()
+    }
+}
+
+/// Smaller-is-better keys of the best `k` hits so far, with where each is.
+struct Best {
+    k: usize,
+    heap: BinaryHeap<Ranked>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Ranked {
+    key: f32,
+    source: HitSource,
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Ranked {}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key
+            .total_cmp(&other.key)
+            .then_with(|| self.source.order().cmp(&other.source.order()))
+    }
+}
+
+impl Best {
+    fn new(k: usize) -> Self {
+        Best {
+            k,
+            heap: BinaryHeap::with_capacity(k + 1),
+        }
+    }
+
+    /// The key a hit must beat to enter.
+    fn threshold(&self) -> f32 {
+        if self.heap.len() < self.k {
+            f32::INFINITY
+        } else {
+            self.heap.peek().map_or(f32::INFINITY, |ranked| ranked.key)
+        }
+    }
+
+    fn push(&mut self, key: f32, source: HitSource) {
+        if self.heap.len() < self.k {
+            self.heap.push(Ranked { key, source });
+        } else if key < self.threshold() {
+            self.heap.pop();
+            self.heap.push(Ranked { key, source });
+        }
+    }
 }
 
 /// A shard at one manifest version, ready to answer.
@@ -113,7 +296,10 @@ pub struct ShardView {
     metric: Metric,
     dimension: usize,
     segments: Vec<SegmentView>,
-    tail: HashMap<PointId, Arc<TailPoint>>,
+    /// Segments that share a codebook, searched together (indexes into
+    /// `segments`); a segment without a codebook is a group of its own.
+    groups: Vec<Vec<usize>>,
+    tail: Tail,
 }
 
 /// What building a [`ShardView`] did.
@@ -127,9 +313,38 @@ pub struct LoadStats {
     pub wal_batches_applied: u64,
 }
 
+#[derive(Clone, Copy, Debug)]
 enum HitSource {
     Segment { index: usize, row: u32 },
-    Tail,
+    Tail { position: u32 },
+}
+
+impl HitSource {
+    /// A total order, so equal scores rank the same way every time.
+    fn order(&self) -> (usize, u32) {
+        match *self {
+            HitSource::Segment { index, row } => (index, row),
+            HitSource::Tail { position } => (usize::MAX, position),
+        }
+    }
+}
+
+/// Rows of a segment a search may return: those not in the bitmap.
+struct NotIn<'a>(&'a RoaringBitmap);
+
+impl RowFilter for NotIn<'_> {
+    fn allows(&self, row: u32) -> bool {
+        !self.0.contains(row)
+    }
+}
+
+/// Rows of a segment a search may return: those in the bitmap.
+struct In<'a>(&'a RoaringBitmap);
+
+impl RowFilter for In<'_> {
+    fn allows(&self, row: u32) -> bool {
+        self.0.contains(row)
+    }
 }
 
 impl ShardView {
@@ -172,41 +387,14 @@ impl ShardView {
             Some(previous) if tail_grew => {
                 (previous.tail.clone(), previous.manifest.wal_tail.len())
             }
-            _ => (HashMap::new(), 0),
+            _ => (Tail::default(), 0),
         };
         let mut new_tail_ids: Vec<PointId> = Vec::new();
         for entry in &manifest.wal_tail[first_new_entry..] {
             let batch = context.wal_batch(&entry.key)?;
             stats.wal_batches_applied += 1;
-            for record in &batch.records {
-                let point = match record {
-                    WalRecord::Upsert {
-                        id,
-                        vector,
-                        payload,
-                    } => {
-                        let payload = if payload.is_empty() {
-                            None
-                        } else {
-                            Some(serde_json::from_slice(payload).map_err(|error| {
-                                quiver_storage::StorageError::Corrupted {
-                                    key: entry.key.clone(),
-                                    reason: format!("payload of {id} is not JSON: {error}"),
-                                }
-                            })?)
-                        };
-                        let vector = if spec.metric == Metric::Cosine {
-                            normalized(vector)
-                        } else {
-                            vector.clone()
-                        };
-                        TailPoint::Upsert { vector, payload }
-                    }
-                    WalRecord::Delete { .. } => TailPoint::Deleted,
-                };
-                tail.insert(record.id().clone(), Arc::new(point));
-                new_tail_ids.push(record.id().clone());
-            }
+            tail.apply(&entry.key, &batch.records, spec.metric, spec.dim)?;
+            new_tail_ids.extend(batch.records.iter().map(|record| record.id().clone()));
         }
         let previous_segments: HashMap<&str, &SegmentView> = previous
             .map(|previous| {
@@ -229,7 +417,7 @@ impl ShardView {
                         block_rows(&old.segment, &new_tail_ids, &mut blocked)?;
                         blocked
                     } else {
-                        masked_rows(context, entry, &old.segment, tail.keys())?
+                        masked_rows(context, entry, &old.segment, tail.newest.keys())?
                     };
                     SegmentView {
                         entry: entry.clone(),
@@ -240,7 +428,7 @@ impl ShardView {
                 None => {
                     stats.segments_opened += 1;
                     let segment = context.open_segment(entry)?;
-                    let blocked = masked_rows(context, entry, &segment, tail.keys())?;
+                    let blocked = masked_rows(context, entry, &segment, tail.newest.keys())?;
                     SegmentView {
                         entry: entry.clone(),
                         segment,
@@ -250,11 +438,13 @@ impl ShardView {
             };
             segments.push(view);
         }
+        let groups = codebook_groups(&segments);
         let view = ShardView {
             manifest,
             metric: spec.metric,
             dimension: spec.dim,
             segments,
+            groups,
             tail,
         };
         Ok((view, stats))
@@ -263,6 +453,12 @@ impl ShardView {
     /// Returns the opened segments.
     pub fn segments(&self) -> impl Iterator<Item = &Segment<CachedObject>> {
         self.segments.iter().map(|view| view.segment.as_ref())
+    }
+
+    /// Returns how many groups of segments a search ranks centroids for (one
+    /// per codebook, plus one per segment without a codebook).
+    pub fn codebook_groups(&self) -> usize {
+        self.groups.len()
     }
 
     /// Returns the manifest this view answers from.
@@ -277,12 +473,7 @@ impl ShardView {
             .iter()
             .map(|view| view.segment.rows() - view.blocked.len())
             .sum();
-        let in_tail = self
-            .tail
-            .values()
-            .filter(|point| matches!(point.as_ref(), TailPoint::Upsert { .. }))
-            .count() as u64;
-        in_segments + in_tail
+        in_segments + self.tail.live_rows()
     }
 
     /// Returns the rows of the WAL tail (not yet in a segment).
@@ -346,61 +537,33 @@ impl ShardView {
                 "query vector has a non-finite value at position {position}"
             )));
         }
-        let mut candidates: Vec<(f32, PointId, HitSource)> = Vec::new();
-        for (index, view) in self.segments.iter().enumerate() {
-            let hits = self.search_segment(context, view, request, scratch)?;
-            cost.segments += 1;
-            cost.rows_scanned += scratch.stats.rows_scanned as u64;
-            cost.rows_rescored += scratch.stats.rows_rescored as u64;
-            for hit in hits {
-                let id = view.segment.id(hit.row)?;
-                candidates.push((
-                    hit.score,
-                    id,
+        let to_key = |score: f32| {
+            if self.metric.higher_is_better() {
+                -score
+            } else {
+                score
+            }
+        };
+        let mut best = Best::new(request.k);
+        for group in &self.groups {
+            for (index, hit) in self.search_group(context, group, request, scratch, &mut cost)? {
+                best.push(
+                    to_key(hit.score),
                     HitSource::Segment {
                         index,
                         row: hit.row,
                     },
-                ));
+                );
             }
         }
-        let query = if self.metric == Metric::Cosine {
-            normalized(&request.vector)
-        } else {
-            request.vector.clone()
-        };
-        for (id, point) in &self.tail {
-            let TailPoint::Upsert { vector, payload } = point.as_ref() else {
-                continue;
-            };
-            if let Some(filter) = &request.filter
-                && !filter.matches_payload(payload.as_ref())
-            {
-                continue;
-            }
-            let score = match self.metric {
-                Metric::L2 => quiver_simd::l2sq_f32(&query, vector),
-                Metric::Dot | Metric::Cosine => quiver_simd::dot_f32(&query, vector),
-            };
-            cost.tail_rows_scored += 1;
-            candidates.push((score, id.clone(), HitSource::Tail));
-        }
-        if self.metric.higher_is_better() {
-            candidates.sort_by(|a, b| b.0.total_cmp(&a.0));
-        } else {
-            candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
-        }
-        candidates.truncate(request.k);
-        let hits = candidates
+        self.search_tail(request, &mut best, &mut cost);
+        let hits = best
+            .heap
+            .into_sorted_vec()
             .into_iter()
-            .map(|(score, id, source)| {
-                let (payload, vector) = self.point_parts(&id, &source, request)?;
-                Ok(ShardHit {
-                    id,
-                    score,
-                    payload,
-                    vector,
-                })
+            .map(|ranked| {
+                let score = to_key(ranked.key);
+                self.hit_of(ranked.source, score, request)
             })
             .collect::<SearcherResult<Vec<_>>>()?;
         // The search ran on this thread, and so did every region fill it caused.
@@ -412,37 +575,100 @@ impl ShardView {
         Ok((hits, cost))
     }
 
-    fn search_segment(
+    /// Scores the WAL tail's live rows in bulk, one chunk at a time; a row's
+    /// filter is evaluated only when its score would enter the top-k.
+    fn search_tail(&self, request: &SearchRequest, best: &mut Best, cost: &mut QueryCost) {
+        if self.tail.rows == 0 {
+            return;
+        }
+        let query = if self.metric == Metric::Cosine {
+            normalized(&request.vector)
+        } else {
+            request.vector.clone()
+        };
+        let (op, negate) = match self.metric {
+            Metric::L2 => (BulkOp::L2Squared, false),
+            Metric::Dot | Metric::Cosine => (BulkOp::Dot, true),
+        };
+        let mut scores = Vec::new();
+        for (chunk, &start) in self.tail.chunks.iter().zip(&self.tail.chunk_starts) {
+            scores.resize(chunk.ids.len(), 0.0);
+            quiver_simd::score_f32_bulk(op, &query, &chunk.vectors, &mut scores);
+            for (index, &score) in scores.iter().enumerate() {
+                let position = start + index as u32;
+                let key = if negate { -score } else { score };
+                if key >= best.threshold() || self.tail.superseded.contains(position) {
+                    continue;
+                }
+                if let Some(filter) = &request.filter
+                    && !filter.matches_payload(chunk.payloads[index].as_ref())
+                {
+                    continue;
+                }
+                best.push(key, HitSource::Tail { position });
+            }
+        }
+        cost.tail_rows_scored += self.tail.live_rows();
+    }
+
+    /// Searches the segments of one codebook group; hits carry the index of
+    /// their segment in `self.segments`.
+    fn search_group(
         &self,
         context: &ReadContext,
-        view: &SegmentView,
+        group: &[usize],
         request: &SearchRequest,
         scratch: &mut SearchScratch,
-    ) -> SearcherResult<Vec<quiver_index::Hit>> {
-        let segment = &view.segment;
-        let rows = segment.rows();
+        cost: &mut QueryCost,
+    ) -> SearcherResult<Vec<(usize, quiver_index::Hit)>> {
+        let views: Vec<&SegmentView> = group.iter().map(|&index| &self.segments[index]).collect();
         let mut params = SearchParams::new(request.k);
-        params.nprobe = request
-            .nprobe
-            .or(view.entry.default_nprobe.map(|nprobe| nprobe as usize));
+        // The group's lists are the codebook's: every segment of it records
+        // the nprobe calibrated for the codebook (the largest is the safest).
+        params.nprobe = request.nprobe.or_else(|| {
+            views
+                .iter()
+                .filter_map(|view| view.entry.default_nprobe)
+                .max()
+                .map(|nprobe| nprobe as usize)
+        });
         if let Some(rescore) = request.rescore {
             params.rescore = rescore;
         }
-        let Some(filter) = &request.filter else {
-            if view.blocked.is_empty() {
-                return Ok(segment.search(&request.vector, &params, None, scratch)?);
-            }
-            let allows = |row: u32| !view.blocked.contains(row);
-            return Ok(segment.search(&request.vector, &params, Some(&allows), scratch)?);
+        cost.segments += views.len() as u64;
+        let mut account = |stats: quiver_index::SearchStats| {
+            cost.rows_scanned += stats.rows_scanned as u64;
+            cost.rows_rescored += stats.rows_rescored as u64;
         };
-        let matching = context.filter_rows(&view.entry.key, segment, filter)?;
-        let allowed: RoaringBitmap = &*matching - &view.blocked;
-        let kept = allowed.len();
+        let Some(filter) = &request.filter else {
+            let masks: Vec<NotIn<'_>> = views.iter().map(|view| NotIn(&view.blocked)).collect();
+            let probes: Vec<SharedProbe<'_, CachedObject>> = views
+                .iter()
+                .zip(&masks)
+                .map(|(view, mask)| SharedProbe {
+                    segment: view.segment.as_ref(),
+                    filter: (!view.blocked.is_empty()).then_some(mask as &dyn RowFilter),
+                })
+                .collect();
+            let hits = search_shared(&probes, &request.vector, &params, scratch)?;
+            account(scratch.stats);
+            return Ok(hits
+                .into_iter()
+                .map(|(member, hit)| (group[member], hit))
+                .collect());
+        };
+        let mut allowed = Vec::with_capacity(views.len());
+        for view in &views {
+            let matching = context.filter_rows(&view.entry.key, &view.segment, filter)?;
+            allowed.push(&*matching - &view.blocked);
+        }
+        let kept: u64 = allowed.iter().map(RoaringBitmap::len).sum();
         if kept == 0 {
             return Ok(Vec::new());
         }
+        let rows: u64 = views.iter().map(|view| view.segment.rows()).sum();
         // A looser filter would probe more lists, as many more as the filter is selective.
-        let nlist = segment.header().nlist;
+        let nlist = views[0].segment.header().nlist;
         let base = params
             .nprobe
             .unwrap_or_else(|| quiver_index::default_nprobe(nlist));
@@ -450,40 +676,76 @@ impl ShardView {
         let scanned = (rows * widened as u64).div_ceil(nlist.max(1) as u64);
         if kept <= EXACT_FILTER_ROWS || kept.saturating_mul(EXACT_ROW_COST_IN_CODE_ROWS) <= scanned
         {
-            return Ok(segment.search_rows(&request.vector, allowed.iter(), request.k, scratch)?);
+            let mut hits = Vec::new();
+            for ((view, rows), &index) in views.iter().zip(&allowed).zip(group) {
+                if rows.is_empty() {
+                    continue;
+                }
+                let found =
+                    view.segment
+                        .search_rows(&request.vector, rows.iter(), request.k, scratch)?;
+                account(scratch.stats);
+                hits.extend(found.into_iter().map(|hit| (index, hit)));
+            }
+            return Ok(hits);
         }
         params.nprobe = Some(widened);
-        let allows = |row: u32| allowed.contains(row);
-        Ok(segment.search(&request.vector, &params, Some(&allows), scratch)?)
+        let masks: Vec<In<'_>> = allowed.iter().map(In).collect();
+        let probes: Vec<SharedProbe<'_, CachedObject>> = views
+            .iter()
+            .zip(&masks)
+            .map(|(view, mask)| SharedProbe {
+                segment: view.segment.as_ref(),
+                filter: Some(mask as &dyn RowFilter),
+            })
+            .collect();
+        let hits = search_shared(&probes, &request.vector, &params, scratch)?;
+        account(scratch.stats);
+        Ok(hits
+            .into_iter()
+            .map(|(member, hit)| (group[member], hit))
+            .collect())
     }
 
-    fn point_parts(
+    /// Reads what `request` wants of one hit: its id, payload and vector.
+    fn hit_of(
         &self,
-        id: &PointId,
-        source: &HitSource,
+        source: HitSource,
+        score: f32,
         request: &SearchRequest,
-    ) -> SearcherResult<(Option<Value>, Option<Vec<f32>>)> {
+    ) -> SearcherResult<ShardHit> {
         match source {
-            HitSource::Tail => match self.tail.get(id).map(Arc::as_ref) {
-                Some(TailPoint::Upsert { vector, payload }) => Ok((
-                    payload.clone().filter(|_| request.include_payload),
-                    request.include_vector.then(|| vector.clone()),
-                )),
-                _ => Ok((None, None)),
-            },
+            HitSource::Tail { position } => {
+                let (chunk, index) = self.tail.locate(position);
+                Ok(ShardHit {
+                    id: chunk.ids[index].clone(),
+                    score,
+                    payload: chunk.payloads[index]
+                        .clone()
+                        .filter(|_| request.include_payload),
+                    vector: request.include_vector.then(|| {
+                        chunk.vectors[index * self.dimension..][..self.dimension].to_vec()
+                    }),
+                })
+            }
             HitSource::Segment { index, row } => {
-                let segment = &self.segments[*index].segment;
+                let segment = &self.segments[index].segment;
                 let payload = if request.include_payload {
-                    segment.payload(*row)?
+                    segment.payload(row)?
                 } else {
                     None
                 };
                 let vector = if request.include_vector {
-                    Some(segment.vector(*row)?)
+                    Some(segment.vector(row)?)
                 } else {
                     None
                 };
-                Ok((payload, vector))
+                Ok(ShardHit {
+                    id: segment.id(row)?,
+                    score,
+                    payload,
+                    vector,
+                })
             }
         }
     }
@@ -500,12 +762,12 @@ impl ShardView {
     ) -> SearcherResult<Vec<PointRecord>> {
         let mut found = Vec::new();
         for id in ids {
-            if let Some(point) = self.tail.get(id) {
-                if let TailPoint::Upsert { vector, payload } = point.as_ref() {
+            if let Some(newest) = self.tail.get(id) {
+                if let Some((vector, payload)) = newest {
                     found.push(PointRecord {
                         id: id.clone(),
-                        payload: payload.clone(),
-                        vector: include_vector.then(|| vector.clone()),
+                        payload: payload.cloned(),
+                        vector: include_vector.then(|| vector.to_vec()),
                     });
                 }
                 continue;
@@ -531,6 +793,25 @@ impl ShardView {
         }
         Ok(found)
     }
+}
+
+/// Groups segments by the codebook they were built with, in manifest order.
+fn codebook_groups(segments: &[SegmentView]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut by_codebook: HashMap<u64, usize> = HashMap::new();
+    for (index, view) in segments.iter().enumerate() {
+        match view.segment.header().codebook {
+            Some(codebook) => match by_codebook.get(&codebook.id) {
+                Some(&group) => groups[group].push(index),
+                None => {
+                    by_codebook.insert(codebook.id, groups.len());
+                    groups.push(vec![index]);
+                }
+            },
+            None => groups.push(vec![index]),
+        }
+    }
+    groups
 }
 
 /// Counts a damaged object (segment, bitmap, WAL object) met by a read: the

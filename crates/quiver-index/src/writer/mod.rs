@@ -313,15 +313,12 @@ impl SegmentWriter {
             }
         };
         let encoded = self.encode_lists(&pool, &layout, &rotation, &rotated_centroids, progress);
-        self.write_sections(
-            out,
-            &layout,
-            &rotated_centroids,
-            &encoded,
-            &id_lookup,
+        let lists = Lists {
+            layout,
+            rotated_centroids,
             codebook,
-            progress,
-        )
+        };
+        self.write_sections(out, &lists, &encoded, &id_lookup, progress)
     }
 
     /// Assigns every row to its nearest centroid of `codebook` (no training):
@@ -475,13 +472,12 @@ impl SegmentWriter {
     fn write_sections(
         &self,
         out: &mut dyn Write,
-        layout: &ListLayout,
-        rotated_centroids: &[f32],
+        lists: &Lists,
         encoded: &EncodedLists,
         id_lookup: &IdLookup,
-        codebook: CodebookInfo,
         progress: BuildProgress<'_>,
     ) -> IndexResult<SegmentSummary> {
+        let (layout, rotated_centroids) = (&lists.layout, lists.rotated_centroids.as_slice());
         let total_sections = SectionKind::ALL.len() as u64;
         let mut file = SectionWriter::new(out);
         let mut step = 0u64;
@@ -489,7 +485,7 @@ impl SegmentWriter {
             step += 1;
             progress(BuildStage::Writing, step, total_sections);
         };
-        let header = self.header(layout, codebook);
+        let header = self.header(layout, lists.codebook);
         file.section(SectionKind::Header, |w| {
             w.write(&serde_json::to_vec(&header).expect("header"))
         })?;
@@ -624,6 +620,14 @@ impl ListLayout {
             blocks: block_start as usize,
         }
     }
+}
+
+/// The lists of a build: where rows go, the rotated centroids, and the
+/// codebook they come from.
+struct Lists {
+    layout: ListLayout,
+    rotated_centroids: Vec<f32>,
+    codebook: CodebookInfo,
 }
 
 /// Every row's RaBitQ code words and factors, block by block.

@@ -19,7 +19,7 @@ use crate::error::{IndexerError, IndexerResult};
 use crate::failpoints;
 use crate::memtable::{Memtable, PendingOp};
 use crate::metrics::METRICS;
-use crate::segments::{build_segment, encode_deletes};
+use crate::segments::{ShardCodebook, build_segment, encode_deletes};
 
 /// Flushes on a timer or when asked; merges when the policy finds work.
 pub(super) async fn maintenance_loop(shared: Arc<Shared>) {
@@ -134,11 +134,14 @@ async fn flush_frozen(
             .iter()
             .map(|(id, vector, payload)| ((*id).clone(), vector.to_vec(), payload.to_vec()))
             .collect();
+        let codebook =
+            ShardCodebook::for_build(shared.lock_state().index.codebook.as_ref(), rows.len());
         let built = tokio::task::spawn_blocking(move || {
             build_segment(
                 &spec,
                 rows.iter()
                     .map(|(id, vector, payload)| (id, vector.as_slice(), payload.as_slice())),
+                codebook,
                 &|_, _, _| {},
             )
         })
@@ -156,7 +159,7 @@ async fn flush_frozen(
         };
         failpoints::during("flush-upload", shared.storage.put(&key, built.bytes.into())).await?;
         change.add_segments.push(entry.clone());
-        new_segment = Some((entry, built.ids));
+        new_segment = Some((entry, built.ids, built.codebook));
     }
     // Older persisted copies of every id written here are deleted.
     let new_deletes = {
@@ -246,8 +249,9 @@ async fn flush_frozen(
             state.index.primary_keys.remove(id);
         }
     }
-    if let Some((entry, ids)) = new_segment {
+    if let Some((entry, ids, codebook)) = new_segment {
         state.index.add_segment(entry, RoaringBitmap::new(), ids);
+        state.index.offer_codebook(codebook);
     }
     state.manifest_version = manifest.version;
     Ok(true)

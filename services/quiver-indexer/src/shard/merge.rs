@@ -19,7 +19,9 @@ use crate::error::{IndexerError, IndexerResult};
 use crate::failpoints;
 use crate::merge::{MergePlan, plan_merges};
 use crate::metrics::METRICS;
-use crate::segments::{LiveSegment, RowRef, build_segment, download_segment, encode_deletes};
+use crate::segments::{
+    LiveSegment, RowRef, ShardCodebook, build_segment, download_segment, encode_deletes,
+};
 
 /// Merges in the background, beside the flushes: a merge of large segments
 /// takes minutes, and flushes waiting behind it would let unflushed rows pile
@@ -89,6 +91,8 @@ struct MergedRows {
     bytes: Vec<u8>,
     ids: Vec<PointId>,
     default_nprobe: Option<u32>,
+    /// The codebook it was built with (none when it is empty).
+    codebook: Option<ShardCodebook>,
     /// For every id: (index of its source, row in that source).
     origins: HashMap<PointId, (usize, u32)>,
 }
@@ -170,6 +174,9 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         late_deleted,
         manifest_version,
     );
+    if let Some(codebook) = merged.codebook {
+        shared.lock_state().index.offer_codebook(codebook);
+    }
     METRICS.merges.inc();
     METRICS
         .merge_seconds
@@ -213,6 +220,7 @@ async fn build_merged(shared: &Shared, sources: &[MergeSource]) -> IndexerResult
         .iter()
         .map(|(_, _, deleted)| deleted.clone())
         .collect();
+    let current_codebook = shared.lock_state().index.codebook.clone();
     let (built, origins) = tokio::task::spawn_blocking(move || -> IndexerResult<_> {
         let mut rows: Vec<(PointId, Vec<f32>, Vec<u8>)> = Vec::new();
         let mut origins: HashMap<PointId, (usize, u32)> = HashMap::new();
@@ -234,10 +242,14 @@ async fn build_merged(shared: &Shared, sources: &[MergeSource]) -> IndexerResult
             // Every row was deleted: the merge only removes the sources.
             return Ok((None, origins));
         }
+        // Rows that fit the shard's codebook join its lists without k-means;
+        // a merge that outgrew it trains the next one.
+        let codebook = ShardCodebook::for_build(current_codebook.as_ref(), rows.len());
         let built = build_segment(
             &spec,
             rows.iter()
                 .map(|(id, vector, payload)| (id, vector.as_slice(), payload.as_slice())),
+            codebook,
             &|_, _, _| {},
         )?;
         Ok((Some(built), origins))
@@ -249,12 +261,14 @@ async fn build_merged(shared: &Shared, sources: &[MergeSource]) -> IndexerResult
             bytes: built.bytes,
             ids: built.ids,
             default_nprobe: Some(built.default_nprobe),
+            codebook: Some(built.codebook),
             origins,
         },
         None => MergedRows {
             bytes: Vec::new(),
             ids: Vec::new(),
             default_nprobe: None,
+            codebook: None,
             origins,
         },
     })

@@ -14,7 +14,7 @@ use super::{ShardState, Shared};
 use crate::catalog::{Catalog, CatalogError, Manifest, ShardRef, WalEntry};
 use crate::error::{IndexerError, IndexerResult};
 use crate::memtable::Memtable;
-use crate::segments::{ShardIndex, download_segment, load_deletes};
+use crate::segments::{ShardCodebook, ShardIndex, download_segment, load_deletes};
 
 /// How patiently an ambiguous commit is re-checked against the manifest: six
 /// reads, with full-jitter waits bounded by 50 ms doubling up to 2 s.
@@ -38,6 +38,9 @@ pub(super) async fn load_state(
         };
         let downloaded = download_segment(storage, &entry.key, scratch_dir).await?;
         let ids = tokio::task::block_in_place(|| downloaded.segment.ids())?;
+        if let Some(codebook) = ShardCodebook::of_segment(&downloaded.segment, entry) {
+            index.offer_codebook(codebook);
+        }
         index.add_segment(entry.clone(), deleted, ids);
     }
     let mut active = Memtable::default();

@@ -307,3 +307,82 @@ async fn background_flushes_and_tiered_merges_keep_every_point() {
     assert_eq!(segment.live_rows() as usize, expected.len());
     assert!(segment.deletes.is_none(), "compaction dropped deleted rows");
 }
+
+/// The codebook (id, trained rows) each segment of `manifest` records.
+async fn codebooks(
+    storage: &Storage,
+    manifest: &quiver_indexer::Manifest,
+) -> Vec<(u32, quiver_index::CodebookInfo, Option<u32>)> {
+    let mut found = Vec::new();
+    for entry in &manifest.segments {
+        let bytes = storage.get(&entry.key).await.unwrap();
+        let segment =
+            quiver_index::Segment::open(quiver_index::MemorySource::new(&entry.key, &bytes))
+                .unwrap();
+        let codebook = segment
+            .header()
+            .codebook
+            .expect("new segments record a codebook");
+        found.push((entry.rows, codebook, entry.default_nprobe));
+    }
+    found.sort_by_key(|(rows, _, _)| *rows);
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushes_share_the_shard_codebook_until_a_merge_outgrows_it() {
+    let storage = memory_storage();
+    let catalog = Arc::new(MemoryCatalog::default());
+    let writer = open_writer(&storage, &catalog, 1, manual_config()).await;
+    // The first flush trains the codebook on its 300 rows.
+    writer
+        .write((0..300).map(|id| upsert(id, 0)).collect())
+        .await
+        .unwrap();
+    assert!(writer.flush().await.unwrap());
+    // Later flushes (up to twice the trained rows) join its lists.
+    for round in 1..4u64 {
+        writer
+            .write((0..200).map(|i| upsert(round * 1000 + i, 0)).collect())
+            .await
+            .unwrap();
+        assert!(writer.flush().await.unwrap());
+    }
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    let found = codebooks(&storage, &manifest).await;
+    assert_eq!(found.len(), 4);
+    let first = found.iter().find(|(rows, _, _)| *rows == 300).unwrap();
+    assert_eq!(first.1.trained_rows, 300);
+    for (rows, codebook, nprobe) in &found {
+        assert_eq!(
+            codebook.id, first.1.id,
+            "segment of {rows} rows has another codebook"
+        );
+        assert_eq!(*nprobe, first.2, "one codebook, one calibrated nprobe");
+    }
+    // Compacting 900 rows (over twice 300) trains the next codebook on them.
+    writer.compact().await.unwrap();
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    let merged = codebooks(&storage, &manifest).await;
+    assert_eq!(merged.len(), 1);
+    assert_ne!(merged[0].1.id, first.1.id);
+    assert_eq!(merged[0].1.trained_rows, 900);
+    drop(writer);
+
+    // A writer opened again (recovery) keeps building with that codebook.
+    let writer = open_writer(&storage, &catalog, 2, manual_config()).await;
+    writer
+        .write((0..100).map(|i| upsert(50_000 + i, 0)).collect())
+        .await
+        .unwrap();
+    assert!(writer.flush().await.unwrap());
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    let after = codebooks(&storage, &manifest).await;
+    assert_eq!(after.len(), 2);
+    assert!(
+        after
+            .iter()
+            .all(|(_, codebook, _)| codebook.id == merged[0].1.id),
+        "{after:?}"
+    );
+}

@@ -216,6 +216,11 @@ async fn check(fixture: Fixture) {
         ..
     } = fixture;
     assert_eq!(view.live_points(), live.len() as u64);
+    assert_eq!(
+        view.codebook_groups(),
+        1,
+        "the second flush joins the codebook the first trained: one group"
+    );
     tokio::task::spawn_blocking(move || {
         let mut scratch = SearchScratch::new();
         // Sampled live points are their own best hit, tail points included. With
