@@ -33,7 +33,40 @@ pub struct ClusterOptions {
     pub max_queries: Option<usize>,
     /// After a load: how long the collection must stay unchanged (see [`settle`]).
     pub settle: Duration,
+    /// Searches ask for payloads.
+    pub include_payload: bool,
+    /// --load writes a small payload on every point.
+    pub load_payloads: bool,
+    /// Server processes whose CPU time per query is reported.
+    pub server_pids: Vec<u32>,
     pub json: PathBuf,
+}
+
+/// CPU time (user + system) of the processes `pids` so far, in milliseconds,
+/// from `/proc/PID/stat` (fields 14 and 15, in clock ticks).
+fn server_cpu_ms(pids: &[u32]) -> Result<f64> {
+    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let mut ticks = 0u64;
+    for pid in pids {
+        let path = format!("/proc/{pid}/stat");
+        let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        // The command name (field 2) may hold spaces: count fields after its ')'.
+        let after = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest)
+            .with_context(|| format!("{path} has no command field"))?;
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        for index in [11, 12] {
+            ticks += fields
+                .get(index)
+                .and_then(|field| field.parse::<u64>().ok())
+                .with_context(|| format!("{path}: no CPU time field"))?;
+        }
+    }
+    Ok(ticks as f64 * 1e3 / ticks_per_second)
 }
 
 #[derive(Serialize)]
@@ -46,6 +79,16 @@ struct ClusterPoint {
     p50_ms: f64,
     p99_ms: f64,
     errors: usize,
+    /// Server CPU milliseconds per query (0 without --server-pid).
+    server_cpu_ms_per_query: f64,
+    /// Mean rows whose codes were scanned per query (from the cost block).
+    rows_scanned: f64,
+    /// Mean WAL-tail rows scored per query.
+    tail_rows_scored: f64,
+    /// Mean segments searched per query.
+    segments: f64,
+    /// Mean time inside the searchers per query, milliseconds.
+    search_ms: f64,
 }
 
 async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
@@ -82,6 +125,7 @@ async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
         let permit = semaphore.clone().acquire_owned().await?;
         let (client, base, progress) = (client.clone(), base.clone(), progress.clone());
         let name = options.collection.clone();
+        let with_payloads = options.load_payloads;
         tasks.push(tokio::spawn(async move {
             let _permit = permit;
             let end = (start + 1000).min(base.rows());
@@ -89,7 +133,8 @@ async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
                 .map(|row| Point {
                     id: PointId::U64(row as u64),
                     vector: base.row(row).to_vec(),
-                    payload: None,
+                    payload: with_payloads
+                        .then(|| serde_json::json!({"row": row, "bucket": row % 100})),
                 })
                 .collect();
             client.upsert(&name, &points).await?;
@@ -185,18 +230,30 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         client.search(&options.collection, &search).await?;
     }
     println!(
-        "{:>11} {:>8} {:>10} {:>8} {:>8} {:>7}",
-        "concurrency", "recall", "qps", "p50_ms", "p99_ms", "errors"
+        "{:>11} {:>8} {:>10} {:>8} {:>8} {:>7} {:>10} {:>9} {:>8} {:>6} {:>9}",
+        "concurrency",
+        "recall",
+        "qps",
+        "p50_ms",
+        "p99_ms",
+        "errors",
+        "cpu_ms/q",
+        "scanned",
+        "tail",
+        "segs",
+        "search_ms"
     );
     let mut points = Vec::new();
     for &concurrency in &options.concurrency {
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let cpu_before = server_cpu_ms(&options.server_pids)?;
         let started = Instant::now();
         let mut workers = Vec::new();
         for _ in 0..concurrency.max(1) {
             let (client, queries, next) = (client.clone(), queries.clone(), next.clone());
             let name = options.collection.clone();
             let (k, nprobe, consistency) = (options.k, options.nprobe, options.consistency.clone());
+            let include_payload = options.include_payload;
             workers.push(tokio::spawn(async move {
                 let mut answers = Vec::new();
                 let mut errors = 0;
@@ -207,7 +264,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
                     }
                     let mut search = Search::new(queries.row(row).to_vec(), k);
                     search.nprobe = nprobe;
-                    search.include_payload = false;
+                    search.include_payload = include_payload;
                     search.consistency = Some(consistency.clone());
                     let begun = Instant::now();
                     match client.search(&name, &search).await {
@@ -222,6 +279,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         }
         let mut latencies = Vec::new();
         let (mut found, mut wanted, mut errors) = (0usize, 0usize, 0usize);
+        let mut costs = (0u64, 0u64, 0u64, 0f64, 0usize);
         for worker in workers {
             let (answers, worker_errors) = worker.await?;
             errors += worker_errors;
@@ -238,10 +296,20 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
                     .count();
                 wanted += expected.len();
                 latencies.push(latency);
+                if let Some(cost) = &result.cost {
+                    costs.0 += cost.rows_scanned;
+                    costs.1 += cost.tail_rows_scored;
+                    costs.2 += cost.segments;
+                    costs.3 += cost.search_ms;
+                    costs.4 += 1;
+                }
             }
         }
         let elapsed = started.elapsed().as_secs_f64();
+        let cpu_ms = server_cpu_ms(&options.server_pids)? - cpu_before;
         latencies.sort_by(f64::total_cmp);
+        let answered = latencies.len().max(1) as f64;
+        let costed = costs.4.max(1) as f64;
         let point = ClusterPoint {
             concurrency,
             nprobe: options.nprobe.unwrap_or(0),
@@ -255,10 +323,25 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             p50_ms: percentile_or_zero(&latencies, 0.5),
             p99_ms: percentile_or_zero(&latencies, 0.99),
             errors,
+            server_cpu_ms_per_query: cpu_ms / answered,
+            rows_scanned: costs.0 as f64 / costed,
+            tail_rows_scored: costs.1 as f64 / costed,
+            segments: costs.2 as f64 / costed,
+            search_ms: costs.3 / costed,
         };
         println!(
-            "{:>11} {:>8.4} {:>10.0} {:>8.2} {:>8.2} {:>7}",
-            point.concurrency, point.recall, point.qps, point.p50_ms, point.p99_ms, point.errors
+            "{:>11} {:>8.4} {:>10.0} {:>8.2} {:>8.2} {:>7} {:>10.3} {:>9.0} {:>8.0} {:>6.1} {:>9.3}",
+            point.concurrency,
+            point.recall,
+            point.qps,
+            point.p50_ms,
+            point.p99_ms,
+            point.errors,
+            point.server_cpu_ms_per_query,
+            point.rows_scanned,
+            point.tail_rows_scored,
+            point.segments,
+            point.search_ms
         );
         points.push(point);
     }

@@ -129,6 +129,16 @@ enum Command {
         /// queries measure the steady state; 0 starts querying at once.
         #[arg(long, default_value_t = 20)]
         settle_seconds: u64,
+        /// Ask for every hit's payload (what a default search returns).
+        #[arg(long)]
+        include_payload: bool,
+        /// Attach a payload `{"row": i, "bucket": i % 100}` to every point --load writes.
+        #[arg(long)]
+        load_payloads: bool,
+        /// Process ids of the server (standalone, or gateway + searchers): their CPU
+        /// time (user + system, from /proc) per query is reported for each concurrency.
+        #[arg(long, value_delimiter = ',')]
+        server_pid: Vec<u32>,
         /// JSON report path; the latency plot is written beside it as .png.
         #[arg(long)]
         json: PathBuf,
@@ -348,6 +358,9 @@ fn main() -> Result<()> {
             consistency,
             max_queries,
             settle_seconds,
+            include_payload,
+            load_payloads,
+            server_pid,
             json,
         } => {
             if k == 0 || concurrency.is_empty() || concurrency.contains(&0) {
@@ -374,6 +387,9 @@ fn main() -> Result<()> {
                 consistency,
                 max_queries,
                 settle: Duration::from_secs(settle_seconds),
+                include_payload,
+                load_payloads,
+                server_pids: server_pid,
                 json,
             };
             tokio::runtime::Builder::new_multi_thread()

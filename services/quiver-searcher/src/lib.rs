@@ -1,13 +1,17 @@
 //! Quiver's read path (the searcher role's engine): a shard's manifest is opened
 //! through the region cache, every segment searched with its deletion bitmap and
-//! the WAL tail's newer copies masked out, the tail's points scored exactly, and
+//! the WAL tail's newer copies masked out (segments of one codebook searched
+//! together), the tail's points scored exactly in bulk, and
 //! payload filters applied (exact scoring of the matches when a filter is
 //! selective, wider probing when it is not).
 //!
 //! Where things are:
 //!
 //! - `shard`: [`ShardView`], one shard at one manifest version (load, reload,
-//!   search, get).
+//!   search per codebook group of segments, get).
+//! - `tail`: the WAL tail's rows, one contiguous chunk per WAL object, scored in
+//!   bulk.
+//! - `ranking`: the best hits so far of a shard search (segments and tail).
 //! - `context`: [`ReadContext`], the cache and decoded objects every shard shares.
 //! - `node`: [`SearcherNode`], the role's lifecycle — start, readiness, shutdown.
 //! - `routing`: which shards the node serves, from meta's watch stream and a
@@ -23,9 +27,11 @@ mod error;
 mod grpc;
 mod metrics;
 mod node;
+mod ranking;
 mod reload;
 mod routing;
 mod shard;
+mod tail;
 mod warm_up;
 
 pub use context::ReadContext;

@@ -3,7 +3,7 @@
 //! (deleted, or replaced by a newer copy in the WAL tail), plus the WAL tail's
 //! points scored exactly.
 
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use quiver_blobcache::{CachedObject, ReadCounts};
@@ -11,14 +11,14 @@ use quiver_index::{
     Filter, Metric, PointId, RowFilter, SearchParams, SearchScratch, Segment, SegmentSpec,
     SharedProbe, search_shared,
 };
-use quiver_simd::BulkOp;
-use quiver_storage::WalRecord;
 use quiver_storage::manifest::{Manifest, SegmentEntry};
 use roaring::RoaringBitmap;
 use serde_json::Value;
 
 use crate::context::ReadContext;
 use crate::error::{SearcherError, SearcherResult};
+use crate::ranking::{Best, HitSource};
+use crate::tail::Tail;
 use quiver_proto::{ErrorCode, ServiceError};
 
 /// A filter keeping at most this many of a segment's rows is always answered by
@@ -103,193 +103,6 @@ struct SegmentView {
     blocked: RoaringBitmap,
 }
 
-/// The upserts of one WAL object, laid out for bulk scoring: `vectors` holds
-/// every row's vector back to back (unit length for cosine collections).
-struct TailChunk {
-    ids: Vec<PointId>,
-    vectors: Vec<f32>,
-    payloads: Vec<Option<Value>>,
-}
-
-/// Where the newest WAL-tail record of an id is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TailSlot {
-    /// An upsert: its position among the tail's rows (over every chunk).
-    Row(u32),
-    /// A delete.
-    Deleted,
-}
-
-/// The WAL tail, not yet in a segment: chunks of rows in commit order, the
-/// newest record of every id, and the rows a later record superseded.
-#[derive(Clone, Default)]
-struct Tail {
-    chunks: Vec<Arc<TailChunk>>,
-    /// Position of the first row of every chunk.
-    chunk_starts: Vec<u32>,
-    rows: u32,
-    newest: HashMap<PointId, TailSlot>,
-    /// Rows replaced or deleted by a later record of the same id.
-    superseded: RoaringBitmap,
-}
-
-impl Tail {
-    /// Appends one WAL object's records.
-    fn apply(
-        &mut self,
-        key: &str,
-        records: &[WalRecord],
-        metric: Metric,
-        dimension: usize,
-    ) -> SearcherResult<()> {
-        let mut chunk = TailChunk {
-            ids: Vec::new(),
-            vectors: Vec::new(),
-            payloads: Vec::new(),
-        };
-        for record in records {
-            let slot = match record {
-                WalRecord::Upsert {
-                    id,
-                    vector,
-                    payload,
-                } => {
-                    if vector.len() != dimension {
-                        return Err(quiver_storage::StorageError::Corrupted {
-                            key: key.to_string(),
-                            reason: format!(
-                                "vector of {id} has dimension {}, the collection {dimension}",
-                                vector.len()
-                            ),
-                        }
-                        .into());
-                    }
-                    let payload = if payload.is_empty() {
-                        None
-                    } else {
-                        Some(serde_json::from_slice(payload).map_err(|error| {
-                            quiver_storage::StorageError::Corrupted {
-                                key: key.to_string(),
-                                reason: format!("payload of {id} is not JSON: {error}"),
-                            }
-                        })?)
-                    };
-                    if metric == Metric::Cosine {
-                        chunk.vectors.extend(normalized(vector));
-                    } else {
-                        chunk.vectors.extend_from_slice(vector);
-                    }
-                    chunk.ids.push(id.clone());
-                    chunk.payloads.push(payload);
-                    TailSlot::Row(self.rows + chunk.ids.len() as u32 - 1)
-                }
-                WalRecord::Delete { .. } => TailSlot::Deleted,
-            };
-            if let Some(TailSlot::Row(old)) = self.newest.insert(record.id().clone(), slot) {
-                self.superseded.insert(old);
-            }
-        }
-        if !chunk.ids.is_empty() {
-            self.chunk_starts.push(self.rows);
-            self.rows += chunk.ids.len() as u32;
-            self.chunks.push(Arc::new(chunk));
-        }
-        Ok(())
-    }
-
-    /// Returns the chunk and the index in it of tail row `position`.
-    fn locate(&self, position: u32) -> (&TailChunk, usize) {
-        let chunk = self
-            .chunk_starts
-            .partition_point(|&start| start <= position)
-            - 1;
-        (
-            &self.chunks[chunk],
-            (position - self.chunk_starts[chunk]) as usize,
-        )
-    }
-
-    /// Returns the live upsert of `id`: its vector and payload.
-    fn get(&self, id: &PointId) -> Option<Option<(&[f32], Option<&Value>)>> {
-        match self.newest.get(id)? {
-            TailSlot::Deleted => Some(None),
-            TailSlot::Row(position) => {
-                let (chunk, index) = self.locate(*position);
-                let dimension = chunk.vectors.len() / chunk.ids.len();
-                Some(Some((
-                    &chunk.vectors[index * dimension..][..dimension],
-                    chunk.payloads[index].as_ref(),
-                )))
-            }
-        }
-    }
-
-    fn live_rows(&self) -> u64 {
-        u64::from(self.rows) - self.superseded.len()
-    }
-}
-
-/// Smaller-is-better keys of the best `k` hits so far, with where each is.
-struct Best {
-    k: usize,
-    heap: BinaryHeap<Ranked>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Ranked {
-    key: f32,
-    source: HitSource,
-}
-
-impl PartialEq for Ranked {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == std::cmp::Ordering::Equal
-    }
-}
-
-impl Eq for Ranked {}
-
-impl PartialOrd for Ranked {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Ranked {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key
-            .total_cmp(&other.key)
-            .then_with(|| self.source.order().cmp(&other.source.order()))
-    }
-}
-
-impl Best {
-    fn new(k: usize) -> Self {
-        Best {
-            k,
-            heap: BinaryHeap::with_capacity(k + 1),
-        }
-    }
-
-    /// The key a hit must beat to enter.
-    fn threshold(&self) -> f32 {
-        if self.heap.len() < self.k {
-            f32::INFINITY
-        } else {
-            self.heap.peek().map_or(f32::INFINITY, |ranked| ranked.key)
-        }
-    }
-
-    fn push(&mut self, key: f32, source: HitSource) {
-        if self.heap.len() < self.k {
-            self.heap.push(Ranked { key, source });
-        } else if key < self.threshold() {
-            self.heap.pop();
-            self.heap.push(Ranked { key, source });
-        }
-    }
-}
-
 /// A shard at one manifest version, ready to answer.
 pub struct ShardView {
     manifest: Manifest,
@@ -311,22 +124,6 @@ pub struct LoadStats {
     pub segments_reused: u64,
     /// WAL-tail objects read into the view (only the new ones when the tail grew).
     pub wal_batches_applied: u64,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum HitSource {
-    Segment { index: usize, row: u32 },
-    Tail { position: u32 },
-}
-
-impl HitSource {
-    /// A total order, so equal scores rank the same way every time.
-    fn order(&self) -> (usize, u32) {
-        match *self {
-            HitSource::Segment { index, row } => (index, row),
-            HitSource::Tail { position } => (usize::MAX, position),
-        }
-    }
 }
 
 /// Rows of a segment a search may return: those not in the bitmap.
@@ -556,7 +353,12 @@ impl ShardView {
                 );
             }
         }
-        self.search_tail(request, &mut best, &mut cost);
+        cost.tail_rows_scored += self.tail.search(
+            &request.vector,
+            self.metric,
+            request.filter.as_ref(),
+            &mut best,
+        );
         let hits = best
             .heap
             .into_sorted_vec()
@@ -573,42 +375,6 @@ impl ShardView {
         cost.bytes_fetched = reads.bytes_fetched;
         cost.search_ms = started.elapsed().as_secs_f64() * 1e3;
         Ok((hits, cost))
-    }
-
-    /// Scores the WAL tail's live rows in bulk, one chunk at a time; a row's
-    /// filter is evaluated only when its score would enter the top-k.
-    fn search_tail(&self, request: &SearchRequest, best: &mut Best, cost: &mut QueryCost) {
-        if self.tail.rows == 0 {
-            return;
-        }
-        let query = if self.metric == Metric::Cosine {
-            normalized(&request.vector)
-        } else {
-            request.vector.clone()
-        };
-        let (op, negate) = match self.metric {
-            Metric::L2 => (BulkOp::L2Squared, false),
-            Metric::Dot | Metric::Cosine => (BulkOp::Dot, true),
-        };
-        let mut scores = Vec::new();
-        for (chunk, &start) in self.tail.chunks.iter().zip(&self.tail.chunk_starts) {
-            scores.resize(chunk.ids.len(), 0.0);
-            quiver_simd::score_f32_bulk(op, &query, &chunk.vectors, &mut scores);
-            for (index, &score) in scores.iter().enumerate() {
-                let position = start + index as u32;
-                let key = if negate { -score } else { score };
-                if key >= best.threshold() || self.tail.superseded.contains(position) {
-                    continue;
-                }
-                if let Some(filter) = &request.filter
-                    && !filter.matches_payload(chunk.payloads[index].as_ref())
-                {
-                    continue;
-                }
-                best.push(key, HitSource::Tail { position });
-            }
-        }
-        cost.tail_rows_scored += self.tail.live_rows();
     }
 
     /// Searches the segments of one codebook group; hits carry the index of
@@ -857,12 +623,4 @@ fn block_rows(
         }
     }
     Ok(())
-}
-
-fn normalized(vector: &[f32]) -> Vec<f32> {
-    let norm = vector.iter().map(|value| value * value).sum::<f32>().sqrt();
-    if norm == 0.0 {
-        return vector.to_vec();
-    }
-    vector.iter().map(|value| value / norm).collect()
 }

@@ -1,0 +1,127 @@
+//! Search over the segments of one codebook ([`search_shared`]): the query is
+//! ranked against the shared centroids once, and every probed list is scanned in
+//! every member against one top-k.
+
+use std::collections::BinaryHeap;
+
+use super::{Hit, Ranking, RowFilter, SearchScratch, SearchStats, TopK, to_score, unhandle};
+use crate::error::{IndexError, IndexResult};
+use crate::params::{Metric, SearchParams, default_nprobe};
+use crate::reader::Segment;
+use crate::source::ByteSource;
+
+/// One member of a shared search: a segment and the rows it may return.
+pub struct SharedProbe<'a, S: ByteSource> {
+    /// The segment.
+    pub segment: &'a Segment<S>,
+    /// Rows it may return (`None`: all).
+    pub filter: Option<&'a dyn RowFilter>,
+}
+
+/// Returns the approximate top-`k` over segments that share one codebook, as
+/// `(member index, hit)`, best first.
+///
+/// The query is rotated, quantized and ranked against the centroids once (the
+/// first member's: every member has the same). Each of the `nprobe` nearest
+/// lists is then scanned in every member against one top-k, one reserve and one
+/// error-bound threshold, so the cost is that of one segment holding every
+/// member's rows: `nprobe` means lists of the shard, not of each segment. One
+/// member is [`Segment::search`].
+pub fn search_shared<S: ByteSource>(
+    members: &[SharedProbe<'_, S>],
+    query: &[f32],
+    params: &SearchParams,
+    scratch: &mut SearchScratch,
+) -> IndexResult<Vec<(usize, Hit)>> {
+    if params.k == 0 {
+        return Err(IndexError::InvalidArgument("k must be at least 1".into()));
+    }
+    let Some(lead) = members.first().map(|member| member.segment) else {
+        return Ok(Vec::new());
+    };
+    for member in &members[1..] {
+        member.segment.check_shares_lists_with(lead)?;
+    }
+    lead.prepare_query(query, scratch)?;
+    // Every read of this query goes through one session per member: a cache
+    // pins each region once for the whole query instead of once per read.
+    let sessions: Vec<_> = members
+        .iter()
+        .map(|member| member.segment.source.session())
+        .collect();
+    let nlist = lead.header.nlist;
+    let nprobe = params
+        .nprobe
+        .unwrap_or_else(|| default_nprobe(nlist))
+        .clamp(1, nlist);
+    scratch.stats = SearchStats::default();
+    let encoded = lead.encode_query(scratch);
+    lead.choose_lists(&encoded, nprobe, scratch);
+    let mut ranking = Ranking {
+        top: TopK::new(params.k, std::mem::take(&mut scratch.heap)),
+        reserve: TopK::new(
+            params.k * params.rescore.max(1),
+            std::mem::take(&mut scratch.reserve),
+        ),
+        rescored: 0,
+    };
+    for probe in 0..scratch.list_keys.len() {
+        let list = scratch.list_keys[probe].1 as usize;
+        for (index, member) in members.iter().enumerate() {
+            member.segment.probe_list(
+                index,
+                &sessions[index],
+                list,
+                &encoded,
+                params,
+                member.filter,
+                scratch,
+                &mut ranking,
+            )?;
+        }
+    }
+    // The guard: the best ruled-out rows by estimate are rescored as well.
+    let Ranking {
+        mut top,
+        mut reserve,
+        mut rescored,
+    } = ranking;
+    for ranked in reserve.heap.drain() {
+        let (index, row) = unhandle(ranked.handle);
+        let segment = members[index].segment;
+        top.push(
+            segment.rescore_row(&sessions[index], &scratch.query, row)?,
+            ranked.handle,
+        );
+        rescored += 1;
+    }
+    scratch.reserve = reserve.heap;
+    scratch.stats.rows_rescored = rescored;
+    Ok(finish_shared(lead.header.metric, top, scratch))
+}
+
+/// Turns the final top-k into `(member, hit)`, best first, and keeps the
+/// heap's buffer for the next query.
+pub(super) fn finish_shared(
+    metric: Metric,
+    top: TopK,
+    scratch: &mut SearchScratch,
+) -> Vec<(usize, Hit)> {
+    let mut ranked = top.heap.into_sorted_vec();
+    let hits = ranked
+        .iter()
+        .map(|r| {
+            let (member, row) = unhandle(r.handle);
+            (
+                member,
+                Hit {
+                    row,
+                    score: to_score(metric, r.key),
+                },
+            )
+        })
+        .collect();
+    ranked.clear();
+    scratch.heap = BinaryHeap::from(ranked);
+    hits
+}
