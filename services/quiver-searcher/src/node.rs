@@ -129,7 +129,10 @@ impl SearcherNode {
         let service = SearcherServer::new(SearcherGrpc::new(state.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Answers are small; Nagle would hold their last segment for the peer's
+        // delayed ACK (~40 ms).
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let server_shutdown = state.shutdown.clone().cancelled_owned();
         state.tasks.spawn(async move {
             let result = tonic::transport::Server::builder()
