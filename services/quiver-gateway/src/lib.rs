@@ -7,7 +7,8 @@
 //! - `rest`: the REST front end (routes, decoding into `quiver-api` types, the
 //!   error answer, one module per handler group); reference in `docs/api.md`.
 //! - `grpc`: the gRPC front end (`quiver.v1.client.Quiver`).
-//! - `routing`: the routing table from meta and the channels to the nodes.
+//! - `routing`: the routing table from meta and the channels to the nodes;
+//!   `read_rounds`: concurrent strong reads sharing one meta read-index round.
 //! - `error`: [`GatewayError`], a `ServiceError` of the shared vocabulary.
 //! - `server`: [`GatewayServer`], the role's lifecycle; `auth`, `tls`,
 //!   `request_id`, `metrics`: the front door's parts.
@@ -19,6 +20,7 @@ mod error;
 mod fuzz;
 mod grpc;
 mod metrics;
+mod read_rounds;
 mod request_id;
 mod rest;
 mod routing;

@@ -3,14 +3,16 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    Histogram, HistogramVec, IntCounterVec, register_histogram, register_histogram_vec,
-    register_int_counter_vec,
+    Histogram, HistogramVec, IntCounter, IntCounterVec, register_histogram, register_histogram_vec,
+    register_int_counter, register_int_counter_vec,
 };
 
 pub(crate) struct GatewayMetrics {
     pub requests: IntCounterVec,
     pub duration: HistogramVec,
     pub search_hits: Histogram,
+    pub strong_read_rounds: IntCounter,
+    pub strong_read_rounds_shared: IntCounter,
 }
 
 pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMetrics {
@@ -33,6 +35,16 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
         "quiver_gateway_search_hits",
         "Hits returned per search.",
         vec![0.0, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 1000.0]
+    )
+    .expect("metric registers once"),
+    strong_read_rounds: register_int_counter!(
+        "quiver_gateway_strong_read_rounds_total",
+        "Linearizable routing reads (one meta read-index round each) started for strong reads."
+    )
+    .expect("metric registers once"),
+    strong_read_rounds_shared: register_int_counter!(
+        "quiver_gateway_strong_read_rounds_shared_total",
+        "Strong reads answered by a round another request had already started gathering."
     )
     .expect("metric registers once"),
 });

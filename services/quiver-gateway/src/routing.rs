@@ -12,6 +12,7 @@ use quiver_proto::meta as pb;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{GatewayError, GatewayResult};
+use crate::read_rounds::SharedRounds;
 
 /// One shard's current placement.
 #[derive(Clone, Debug)]
@@ -47,6 +48,8 @@ impl CollectionRoute {
 pub struct Router {
     meta: MetaClient,
     table: RwLock<HashMap<String, Arc<CollectionRoute>>>,
+    /// Linearizable reads of one collection's route, shared by concurrent callers.
+    strong_rounds: SharedRounds<Arc<CollectionRoute>>,
     channels: Mutex<HashMap<String, Channel>>,
     next_replica: AtomicUsize,
     connect_timeout: Duration,
@@ -118,6 +121,7 @@ impl Router {
         Router {
             meta,
             table: RwLock::new(HashMap::new()),
+            strong_rounds: SharedRounds::new(),
             channels: Mutex::new(HashMap::new()),
             next_replica: AtomicUsize::new(0),
             connect_timeout: Duration::from_secs(2),
@@ -148,13 +152,22 @@ impl Router {
     }
 
     /// Returns the route of `name` as meta has it right now (Raft read-index):
-    /// manifest versions at least as new as every acknowledged write.
+    /// manifest versions at least as new as every write acknowledged before this
+    /// call. Concurrent callers share one round (see `read_rounds`).
     pub async fn route_linearizable(&self, name: &str) -> GatewayResult<Arc<CollectionRoute>> {
-        let routing = self.meta.get_routing(name, true).await?;
-        let routes = build_routes(&routing);
-        let route = routes.get(name).cloned().ok_or_else(|| {
-            GatewayError::not_found(format!("collection `{name}` does not exist"))
-        })?;
+        let route = self
+            .strong_rounds
+            .join(name, || {
+                let meta = self.meta.clone();
+                let name = name.to_string();
+                async move {
+                    let routing = meta.get_routing(&name, true).await?;
+                    build_routes(&routing).remove(&name).ok_or_else(|| {
+                        GatewayError::not_found(format!("collection `{name}` does not exist"))
+                    })
+                }
+            })
+            .await?;
         self.table
             .write()
             .unwrap_or_else(|p| p.into_inner())

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use quiver_meta_client::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::client::quiver_server::QuiverServer;
 use quiver_proto::meta as pb;
@@ -100,6 +101,10 @@ impl GatewayServer {
         let stop_http = shutdown.clone().cancelled_owned();
         let http_task = match &config.tls {
             None => tokio::spawn(async move {
+                // Small answers must not wait for the client's delayed ACK (Nagle).
+                let http = http.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 if let Err(error) = axum::serve(http, rest)
                     .with_graceful_shutdown(stop_http)
                     .await
@@ -135,7 +140,7 @@ impl GatewayServer {
                 .map_err(|error| GatewayError::invalid(format!("grpc tls: {error}")))?;
         }
         let stop_grpc = shutdown.clone().cancelled_owned();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc);
+        let incoming = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
         let grpc_task = tokio::spawn(async move {
             let result = grpc_builder
                 .add_service(service)

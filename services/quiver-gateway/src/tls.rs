@@ -142,6 +142,8 @@ impl TlsListener {
                         continue;
                     }
                 };
+                // Small answers must not wait for the client's delayed ACK (Nagle).
+                let _ = stream.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let sender = sender.clone();
                 tokio::spawn(async move {

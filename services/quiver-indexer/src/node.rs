@@ -153,7 +153,9 @@ impl IndexerNode {
         })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Acknowledgements are small; no Nagle delay on them.
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let server_shutdown = shutdown.clone().cancelled_owned();
         tasks.push(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()

@@ -17,6 +17,14 @@ pub enum SearcherError {
     /// The region cache failed.
     #[error(transparent)]
     Cache(#[from] quiver_blobcache::CacheError),
+    /// The search queue is full: nothing of the request ran; retry after the hint.
+    #[error("searcher overloaded: {queued} searches already queued; retry shortly")]
+    Overloaded {
+        /// Searches waiting when this one was refused.
+        queued: usize,
+        /// How long to wait before retrying.
+        retry_after: std::time::Duration,
+    },
     /// A background task died.
     #[error("internal error: {0}")]
     Internal(String),
@@ -42,7 +50,15 @@ impl ServiceError for SearcherError {
                 quiver_storage::StorageErrorKind::InvalidArgument => ErrorCode::Internal,
             },
             SearcherError::Cache(error) => error.error_code(),
+            SearcherError::Overloaded { .. } => ErrorCode::ResourceExhausted,
             SearcherError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            SearcherError::Overloaded { retry_after, .. } => Some(*retry_after),
+            _ => None,
         }
     }
 }

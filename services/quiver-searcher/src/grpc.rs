@@ -1,7 +1,7 @@
 //! The searcher's gRPC service (`quiver.v1.data.Searcher`): search, get and
 //! shard stats, each answered from the shard's view at least as new as the
-//! request asks. Searches run off the async workers, each thread with its own
-//! reused scratch space.
+//! request asks. Searches and point reads run on the node's bounded search pool
+//! (never on the async workers), each thread with its own reused scratch space.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -136,19 +136,22 @@ impl Searcher for SearcherGrpc {
         };
         let context = self.state.context.clone();
         let searched_view = view.clone();
-        let (hits, cost) = tokio::task::spawn_blocking(move || {
-            SCRATCH.with(|scratch| {
-                searched_view.search_with_cost(&context, &search, &mut scratch.borrow_mut())
+        let (hits, cost) = self
+            .state
+            .search_pool
+            .run(move || {
+                SCRATCH.with(|scratch| {
+                    searched_view.search_with_cost(&context, &search, &mut scratch.borrow_mut())
+                })
             })
-        })
-        .await
-        .map_err(|error| Status::internal(format!("search task: {error}")))?
-        .map_err(|error| {
-            if let Some(shard) = &request.shard {
-                note_read_error(&shard_ref(shard), &error);
-            }
-            status_of(&error)
-        })?;
+            .await
+            .and_then(|searched| searched)
+            .map_err(|error| {
+                if let Some(shard) = &request.shard {
+                    note_read_error(&shard_ref(shard), &error);
+                }
+                status_of(&error)
+            })?;
         METRICS.queries.inc();
         METRICS
             .query_seconds
@@ -195,9 +198,12 @@ impl Searcher for SearcherGrpc {
             .collect::<Result<Vec<_>, _>>()?;
         let include_vector = request.include_vector;
         let read_view = view.clone();
-        let points = tokio::task::spawn_blocking(move || read_view.get(&ids, include_vector))
+        let points = self
+            .state
+            .search_pool
+            .run(move || read_view.get(&ids, include_vector))
             .await
-            .map_err(|error| Status::internal(format!("get task: {error}")))?
+            .and_then(|read| read)
             .map_err(|error| {
                 if let Some(shard) = &request.shard {
                     note_read_error(&shard_ref(shard), &error);

@@ -19,6 +19,8 @@
 //! - `reload`: following a shard's manifest (incremental reloads, one at a time).
 //! - `warm_up`: pulling new segments' codes into the cache before a shard is ready.
 //! - `grpc`: the data-plane service (search, get, shard stats).
+//! - `search_pool`: the bounded CPU pool searches and point reads run on (a full
+//!   queue refuses with a retryable `RESOURCE_EXHAUSTED`).
 //! - `error`: [`SearcherError`], which says its code of the shared vocabulary
 //!   (`quiver_proto::ServiceError`); `quiver_proto::status_of` makes it a status.
 
@@ -30,6 +32,7 @@ mod node;
 mod ranking;
 mod reload;
 mod routing;
+mod search_pool;
 mod shard;
 mod tail;
 mod warm_up;

@@ -16,6 +16,12 @@ pub(crate) struct SearcherMetrics {
     pub corrupted_objects: IntCounter,
     pub manifest_reloads: IntCounterVec,
     pub watch_reconnects: IntCounter,
+    pub search_pool_threads: IntGauge,
+    pub search_pool_queued: IntGauge,
+    pub search_pool_busy: IntGauge,
+    pub search_pool_wait_seconds: Histogram,
+    pub search_pool_rejected: IntCounter,
+    pub search_pool_abandoned: IntCounter,
 }
 
 pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
@@ -59,6 +65,39 @@ pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
     watch_reconnects: register_int_counter!(
         "quiver_searcher_watch_reconnects_total",
         "Times the watch stream from meta broke and was reopened."
+    )
+    .expect("metric registers once"),
+    search_pool_threads: register_int_gauge!(
+        "quiver_searcher_search_pool_threads",
+        "Threads of the search pool (searches and point reads run there)."
+    )
+    .expect("metric registers once"),
+    search_pool_queued: register_int_gauge!(
+        "quiver_searcher_search_pool_queue_depth",
+        "Searches and point reads waiting for a search thread."
+    )
+    .expect("metric registers once"),
+    search_pool_busy: register_int_gauge!(
+        "quiver_searcher_search_pool_busy_threads",
+        "Search threads running a job right now."
+    )
+    .expect("metric registers once"),
+    search_pool_wait_seconds: register_histogram!(
+        "quiver_searcher_search_pool_wait_seconds",
+        "Time a search or point read waited in the queue for a search thread.",
+        vec![
+            0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
+        ]
+    )
+    .expect("metric registers once"),
+    search_pool_rejected: register_int_counter!(
+        "quiver_searcher_search_pool_rejected_total",
+        "Requests refused with RESOURCE_EXHAUSTED because the search queue was full."
+    )
+    .expect("metric registers once"),
+    search_pool_abandoned: register_int_counter!(
+        "quiver_searcher_search_pool_abandoned_total",
+        "Queued jobs skipped because their request was cancelled before they started."
     )
     .expect("metric registers once"),
 }

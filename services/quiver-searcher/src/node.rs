@@ -25,6 +25,7 @@ use crate::grpc::SearcherGrpc;
 use crate::metrics::METRICS;
 use crate::reload::ServedShard;
 use crate::routing::{safety_poll_loop, watch_loop};
+use crate::search_pool::SearchPool;
 
 const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
@@ -48,6 +49,11 @@ pub struct SearcherNodeConfig {
     pub watch_initial_backoff: Duration,
     /// Largest bound of the pause before reopening a broken watch stream.
     pub watch_max_backoff: Duration,
+    /// Threads searches and point reads run on (0: one per core).
+    pub search_threads: usize,
+    /// Searches that may wait for a search thread before new ones are refused
+    /// with a retryable `RESOURCE_EXHAUSTED` (0: 64 per thread).
+    pub search_queue: usize,
 }
 
 impl SearcherNodeConfig {
@@ -60,6 +66,8 @@ impl SearcherNodeConfig {
             safety_poll_interval: Duration::from_secs(15),
             watch_initial_backoff: Duration::from_millis(100),
             watch_max_backoff: Duration::from_secs(5),
+            search_threads: 0,
+            search_queue: 0,
         }
     }
 }
@@ -77,6 +85,8 @@ pub(crate) struct NodeState {
     pub(crate) shutdown: CancellationToken,
     /// Every task the node started (loops, server, reloads).
     pub(crate) tasks: TaskTracker,
+    /// The bounded pool searches and point reads run on.
+    pub(crate) search_pool: SearchPool,
 }
 
 impl NodeState {
@@ -116,7 +126,9 @@ impl SearcherNode {
         let local_address = listener
             .local_addr()
             .map_err(|error| SearcherError::Internal(format!("listener address: {error}")))?;
+        let search_pool = SearchPool::new(config.search_threads, config.search_queue)?;
         let state = Arc::new(NodeState {
+            search_pool,
             config,
             meta,
             context,
@@ -129,7 +141,10 @@ impl SearcherNode {
         let service = SearcherServer::new(SearcherGrpc::new(state.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Answers are small; Nagle would hold their last segment for the peer's
+        // delayed ACK (~40 ms).
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let server_shutdown = state.shutdown.clone().cancelled_owned();
         state.tasks.spawn(async move {
             let result = tonic::transport::Server::builder()

@@ -28,6 +28,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
@@ -190,6 +191,9 @@ fn serve_http(
         tracing::info!(%address, role = role.name(), "http endpoints serving");
     }
     tokio::spawn(async move {
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         if let Err(error) = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await
