@@ -30,7 +30,7 @@ pub struct SearchRequest {
     /// (`{"and": [{"field": "lang", "value": "en"}, …]}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<Value>,
-    /// IVF lists probed per segment (default: the segment's own).
+    /// IVF lists probed per shard codebook (default: calibrated when the codebook was trained).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nprobe: Option<u32>,
     /// Candidates rescored with full vectors, as a multiple of `k`.

@@ -115,7 +115,7 @@ enum Command {
         /// Client concurrencies to measure, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
         concurrency: Vec<usize>,
-        /// Lists probed per segment (default: the server's calibrated default).
+        /// Lists probed per codebook of a shard (default: the server's calibrated default).
         #[arg(long)]
         nprobe: Option<u32>,
         /// `strong` or `eventual`.

@@ -328,7 +328,7 @@ class Client:
                 (``'lang = "en" and year >= 2020'``) or a JSON tree
                 (``{"and": [{"field": "lang", "op": "=", "value": "en"}, ...]}``,
                 ``{"field": "f", "in": [...]}``, ``{"not": {...}}``).
-            nprobe: IVF lists probed per segment (server default: calibrated).
+            nprobe: IVF lists probed per shard codebook (server default: calibrated).
             rescore: candidates rescored with full-precision vectors, as a multiple of k.
             consistency: ``"strong"`` (server default: acknowledged writes are
                 visible) or ``"eventual"`` (may lag, never waits).
