@@ -243,16 +243,26 @@ async fn too_many_unflushed_rows_push_back() {
         ..manual_config()
     };
     let writer = open_writer(&storage, &catalog, 1, config).await;
-    // Stop flushes from catching up: the catalog refuses manifest reads.
-    writer
-        .write((0..100).map(|id| upsert(id, 0)).collect())
-        .await
-        .unwrap();
-    let error = writer.write(vec![upsert(1000, 0)]).await.unwrap_err();
+    // 100 rows reach the limit; the next write is refused until a flush has
+    // taken them. The background flush they start may win the race against
+    // the next write on a busy machine, so try a few rounds: the limit must
+    // push back in one of them.
+    let mut refusal = None;
+    for round in 0..20u64 {
+        writer
+            .write((0..100).map(|i| upsert(round * 100 + i, 0)).collect())
+            .await
+            .unwrap();
+        if let Err(error) = writer.write(vec![upsert(100_000 + round, 0)]).await {
+            refusal = Some(error);
+            break;
+        }
+    }
+    let error = refusal.expect("100 unflushed rows never pushed back");
     assert_eq!(error.error_code(), ErrorCode::ResourceExhausted, "{error}");
     assert!(error.to_string().contains("retry in about"), "{error}");
     writer.flush().await.unwrap();
-    writer.write(vec![upsert(1000, 0)]).await.unwrap();
+    writer.write(vec![upsert(200_000, 0)]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
