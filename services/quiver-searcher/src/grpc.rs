@@ -16,6 +16,7 @@ use quiver_proto::status_of;
 use quiver_storage::manifest::ShardRef;
 use tonic::{Request, Response, Status};
 
+use crate::error::SearcherError;
 use crate::metrics::METRICS;
 use crate::node::NodeState;
 use crate::reload::{ReloadTarget, ServedShard, note_read_error, reload};
@@ -40,6 +41,26 @@ pub(crate) struct SearcherGrpc {
 impl SearcherGrpc {
     pub(crate) fn new(state: Arc<NodeState>) -> Self {
         SearcherGrpc { state }
+    }
+
+    /// Runs a read of `shard` on the search pool: a full pool's refusal and the
+    /// read's own error both become its status (damage is noted against the shard).
+    async fn on_pool<T: Send + 'static>(
+        &self,
+        shard: Option<&pb::ShardRef>,
+        read: impl FnOnce() -> Result<T, SearcherError> + Send + 'static,
+    ) -> Result<T, Status> {
+        self.state
+            .search_pool
+            .run(read)
+            .await
+            .and_then(|result| result)
+            .map_err(|error| {
+                if let Some(shard) = shard {
+                    note_read_error(&shard_ref(shard), &error);
+                }
+                status_of(&error)
+            })
     }
 
     /// Serves a shard meta assigned to this node that the assignment loop has
@@ -137,21 +158,12 @@ impl Searcher for SearcherGrpc {
         let context = self.state.context.clone();
         let searched_view = view.clone();
         let (hits, cost) = self
-            .state
-            .search_pool
-            .run(move || {
+            .on_pool(request.shard.as_ref(), move || {
                 SCRATCH.with(|scratch| {
                     searched_view.search_with_cost(&context, &search, &mut scratch.borrow_mut())
                 })
             })
-            .await
-            .and_then(|searched| searched)
-            .map_err(|error| {
-                if let Some(shard) = &request.shard {
-                    note_read_error(&shard_ref(shard), &error);
-                }
-                status_of(&error)
-            })?;
+            .await?;
         METRICS.queries.inc();
         METRICS
             .query_seconds
@@ -199,17 +211,10 @@ impl Searcher for SearcherGrpc {
         let include_vector = request.include_vector;
         let read_view = view.clone();
         let points = self
-            .state
-            .search_pool
-            .run(move || read_view.get(&ids, include_vector))
-            .await
-            .and_then(|read| read)
-            .map_err(|error| {
-                if let Some(shard) = &request.shard {
-                    note_read_error(&shard_ref(shard), &error);
-                }
-                status_of(&error)
-            })?;
+            .on_pool(request.shard.as_ref(), move || {
+                read_view.get(&ids, include_vector)
+            })
+            .await?;
         Ok(Response::new(data::GetResponse {
             points: points
                 .into_iter()
