@@ -544,6 +544,7 @@ fn through_cache(
         directory: cache_dir.clone(),
         capacity_bytes: cache_size,
         region_bytes: options.region_size,
+        map_local_files: true,
     };
     let cache = BlobCache::new(&config, storage, runtime.handle().clone())?;
     let regions_total: u64 = built

@@ -106,6 +106,7 @@ impl Drop for RegionGuard<'_> {
 ///     directory: directory.path().to_path_buf(),
 ///     capacity_bytes: 4 << 20,
 ///     region_bytes: 1 << 20,
+///     map_local_files: true,
 /// };
 /// let cache = BlobCache::new(&config, storage, runtime.handle().clone())?;
 /// let object = cache.open_blocking("segments/a")?;
@@ -154,6 +155,9 @@ enum Repr<'a> {
     },
     /// A range spanning regions (or read through), copied.
     Copied(Vec<u8>),
+    /// A range of an object mapped from its own file: a plain borrow of the
+    /// mapping, which lives as long as the object.
+    Mapped(&'a [u8]),
 }
 
 // SAFETY: the only non-Send/Sync part is `start`, a pointer to bytes that nobody
@@ -192,6 +196,14 @@ impl<'a> CacheBytes<'a> {
         }
     }
 
+    /// Returns bytes borrowed from an object mapped from its file.
+    #[inline]
+    pub(crate) fn mapped(bytes: &'a [u8]) -> Self {
+        CacheBytes {
+            repr: Repr::Mapped(bytes),
+        }
+    }
+
     /// Tells whether the bytes were copied (a read across a region boundary, or
     /// read through) rather than borrowed from a pinned region.
     pub fn is_copied(&self) -> bool {
@@ -202,7 +214,7 @@ impl<'a> CacheBytes<'a> {
     pub fn into_vec(self) -> Vec<u8> {
         match self.repr {
             Repr::Copied(bytes) => bytes,
-            Repr::Pinned { .. } => self.deref().to_vec(),
+            Repr::Pinned { .. } | Repr::Mapped(_) => self.deref().to_vec(),
         }
     }
 }
@@ -221,6 +233,7 @@ impl Deref for CacheBytes<'_> {
                 std::slice::from_raw_parts(start.as_ptr(), *length)
             },
             Repr::Copied(bytes) => bytes,
+            Repr::Mapped(bytes) => bytes,
         }
     }
 }

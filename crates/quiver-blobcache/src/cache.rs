@@ -25,6 +25,10 @@ pub struct BlobCacheConfig {
     pub capacity_bytes: u64,
     /// Bytes per region (default 16 MiB); a multiple of 4 KiB.
     pub region_bytes: u64,
+    /// Map the objects of a `file://` store straight from their files instead of
+    /// copying them into regions (default true): they already sit on local disk,
+    /// and the kernel's page cache keeps the hot pages of both in memory.
+    pub map_local_files: bool,
 }
 
 impl BlobCacheConfig {
@@ -37,6 +41,7 @@ impl BlobCacheConfig {
             directory: directory.into(),
             capacity_bytes,
             region_bytes: Self::DEFAULT_REGION_BYTES,
+            map_local_files: true,
         }
     }
 
@@ -102,6 +107,7 @@ impl BlobCache {
                 exported_hits: AtomicU64::new(0),
                 counters: Counters::default(),
                 verified_chunks: None,
+                map_local_files: config.map_local_files,
             }),
         })
     }
@@ -123,11 +129,7 @@ impl BlobCache {
                     capacity_bytes = config.capacity_bytes,
                     "no room for the region cache file: reading every range from the object store (slow) until restarted with space"
                 );
-                Ok(BlobCache::read_through(
-                    storage,
-                    runtime,
-                    config.region_bytes,
-                ))
+                Ok(BlobCache::read_through(storage, runtime, config))
             }
             other => other,
         }
@@ -135,14 +137,14 @@ impl BlobCache {
 
     /// Returns a cache without a file: every read is a ranged GET of exactly the
     /// bytes asked for, nothing is kept.
-    fn read_through(storage: Storage, runtime: Handle, region_bytes: u64) -> Self {
+    fn read_through(storage: Storage, runtime: Handle, config: &BlobCacheConfig) -> Self {
         METRICS.read_through.set(1);
         BlobCache {
             inner: Arc::new(Inner {
                 storage,
                 runtime,
                 file: None,
-                region_bytes: region_bytes.max(4096) as usize,
+                region_bytes: config.region_bytes.max(4096) as usize,
                 region_shift: None,
                 state: Mutex::new(State::with_free_slots(0)),
                 slot_counters: Vec::new(),
@@ -150,6 +152,7 @@ impl BlobCache {
                 exported_hits: AtomicU64::new(0),
                 counters: Counters::default(),
                 verified_chunks: Some(checked_chunks()),
+                map_local_files: config.map_local_files,
             }),
         }
     }
@@ -161,7 +164,8 @@ impl BlobCache {
     }
 
     /// Opens object `key` for reading through the cache (asks the store for its
-    /// size and version).
+    /// size and version). An object of a `file://` store is mapped straight from
+    /// its file when the config allows it (see [`BlobCacheConfig::map_local_files`]).
     pub async fn open(&self, key: &str) -> CacheResult<CachedObject> {
         let info = self
             .inner
@@ -169,14 +173,28 @@ impl BlobCache {
             .head(key)
             .await
             .map_err(|source| CacheError::Storage { source })?;
-        Ok(CachedObject::new(
-            self.inner.clone(),
-            ObjectIdentity {
-                key: info.key,
-                size: info.size,
-                version: info.version,
-            },
-        ))
+        let identity = ObjectIdentity {
+            key: info.key,
+            size: info.size,
+            version: info.version,
+        };
+        if self.inner.map_local_files
+            && let Some(path) = self.inner.storage.local_path(key)
+        {
+            match map_file(&path, identity.size) {
+                Ok(map) => {
+                    METRICS.mapped_objects.inc();
+                    return Ok(CachedObject::mapped(self.inner.clone(), identity, map));
+                }
+                Err(error) => tracing::warn!(
+                    key,
+                    path = %path.display(),
+                    %error,
+                    "cannot map the local object; reading it through the region cache"
+                ),
+            }
+        }
+        Ok(CachedObject::new(self.inner.clone(), identity))
     }
 
     /// Opens object `key` from synchronous code (not from inside an async task
@@ -210,8 +228,29 @@ impl BlobCache {
         }
     }
 
+    /// Tells whether objects of a `file://` store are mapped from their files.
+    pub fn maps_local_files(&self) -> bool {
+        self.inner.map_local_files && self.inner.storage.local_path("probe").is_some()
+    }
+
     /// Returns the region size in bytes.
     pub fn region_bytes(&self) -> u64 {
         self.inner.region_bytes as u64
     }
+}
+
+/// Maps the file of an object of `size` bytes read-only. Objects of a `file://`
+/// store are written whole and renamed into place, so the file under a key never
+/// changes; a deleted file stays readable through the mapping.
+fn map_file(path: &std::path::Path, size: u64) -> std::io::Result<memmap2::Mmap> {
+    let file = std::fs::File::open(path)?;
+    let length = file.metadata()?.len();
+    if length != size {
+        return Err(std::io::Error::other(format!(
+            "the file has {length} bytes, the store reported {size}"
+        )));
+    }
+    // SAFETY: the file is an immutable object of the store (see above): nobody
+    // writes to or truncates it while it is mapped.
+    unsafe { memmap2::Mmap::map(&file) }
 }

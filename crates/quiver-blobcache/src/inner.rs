@@ -52,6 +52,8 @@ pub(crate) struct Inner {
     /// memory (bounded) so that the many small reads of a query do not each
     /// fetch and check a whole chunk again.
     pub(crate) verified_chunks: Option<CheckedChunks>,
+    /// Objects of a `file://` store are mapped from their files, not cached.
+    pub(crate) map_local_files: bool,
 }
 
 impl Inner {

@@ -19,6 +19,7 @@ pub(crate) struct CacheMetrics {
     pub pinned_regions: IntGauge,
     pub resident_regions: IntGauge,
     pub read_through: IntGauge,
+    pub mapped_objects: IntCounter,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -71,6 +72,10 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
     read_through: gauge(
         "quiver_cache_read_through",
         "1 when the cache file could not be created (disk full) and every read goes to the object store.",
+    ),
+    mapped_objects: counter(
+        "quiver_cache_mapped_objects_total",
+        "Objects of a file:// store opened by mapping their files (read without copying into regions).",
     ),
 });
 

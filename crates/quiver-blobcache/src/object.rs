@@ -28,6 +28,9 @@ pub struct CachedObject {
     /// The segment's chunk checksums, once a segment is open on this object: from
     /// then on, no byte of an unchecked fill is handed out.
     pub(crate) checksums: OnceLock<Arc<ChunkChecksums>>,
+    /// The object's own file, mapped, when it is a file of a `file://` store:
+    /// reads borrow it, and no region of the cache is used.
+    pub(crate) mapped: Option<memmap2::Mmap>,
 }
 
 impl CachedObject {
@@ -39,7 +42,53 @@ impl CachedObject {
             region_slots: (0..regions).map(|_| AtomicU64::new(0)).collect(),
             hints: Mutex::new(Vec::new()),
             checksums: OnceLock::new(),
+            mapped: None,
         }
+    }
+
+    /// Returns an object read from `map`, its own file mapped (see
+    /// [`crate::BlobCacheConfig::map_local_files`]).
+    pub(crate) fn mapped(inner: Arc<Inner>, identity: ObjectIdentity, map: memmap2::Mmap) -> Self {
+        debug_assert_eq!(map.len() as u64, identity.size);
+        CachedObject {
+            inner,
+            identity: Arc::new(identity),
+            region_slots: Vec::new(),
+            hints: Mutex::new(Vec::new()),
+            checksums: OnceLock::new(),
+            mapped: Some(map),
+        }
+    }
+
+    /// Tells whether the object is read from its own mapped file rather than
+    /// through the cache's regions.
+    pub fn is_mapped(&self) -> bool {
+        self.mapped.is_some()
+    }
+
+    /// Brings `range` into memory ahead of the reads that need it: for a mapped
+    /// file, asks the kernel to read it in; through the cache, fills every region
+    /// it spans (blocking).
+    pub fn warm(&self, range: Range<u64>) -> CacheResult<()> {
+        let end = range.end.min(self.identity.size);
+        if range.start >= end {
+            return Ok(());
+        }
+        if let Some(map) = &self.mapped {
+            let _ = map.advise_range(
+                memmap2::Advice::WillNeed,
+                range.start as usize,
+                (end - range.start) as usize,
+            );
+            return Ok(());
+        }
+        if self.inner.is_read_through() {
+            return Ok(());
+        }
+        for region in self.inner.region_of(range.start)..=self.inner.region_of(end - 1) {
+            drop(self.acquire(region)?);
+        }
+        Ok(())
     }
 
     /// Returns the object's key.
@@ -67,6 +116,9 @@ impl CachedObject {
         let Some(end) = end else {
             return Err(self.out_of_range(offset, length));
         };
+        if let Some(map) = &self.mapped {
+            return Ok(CacheBytes::mapped(&map[offset as usize..end as usize]));
+        }
         if self.inner.is_read_through() {
             return self.read_through(offset..end).map(CacheBytes::copied);
         }
@@ -135,6 +187,19 @@ impl CachedObject {
 
     /// Starts filling the regions under `ranges` in the background.
     pub fn prefetch(&self, ranges: &[Range<u64>]) {
+        if let Some(map) = &self.mapped {
+            for range in ranges {
+                let end = range.end.min(self.identity.size);
+                if range.start < end {
+                    let _ = map.advise_range(
+                        memmap2::Advice::WillNeed,
+                        range.start as usize,
+                        (end - range.start) as usize,
+                    );
+                }
+            }
+            return;
+        }
         if self.inner.is_read_through() {
             return;
         }
@@ -230,6 +295,17 @@ impl ByteSource for CachedObject {
     }
 
     fn advise(&self, offset: u64, length: usize, pattern: AccessPattern) {
+        if let Some(map) = &self.mapped {
+            let end = (offset.saturating_add(length as u64)).min(self.identity.size);
+            if offset < end {
+                let advice = match pattern {
+                    AccessPattern::Sequential => memmap2::Advice::WillNeed,
+                    AccessPattern::Random => memmap2::Advice::Random,
+                };
+                let _ = map.advise_range(advice, offset as usize, (end - offset) as usize);
+            }
+            return;
+        }
         self.hints
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -237,13 +313,18 @@ impl ByteSource for CachedObject {
     }
 
     fn verify_with(&self, checksums: &Arc<ChunkChecksums>) -> bool {
+        // A mapped file's bytes never change: the segment checks each chunk on
+        // its first read, like any plain file.
+        if self.mapped.is_some() {
+            return false;
+        }
         // One segment opens one object; a second table would be the same one.
         let _ = self.checksums.set(checksums.clone());
         true
     }
 
     fn discard(&self, offset: u64, length: u64) {
-        if self.inner.is_read_through() || length == 0 {
+        if self.mapped.is_some() || self.inner.is_read_through() || length == 0 {
             return;
         }
         let end = offset.saturating_add(length).min(self.identity.size);

@@ -67,6 +67,9 @@ impl<'a> CacheSession<'a> {
         let Some(end) = end else {
             return Err(object.out_of_range(offset, length));
         };
+        if let Some(map) = &object.mapped {
+            return Ok(Cow::Borrowed(&map[offset as usize..end as usize]));
+        }
         let inner = &object.inner;
         let first = inner.region_of(offset);
         let last = if length == 0 {

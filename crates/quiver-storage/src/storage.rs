@@ -33,6 +33,9 @@ pub struct Storage {
     store: Arc<dyn ObjectStore>,
     description: String,
     options: StorageOptions,
+    /// The directory store, when this is a `file://` store: its objects are plain
+    /// files that readers may map instead of fetching.
+    local: Option<Arc<object_store::local::LocalFileSystem>>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -51,6 +54,7 @@ impl Storage {
         settings: &S3Settings,
         options: StorageOptions,
     ) -> StorageResult<Self> {
+        let mut local_store = None;
         let store: Arc<dyn ObjectStore> = match url {
             StoreUrl::Memory => Arc::new(object_store::memory::InMemory::new()),
             StoreUrl::File { root } => {
@@ -60,7 +64,9 @@ impl Storage {
                 let local = object_store::local::LocalFileSystem::new_with_prefix(root).map_err(
                     |error| StorageError::Config(format!("{}: {error}", root.display())),
                 )?;
-                Arc::new(local.with_automatic_cleanup(true))
+                let local = Arc::new(local.with_automatic_cleanup(true));
+                local_store = Some(local.clone());
+                local
             }
             StoreUrl::S3 { bucket, prefix } => {
                 let retry = object_store::RetryConfig {
@@ -116,6 +122,7 @@ impl Storage {
             store,
             description: url.to_string(),
             options,
+            local: local_store,
         })
     }
 
@@ -129,6 +136,7 @@ impl Storage {
             store,
             description: description.into(),
             options,
+            local: None,
         }
     }
 
@@ -138,7 +146,16 @@ impl Storage {
             store: other.store.clone(),
             description: other.description.clone(),
             options,
+            local: other.local.clone(),
         }
+    }
+
+    /// Returns the file that holds object `key` when this is a `file://` store
+    /// (whose objects are plain files, written whole and renamed into place, so a
+    /// file under a key never changes), `None` for any other store.
+    pub fn local_path(&self, key: &str) -> Option<std::path::PathBuf> {
+        let local = self.local.as_ref()?;
+        local.path_to_filesystem(&Path::from(key)).ok()
     }
 
     /// Returns the store's URL (no secrets).

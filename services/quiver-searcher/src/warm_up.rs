@@ -33,26 +33,22 @@ pub(crate) fn warm_new_segments(
         .unwrap_or_default();
     for (entry, segment) in view.manifest().segments.iter().zip(view.segments()) {
         if !known.contains(entry.key.as_str()) {
-            warm_codes(context, segment);
+            warm_codes(segment);
         }
     }
 }
 
-/// Pulls a segment's codes into the cache: one read per region they span.
-fn warm_codes(context: &ReadContext, segment: &Segment<CachedObject>) {
-    let region_bytes = context.cache().region_bytes();
+/// Pulls a segment's codes into memory (the cache's regions, or the page cache
+/// for a mapped file) before any query needs them.
+fn warm_codes(segment: &Segment<CachedObject>) {
     for section in segment.sections() {
         if section.kind != SectionKind::Codes {
             continue;
         }
-        let end = section.offset + section.length;
-        let mut offset = section.offset;
-        while offset < end {
-            if let Err(error) = segment.source().read(offset, 1) {
-                tracing::warn!(segment = segment.name(), %error, "warm-up read failed");
-                return;
-            }
-            offset = (offset / region_bytes + 1) * region_bytes;
+        let range = section.offset..section.offset + section.length;
+        if let Err(error) = segment.source().warm(range) {
+            tracing::warn!(segment = segment.name(), %error, "warm-up read failed");
+            return;
         }
     }
 }

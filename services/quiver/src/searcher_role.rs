@@ -28,6 +28,10 @@ pub struct SearcherArgs {
     /// Region size of the cache.
     #[arg(long, env = "QUIVER_REGION_SIZE", value_parser = parse_size, default_value = "16MiB")]
     pub region_size: u64,
+    /// Read the segments of a `file://` object store straight from their files
+    /// (mapped) instead of copying them into the cache file.
+    #[arg(long, env = "QUIVER_MAP_LOCAL_FILES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub map_local_files: bool,
 }
 
 /// A running searcher as a [`Role`].
@@ -49,6 +53,7 @@ impl SearcherRole {
             directory: args.cache_dir.clone(),
             capacity_bytes: args.cache_size,
             region_bytes: args.region_size,
+            map_local_files: args.map_local_files,
         };
         let runtime = tokio::runtime::Handle::current();
         let cache = tokio::task::spawn_blocking({

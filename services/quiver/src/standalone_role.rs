@@ -93,6 +93,7 @@ impl StandaloneRole {
                 cache_dir: data_dir.join("cache"),
                 cache_size: args.cache_size,
                 region_size: BlobCacheConfig::DEFAULT_REGION_BYTES,
+                map_local_files: true,
             },
             file,
         )

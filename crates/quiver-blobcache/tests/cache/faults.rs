@@ -525,6 +525,7 @@ fn a_read_through_cache_checks_every_read() {
         directory: mount.path().join("cache"),
         capacity_bytes: 1 << 20,
         region_bytes: 16 << 10,
+        map_local_files: true,
     };
     let open = || {
         let cache =

@@ -3,6 +3,7 @@
 
 mod disk_full;
 mod faults;
+mod local_files;
 mod search;
 mod stress;
 mod support;

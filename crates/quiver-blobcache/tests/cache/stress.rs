@@ -117,6 +117,7 @@ fn bad_configuration_and_ranges_are_named() {
         directory: directory.path().into(),
         capacity_bytes: 1000,
         region_bytes: 4096,
+        map_local_files: true,
     };
     let error =
         quiver_blobcache::BlobCache::new(&config, memory_storage(), runtime.handle().clone())

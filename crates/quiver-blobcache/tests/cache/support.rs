@@ -54,6 +54,7 @@ pub fn cache(
         directory: directory.to_path_buf(),
         capacity_bytes: regions * region_bytes,
         region_bytes,
+        map_local_files: true,
     };
     Arc::new(BlobCache::new(&config, storage, runtime.handle().clone()).unwrap())
 }

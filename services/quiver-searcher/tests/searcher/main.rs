@@ -154,6 +154,7 @@ async fn fixture(storage: Storage) -> Fixture {
             directory: cache_dir.path().to_path_buf(),
             capacity_bytes: 64 << 20,
             region_bytes: 1 << 20,
+            map_local_files: true,
         },
         storage.clone(),
         tokio::runtime::Handle::current(),

@@ -32,6 +32,7 @@ pub(crate) fn context(
             directory: directory.to_path_buf(),
             capacity_bytes: 256 * region_bytes,
             region_bytes,
+            map_local_files: true,
         },
         storage.clone(),
         tokio::runtime::Handle::current(),

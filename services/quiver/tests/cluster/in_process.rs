@@ -47,6 +47,7 @@ pub fn context(
             directory: directory.to_path_buf(),
             capacity_bytes: 256 * region_bytes,
             region_bytes,
+            map_local_files: true,
         },
         storage.clone(),
         tokio::runtime::Handle::current(),
