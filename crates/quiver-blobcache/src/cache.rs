@@ -106,7 +106,7 @@ impl BlobCache {
                 fills: AtomicU64::new(0),
                 exported_hits: AtomicU64::new(0),
                 counters: Counters::default(),
-                verified_chunks: None,
+                verified_chunks: checked_chunks(),
                 map_local_files: config.map_local_files,
             }),
         })
@@ -151,7 +151,7 @@ impl BlobCache {
                 fills: AtomicU64::new(0),
                 exported_hits: AtomicU64::new(0),
                 counters: Counters::default(),
-                verified_chunks: Some(checked_chunks()),
+                verified_chunks: checked_chunks(),
                 map_local_files: config.map_local_files,
             }),
         }
@@ -218,6 +218,7 @@ impl BlobCache {
             fill_errors: load(&counters.fill_errors),
             discarded_regions: load(&counters.discards),
             check_bytes_fetched: load(&counters.check_bytes_fetched),
+            uncached_reads: load(&counters.uncached_reads),
             pinned_regions: {
                 let pinned = self.inner.pinned_regions();
                 METRICS.pinned_regions.set(pinned as i64);

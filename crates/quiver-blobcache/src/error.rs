@@ -17,8 +17,8 @@ pub enum CacheError {
         #[source]
         source: std::io::Error,
     },
-    /// Every region is pinned by a reader or being filled; the read fails at once
-    /// rather than wait (readers hold pins only for the length of one scan).
+    /// Every region is pinned by a reader or being filled. Reads never return
+    /// it (they are answered uncached instead); only filling a region can.
     #[error("cache full of pinned regions ({regions} regions): nothing can be evicted")]
     Full { regions: usize },
     /// Filling a region from the object store failed.

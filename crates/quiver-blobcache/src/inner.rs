@@ -48,10 +48,11 @@ pub(crate) struct Inner {
     /// Hits already added to the process-wide metric.
     pub(crate) exported_hits: AtomicU64,
     pub(crate) counters: Counters,
-    /// Read-through mode only: chunks fetched whole and checked, kept in
-    /// memory (bounded) so that the many small reads of a query do not each
-    /// fetch and check a whole chunk again.
-    pub(crate) verified_chunks: Option<CheckedChunks>,
+    /// Chunks read around the regions (read-through mode, or reads made while
+    /// every region was pinned), fetched whole and checked, kept in memory
+    /// (bounded) so that the many small reads of a query do not each fetch and
+    /// check a whole chunk again.
+    pub(crate) verified_chunks: CheckedChunks,
     /// Objects of a `file://` store are mapped from their files, not cached.
     pub(crate) map_local_files: bool,
 }

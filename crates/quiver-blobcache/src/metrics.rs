@@ -20,6 +20,7 @@ pub(crate) struct CacheMetrics {
     pub resident_regions: IntGauge,
     pub read_through: IntGauge,
     pub mapped_objects: IntCounter,
+    pub uncached_reads: IntCounter,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -77,6 +78,10 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
         "quiver_cache_mapped_objects_total",
         "Objects of a file:// store opened by mapping their files (read without copying into regions).",
     ),
+    uncached_reads: counter(
+        "quiver_cache_uncached_reads_total",
+        "Reads answered straight from the object store (checked, not kept in a region) because every region was pinned by other readers.",
+    ),
 });
 
 /// Counters of one cache since it was created.
@@ -99,6 +104,9 @@ pub struct CacheStats {
     pub discarded_regions: u64,
     /// Bytes fetched only to complete a chunk being checked (not kept).
     pub check_bytes_fetched: u64,
+    /// Reads answered straight from the object store because every region was
+    /// pinned (the cache is small for the reads in flight): slower, never a failure.
+    pub uncached_reads: u64,
     /// Regions pinned right now.
     pub pinned_regions: u64,
     /// Regions holding data right now.
@@ -170,6 +178,7 @@ pub(crate) struct Counters {
     pub fill_errors: AtomicU64,
     pub discards: AtomicU64,
     pub check_bytes_fetched: AtomicU64,
+    pub uncached_reads: AtomicU64,
 }
 
 impl Counters {

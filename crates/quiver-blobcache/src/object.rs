@@ -86,7 +86,13 @@ impl CachedObject {
             return Ok(());
         }
         for region in self.inner.region_of(range.start)..=self.inner.region_of(end - 1) {
-            drop(self.acquire(region)?);
+            match self.acquire(region) {
+                Ok(guard) => drop(guard),
+                // Every region is pinned: warming more would only evict what
+                // queries are reading.
+                Err(CacheError::Full { .. }) => return Ok(()),
+                Err(error) => return Err(error),
+            }
         }
         Ok(())
     }
@@ -130,7 +136,13 @@ impl CachedObject {
             self.inner.region_of(end - 1)
         };
         if first == last {
-            let guard = self.acquire(first)?;
+            let guard = match self.acquire(first) {
+                Ok(guard) => guard,
+                Err(CacheError::Full { .. }) => {
+                    return self.read_uncached(offset..end).map(CacheBytes::copied);
+                }
+                Err(error) => return Err(error),
+            };
             let start = (offset - first * region_bytes) as usize;
             return Ok(CacheBytes::pinned(guard, start, length));
         }
@@ -138,7 +150,13 @@ impl CachedObject {
         counters.add(&counters.boundary_copies, &METRICS.boundary_copies, 1);
         let mut copied = Vec::with_capacity(length);
         for region in first..=last {
-            let guard = self.acquire(region)?;
+            let guard = match self.acquire(region) {
+                Ok(guard) => guard,
+                Err(CacheError::Full { .. }) => {
+                    return self.read_uncached(offset..end).map(CacheBytes::copied);
+                }
+                Err(error) => return Err(error),
+            };
             let region_start = region * region_bytes;
             let from = offset.max(region_start) - region_start;
             let to = end.min(region_start + region_bytes) - region_start;

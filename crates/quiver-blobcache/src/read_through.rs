@@ -1,6 +1,8 @@
-//! Read-through mode: when the cache file cannot be created for lack of space,
-//! every read is a ranged GET straight from the object store (slow, but it
-//! answers). Once the object has checksums, the whole chunks under a read are
+//! Reads around the regions. In read-through mode (the cache file could not be
+//! created for lack of space) every read is a ranged GET straight from the
+//! object store (slow, but it answers); with a file, so is a read that finds
+//! every region pinned by other readers (the cache is small for the reads in
+//! flight): it is answered uncached rather than failed. Once the object has checksums, the whole chunks under a read are
 //! fetched and checked, so no read-through byte is unchecked either; checked
 //! chunks stay in a bounded memory cache for the next reads of the query.
 
@@ -17,10 +19,10 @@ use crate::object::CachedObject;
 /// Checked chunks by (object key, chunk start).
 pub(crate) type CheckedChunks = moka::sync::Cache<(String, u64), Arc<Vec<u8>>>;
 
-/// Memory for checked chunks in read-through mode.
+/// Memory for checked chunks read around the regions.
 const READ_THROUGH_CHUNK_BYTES: u64 = 64 << 20;
 
-/// Returns the bounded memory cache of checked chunks read-through mode keeps.
+/// Returns the bounded memory cache of checked chunks read around the regions.
 pub(crate) fn checked_chunks() -> CheckedChunks {
     moka::sync::Cache::builder()
         .max_capacity(READ_THROUGH_CHUNK_BYTES)
@@ -55,6 +57,14 @@ impl Inner {
 }
 
 impl CachedObject {
+    /// Reads `range` straight from the object store because every region is
+    /// pinned by other readers (counted; checked like any read-through read).
+    pub(crate) fn read_uncached(&self, range: Range<u64>) -> CacheResult<Vec<u8>> {
+        let counters = &self.inner.counters;
+        counters.add(&counters.uncached_reads, &METRICS.uncached_reads, 1);
+        self.read_through(range)
+    }
+
     /// Reads `range` straight from the object store (read-through mode). Once the
     /// object has checksums, the whole chunks under the range are fetched and
     /// checked, so no read-through byte is unchecked either; checked chunks stay
@@ -102,12 +112,7 @@ impl CachedObject {
     fn checked_chunk(&self, chunk: &SegmentChunk) -> CacheResult<Arc<Vec<u8>>> {
         let key = &self.identity.key;
         let cache_key = (key.clone(), chunk.start);
-        if let Some(bytes) = self
-            .inner
-            .verified_chunks
-            .as_ref()
-            .and_then(|chunks| chunks.get(&cache_key))
-        {
+        if let Some(bytes) = self.inner.verified_chunks.get(&cache_key) {
             return Ok(bytes);
         }
         let mut attempts = 0;
@@ -117,9 +122,7 @@ impl CachedObject {
                 .read_direct(key, chunk.start..chunk.end.min(self.identity.size))?;
             if chunk.matches(&fetched) {
                 let bytes = Arc::new(fetched);
-                if let Some(chunks) = &self.inner.verified_chunks {
-                    chunks.insert(cache_key, bytes.clone());
-                }
+                self.inner.verified_chunks.insert(cache_key, bytes.clone());
                 return Ok(bytes);
             }
             attempts += 1;

@@ -13,9 +13,10 @@ use crate::object::CachedObject;
 /// read and stays pinned until the session is dropped, so later reads of the same
 /// region are plain slices of the mapping — no atomic operation, no lookup.
 ///
-/// A session holds every region it touched for its whole life, so the cache must
-/// hold at least one query's regions; otherwise a read fails with "cache full of
-/// pinned regions" like any other read.
+/// A session holds every region it touched for its whole life. When the cache
+/// is too small for the regions of the queries in flight (every region pinned),
+/// a read is answered uncached, straight from the object store and checked:
+/// slower, never a failure.
 ///
 /// Every slice a session returns borrows the session, so none outlives its pins:
 ///
@@ -82,7 +83,14 @@ impl<'a> CacheSession<'a> {
                 .read(offset, length)
                 .map(|bytes| Cow::Owned(bytes.into_vec()));
         }
-        let slot = self.pinned_slot(first)?;
+        let slot = match self.pinned_slot(first) {
+            Ok(slot) => slot,
+            // Every region is pinned by other readers: answered uncached.
+            Err(CacheError::Full { .. }) => {
+                return object.read_uncached(offset..end).map(Cow::Owned);
+            }
+            Err(error) => return Err(error),
+        };
         let counters = &inner.slot_counters[slot];
         if counters.discarded.load(Ordering::Acquire) {
             return Err(CacheError::Discarded {

@@ -264,15 +264,13 @@ impl<S: ByteSource> Segment<S> {
         })
     }
 
-    fn rescore_row<R: ReadSession>(
-        &self,
-        session: &R,
-        query: &[f32],
-        row: u32,
-    ) -> IndexResult<f32> {
+    /// Scores `row` exactly. Raw vectors are read one row at a time, not through
+    /// the query's read session: a cache pins a row's bytes only while it is
+    /// scored, so a query never holds the (many, scattered) regions of the
+    /// vectors it rescored.
+    fn rescore_row(&self, query: &[f32], row: u32) -> IndexResult<f32> {
         let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
-        let raw = self.read_in(
-            session,
+        let raw = self.read(
             SectionKind::RawVectors,
             row as u64 * row_bytes as u64,
             row_bytes,
@@ -467,7 +465,7 @@ impl<S: ByteSource> Segment<S> {
             scratch,
             &mut ranking.reserve,
         );
-        self.rescore_candidates(member, session, scratch, ranking)?;
+        self.rescore_candidates(member, scratch, ranking)?;
         scratch.stats.lists_probed += 1;
         scratch.stats.rows_scanned += entry.rows as usize;
         Ok(())
@@ -475,12 +473,13 @@ impl<S: ByteSource> Segment<S> {
 
     /// Rescores the list's candidates with their full vectors, most hopeful
     /// first; a candidate whose lower bound no longer beats the k-th exact key
-    /// goes to the reserve instead.
+    /// goes to the reserve instead. Rows are read one by one outside the read
+    /// session (see [`Segment::rescore_row`]): at most `PREFETCH_AHEAD + 1` are
+    /// held at a time.
     #[inline]
-    fn rescore_candidates<R: ReadSession>(
+    fn rescore_candidates(
         &self,
         member: usize,
-        session: &R,
         scratch: &mut SearchScratch,
         ranking: &mut Ranking,
     ) -> IndexResult<()> {
@@ -491,12 +490,11 @@ impl<S: ByteSource> Segment<S> {
         // the handle waits in a small ring while the CPU pulls the bytes in.
         const PREFETCH_AHEAD: usize = 3;
         let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
-        let read_row = |position: usize| -> IndexResult<Option<std::borrow::Cow<'_, [u8]>>> {
+        let read_row = |position: usize| -> IndexResult<Option<S::Bytes<'_>>> {
             let Some(candidate) = scratch.candidates.get(position) else {
                 return Ok(None);
             };
-            let bytes = self.read_in(
-                session,
+            let bytes = self.read(
                 SectionKind::RawVectors,
                 candidate.row as u64 * row_bytes as u64,
                 row_bytes,
@@ -504,7 +502,7 @@ impl<S: ByteSource> Segment<S> {
             quiver_simd::prefetch_read(&bytes);
             Ok(Some(bytes))
         };
-        let mut ring: [Option<std::borrow::Cow<'_, [u8]>>; PREFETCH_AHEAD + 1] = Default::default();
+        let mut ring: [Option<S::Bytes<'_>>; PREFETCH_AHEAD + 1] = Default::default();
         for (position, slot) in ring.iter_mut().enumerate().take(PREFETCH_AHEAD) {
             *slot = read_row(position)?;
         }
@@ -547,15 +545,11 @@ impl<S: ByteSource> Segment<S> {
             return Err(IndexError::InvalidArgument("k must be at least 1".into()));
         }
         self.prepare_query(query, scratch)?;
-        let session = self.source.session();
         let mut top = TopK::new(k, std::mem::take(&mut scratch.heap));
         let mut scored = 0;
         for row in rows {
             self.check_row(row)?;
-            top.push(
-                self.rescore_row(&session, &scratch.query, row)?,
-                u64::from(row),
-            );
+            top.push(self.rescore_row(&scratch.query, row)?, u64::from(row));
             scored += 1;
         }
         scratch.stats = SearchStats {

@@ -43,8 +43,9 @@ pub fn search_shared<S: ByteSource>(
         member.segment.check_shares_lists_with(lead)?;
     }
     lead.prepare_query(query, scratch)?;
-    // Every read of this query goes through one session per member: a cache
-    // pins each region once for the whole query instead of once per read.
+    // The codes of this query are read through one session per member: a cache
+    // pins each region once for the whole query instead of once per read. Raw
+    // vectors are read row by row outside it (see `Segment::rescore_row`).
     let sessions: Vec<_> = members
         .iter()
         .map(|member| member.segment.source.session())
@@ -90,7 +91,7 @@ pub fn search_shared<S: ByteSource>(
         let (index, row) = unhandle(ranked.handle);
         let segment = members[index].segment;
         top.push(
-            segment.rescore_row(&sessions[index], &scratch.query, row)?,
+            segment.rescore_row(&scratch.query, row)?,
             ranked.handle,
         );
         rescored += 1;

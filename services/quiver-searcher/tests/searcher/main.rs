@@ -19,6 +19,7 @@ use rand::{Rng, SeedableRng};
 mod corruption;
 mod disk_full;
 mod faults;
+mod pressure;
 mod reload;
 
 const DIM: usize = 32;
@@ -85,6 +86,12 @@ struct Fixture {
 }
 
 async fn fixture(storage: Storage) -> Fixture {
+    fixture_with_cache(storage, 64 << 20, 1 << 20).await
+}
+
+/// The shard of [`fixture`], read through a cache of `capacity_bytes` in
+/// regions of `region_bytes`.
+async fn fixture_with_cache(storage: Storage, capacity_bytes: u64, region_bytes: u64) -> Fixture {
     let shard = ShardRef {
         collection_id: "c-search".into(),
         shard: 0,
@@ -152,8 +159,8 @@ async fn fixture(storage: Storage) -> Fixture {
     let cache = BlobCache::new(
         &BlobCacheConfig {
             directory: cache_dir.path().to_path_buf(),
-            capacity_bytes: 64 << 20,
-            region_bytes: 1 << 20,
+            capacity_bytes,
+            region_bytes,
             map_local_files: true,
         },
         storage.clone(),
