@@ -45,6 +45,41 @@ impl BlobCacheConfig {
         }
     }
 
+    /// The share of its disk's free space a cache takes when no size is given.
+    pub const DEFAULT_DISK_SHARE_PERCENT: u8 = 80;
+
+    /// Returns a config whose size is `percent` of the free space of the file
+    /// system holding `directory` (a cache file left there counts as free),
+    /// rounded down to whole regions.
+    pub fn share_of_free_space(
+        directory: impl Into<PathBuf>,
+        percent: u8,
+        region_bytes: u64,
+    ) -> CacheResult<Self> {
+        let directory = directory.into();
+        if percent == 0 || percent > 100 {
+            return Err(CacheError::Config(format!(
+                "a cache share of {percent}% of the free disk space is not between 1 and 100"
+            )));
+        }
+        let bytes =
+            crate::cache_file::share_of_free_space(&directory, percent).map_err(|source| {
+                CacheError::CacheFile {
+                    path: directory.clone(),
+                    source,
+                }
+            })?;
+        // At least one region: with no space at all, creating the file fails as
+        // out of space, and `new_or_read_through` reads through instead.
+        let capacity_bytes = (bytes / region_bytes.max(1) * region_bytes).max(region_bytes);
+        Ok(BlobCacheConfig {
+            directory,
+            capacity_bytes,
+            region_bytes,
+            map_local_files: true,
+        })
+    }
+
     /// Returns the number of regions of the cache file, or why the sizes cannot work.
     fn regions(&self) -> CacheResult<usize> {
         if self.region_bytes == 0 || !self.region_bytes.is_multiple_of(4096) {

@@ -126,3 +126,14 @@ pub(crate) fn is_out_of_space(error: &CacheError) -> bool {
         Some(Errno::NOSPC | Errno::DQUOT | Errno::FBIG)
     ) || source.kind() == std::io::ErrorKind::StorageFull
 }
+
+/// Returns the bytes a cache file in `directory` may take: `percent` of the space
+/// free on its file system, counting a cache file left there (by a crash; it is
+/// recreated on start) as free. The directory is created if missing.
+pub(crate) fn share_of_free_space(directory: &Path, percent: u8) -> std::io::Result<u64> {
+    std::fs::create_dir_all(directory)?;
+    let stats = rustix::fs::statvfs(directory)?;
+    let available = stats.f_bavail.saturating_mul(stats.f_frsize);
+    let stale = std::fs::metadata(directory.join(CACHE_FILE_NAME)).map_or(0, |meta| meta.len());
+    Ok((available.saturating_add(stale) / 100).saturating_mul(u64::from(percent.min(100))))
+}

@@ -17,6 +17,30 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .map_err(|error| format!("`{text}` is not a size like 512MiB or 10GiB: {error}"))
 }
 
+/// How big a searcher's region cache is: a size (`10GiB`) or a share of the free
+/// space of the disk holding the cache directory (`80%`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheSize {
+    /// Exactly this many bytes (rounded down to whole regions).
+    Bytes(u64),
+    /// This percentage of the cache disk's free space, measured at start.
+    ShareOfFreeSpace(u8),
+}
+
+/// Parses a cache size: `512MiB`, `10GiB`, or `80%` of the cache disk's free space.
+pub fn parse_cache_size(text: &str) -> Result<CacheSize, String> {
+    let text = text.trim();
+    if let Some(percent) = text.strip_suffix('%') {
+        return match percent.trim().parse::<u8>() {
+            Ok(percent @ 1..=100) => Ok(CacheSize::ShareOfFreeSpace(percent)),
+            _ => Err(format!(
+                "`{text}` is not a share of the free disk space between 1% and 100%"
+            )),
+        };
+    }
+    parse_size(text).map(CacheSize::Bytes)
+}
+
 /// Options of the data roles' config file sections.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -192,5 +216,28 @@ impl SearcherFileConfig {
             bail!("[searcher] watch_initial_backoff_ms exceeds watch_max_backoff_ms");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_are_sizes_or_shares_of_the_free_space() {
+        assert_eq!(parse_cache_size("10GiB"), Ok(CacheSize::Bytes(10 << 30)));
+        assert_eq!(
+            parse_cache_size(" 80% "),
+            Ok(CacheSize::ShareOfFreeSpace(80))
+        );
+        assert_eq!(
+            parse_cache_size("100%"),
+            Ok(CacheSize::ShareOfFreeSpace(100))
+        );
+        for bad in ["0%", "101%", "-5%", "half%"] {
+            let error = parse_cache_size(bad).unwrap_err();
+            assert!(error.contains("between 1% and 100%"), "{bad}: {error}");
+        }
+        assert!(parse_cache_size("lots").unwrap_err().contains("not a size"));
     }
 }

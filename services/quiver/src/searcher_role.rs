@@ -9,7 +9,7 @@ use anyhow::Context;
 use quiver_blobcache::{BlobCache, BlobCacheConfig};
 use quiver_searcher::{ReadContext, SearcherNode, SearcherNodeConfig};
 
-use crate::config_sections::{DataFileConfig, parse_size};
+use crate::config_sections::{CacheSize, DataFileConfig, parse_cache_size, parse_size};
 use crate::data_node::{NodeArgs, NodeStart};
 use crate::http_routes::health_router;
 use crate::lifecycle::Role;
@@ -22,9 +22,10 @@ pub struct SearcherArgs {
     /// Directory of the region cache file (local disk).
     #[arg(long, env = "QUIVER_CACHE_DIR")]
     pub cache_dir: PathBuf,
-    /// Size of the region cache file, e.g. 10GiB.
-    #[arg(long, env = "QUIVER_CACHE_SIZE", value_parser = parse_size)]
-    pub cache_size: u64,
+    /// Size of the region cache file: a size (`10GiB`) or a share of the free
+    /// space of the cache directory's disk, measured at start (`80%`, the default).
+    #[arg(long, env = "QUIVER_CACHE_SIZE", value_parser = parse_cache_size, default_value = "80%")]
+    pub cache_size: CacheSize,
     /// Region size of the cache.
     #[arg(long, env = "QUIVER_REGION_SIZE", value_parser = parse_size, default_value = "16MiB")]
     pub region_size: u64,
@@ -49,12 +50,25 @@ impl SearcherRole {
             node_id,
             meta,
         } = args.node.start("searcher", file).await?;
-        let cache_config = BlobCacheConfig {
-            directory: args.cache_dir.clone(),
-            capacity_bytes: args.cache_size,
-            region_bytes: args.region_size,
-            map_local_files: args.map_local_files,
+        let cache_config = match args.cache_size {
+            CacheSize::Bytes(capacity_bytes) => BlobCacheConfig {
+                directory: args.cache_dir.clone(),
+                capacity_bytes,
+                region_bytes: args.region_size,
+                map_local_files: args.map_local_files,
+            },
+            CacheSize::ShareOfFreeSpace(percent) => BlobCacheConfig {
+                map_local_files: args.map_local_files,
+                ..BlobCacheConfig::share_of_free_space(&args.cache_dir, percent, args.region_size)
+                    .context("sizing the region cache")?
+            },
         };
+        tracing::info!(
+            directory = %cache_config.directory.display(),
+            cache_bytes = cache_config.capacity_bytes,
+            cache_size = ?args.cache_size,
+            "region cache sized"
+        );
         let runtime = tokio::runtime::Handle::current();
         let cache = tokio::task::spawn_blocking({
             let storage = storage.clone();

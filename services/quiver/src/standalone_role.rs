@@ -9,7 +9,7 @@ use anyhow::Context;
 use quiver_blobcache::BlobCacheConfig;
 use quiver_meta::MetaServer;
 
-use crate::config_sections::{DataFileConfig, parse_size};
+use crate::config_sections::{CacheSize, DataFileConfig, parse_cache_size};
 use crate::data_node::{NodeArgs, StoreArgs};
 use crate::gateway_role::{GatewayArgs, GatewayRole, GatewaySettings, KeyArgs, TlsArgs};
 use crate::indexer_role::{IndexerArgs, IndexerRole};
@@ -25,9 +25,12 @@ pub struct StandaloneArgs {
     /// gRPC address of the client API.
     #[arg(long, env = "QUIVER_GRPC_LISTEN", default_value = "127.0.0.1:7701")]
     pub grpc_listen: String,
-    /// Size of the search cache file under the data directory.
-    #[arg(long, env = "QUIVER_CACHE_SIZE", value_parser = parse_size, default_value = "1GiB")]
-    pub cache_size: u64,
+    /// Size of the search cache file under the data directory: a size or a
+    /// share of the free disk space (`10%`). Small by default: standalone reads
+    /// its segments straight from their files (mapped, through the kernel's page
+    /// cache), so the region cache holds only what is not a local file.
+    #[arg(long, env = "QUIVER_CACHE_SIZE", value_parser = parse_cache_size, default_value = "64MiB")]
+    pub cache_size: CacheSize,
     #[command(flatten)]
     pub keys: KeyArgs,
     #[command(flatten)]

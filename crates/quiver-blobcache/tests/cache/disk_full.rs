@@ -163,3 +163,21 @@ fn a_disk_that_fills_up_after_the_cache_started_changes_nothing() {
     assert_eq!(cache.stats().resident_regions, 8);
     assert!(!cache.is_read_through());
 }
+
+#[test]
+fn a_cache_sized_as_a_share_of_the_free_space_fits_the_disk() {
+    let directory = tempfile::tempdir().unwrap();
+    let region_bytes = 1 << 20;
+    let config = BlobCacheConfig::share_of_free_space(directory.path(), 1, region_bytes).unwrap();
+    let stats = rustix::fs::statvfs(directory.path()).unwrap();
+    let free = stats.f_bavail * stats.f_frsize;
+    assert!(config.capacity_bytes >= region_bytes, "{config:?}");
+    assert!(
+        config.capacity_bytes <= (free / 100).max(region_bytes),
+        "{config:?} of {free}"
+    );
+    assert_eq!(config.capacity_bytes % region_bytes, 0);
+    let error =
+        BlobCacheConfig::share_of_free_space(directory.path(), 0, region_bytes).unwrap_err();
+    assert!(error.to_string().contains("between 1 and 100"), "{error}");
+}

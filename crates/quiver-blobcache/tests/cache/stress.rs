@@ -96,14 +96,24 @@ fn a_cache_full_of_pinned_regions_answers_uncached_then_caches_again() {
     assert_eq!(&third[..], &bytes[200_000..200_010]);
     assert!(third.is_copied());
     let session = object.session();
-    assert_eq!(&session.read(300_000, 10).unwrap()[..], &bytes[300_000..300_010]);
+    assert_eq!(
+        &session.read(300_000, 10).unwrap()[..],
+        &bytes[300_000..300_010]
+    );
     drop(session);
     let stats = cache.stats();
-    assert_eq!((stats.uncached_reads, stats.pinned_regions), (2, 2), "{stats:?}");
+    assert_eq!(
+        (stats.uncached_reads, stats.pinned_regions),
+        (2, 2),
+        "{stats:?}"
+    );
     drop((first, second, third));
     let again = object.read(200_000, 10).unwrap();
     assert_eq!(&again[..], &bytes[200_000..200_010]);
-    assert!(!again.is_copied(), "with pins released, the region is cached");
+    assert!(
+        !again.is_copied(),
+        "with pins released, the region is cached"
+    );
     drop(again);
     assert_eq!(cache.stats().pinned_regions, 0);
 }

@@ -90,10 +90,7 @@ pub fn search_shared<S: ByteSource>(
     for ranked in reserve.heap.drain() {
         let (index, row) = unhandle(ranked.handle);
         let segment = members[index].segment;
-        top.push(
-            segment.rescore_row(&scratch.query, row)?,
-            ranked.handle,
-        );
+        top.push(segment.rescore_row(&scratch.query, row)?, ranked.handle);
         rescored += 1;
     }
     scratch.reserve = reserve.heap;

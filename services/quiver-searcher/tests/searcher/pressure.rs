@@ -18,9 +18,16 @@ async fn a_cache_smaller_than_the_queries_in_flight_slows_down_and_never_fails()
     .unwrap();
     // Three regions of 16 KiB for a shard of over a MiB, eight searching threads.
     let Fixture {
-        live, view, context, ..
+        live,
+        view,
+        context,
+        ..
     } = fixture_with_cache(storage, 3 * (16 << 10), 16 << 10).await;
-    assert!(view.segment_bytes() > 20 * 3 * (16 << 10), "{}", view.segment_bytes());
+    assert!(
+        view.segment_bytes() > 20 * 3 * (16 << 10),
+        "{}",
+        view.segment_bytes()
+    );
     let queries = vectors(160, 3);
     tokio::task::spawn_blocking(move || {
         let (found, wanted) = std::thread::scope(|scope| {
