@@ -1,21 +1,30 @@
-//! Segment file v1: constants, the section table (footer) and the trailer.
+//! Segment file (v2; v1 still read): constants, the section table (footer) and
+//! the trailer.
 //!
 //! ```text
 //! [section 0][pad to 4 KiB][section 1][pad]...[chunk checksums][pad][footer][trailer]
 //! footer  = u32 entry count, then per section: kind u32, flags u32, offset u64,
 //!           length u64, crc32c u32, first chunk u32            (32 bytes each)
+//! flags   = bits 0..8: log2 of the section's chunk size (0: 1 MiB, all of v1)
 //! trailer = footer offset u64, footer length u32, footer crc32c u32,
 //!           format version u32, reserved u32, magic "QVRSEG\0\x01"   (32 bytes)
 //! ```
 //!
-//! Every section has a crc32c of its whole contents, and one crc32c per 1 MiB chunk
-//! (in the chunk-checksum section) so a reader can verify exactly the chunks it
-//! touches, once, without reading whole sections. All integers are little-endian.
+//! Every section has a crc32c of its whole contents, and one crc32c per chunk (in
+//! the chunk-checksum section) so a reader can verify exactly the chunks it
+//! touches, once, without reading whole sections. Chunks are 1 MiB, except in the
+//! sections read a row at a time (raw vectors, payloads), whose chunks are 64 KiB
+//! from v2 on and which start on a chunk boundary of the object: a rescore of one
+//! row checks (and a cache fetches) 64 KiB, not 1 MiB. All integers are
+//! little-endian.
 
 use crate::error::{IndexError, IndexResult};
 
-/// Format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version this build writes (it reads every version from
+/// [`OLDEST_FORMAT_VERSION`] on).
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads (v1: every chunk 1 MiB).
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Trailing magic bytes of every segment file.
 pub const MAGIC: [u8; 8] = *b"QVRSEG\0\x01";
 /// Bytes of the fixed trailer.
@@ -24,6 +33,11 @@ pub const TRAILER_BYTES: usize = 32;
 pub const SECTION_ALIGN: u64 = 4096;
 /// Granularity of the lazy chunk checksums.
 pub const CHUNK_BYTES: u64 = 1 << 20;
+/// Chunk size of the sections read a row at a time (raw vectors, payloads),
+/// from format v2 on; such a section starts on a multiple of it.
+pub const ROW_CHUNK_BYTES: u64 = 64 << 10;
+/// Bits of a footer entry's flags holding log2 of its chunk size.
+const CHUNK_SHIFT_MASK: u32 = 0xFF;
 const FOOTER_ENTRY_BYTES: usize = 32;
 
 /// What a section holds.
@@ -104,12 +118,24 @@ pub struct SectionEntry {
     pub crc: u32,
     /// Index of the section's first chunk checksum.
     pub first_chunk: u32,
+    /// Bytes per checksummed chunk (a power of two, 4 KiB to 1 MiB).
+    pub chunk_bytes: u64,
 }
 
 impl SectionEntry {
-    /// Returns how many 1 MiB chunks the section spans.
+    /// Returns how many chunks the section spans.
     pub fn chunk_count(&self) -> u64 {
-        self.length.div_ceil(CHUNK_BYTES)
+        self.length.div_ceil(self.chunk_bytes)
+    }
+}
+
+impl SectionKind {
+    /// The chunk size the writer gives a section of this kind.
+    pub(crate) fn chunk_bytes(self) -> u64 {
+        match self {
+            SectionKind::RawVectors | SectionKind::Payloads => ROW_CHUNK_BYTES,
+            _ => CHUNK_BYTES,
+        }
     }
 }
 
@@ -126,7 +152,12 @@ pub(crate) fn encode_footer(entries: &[SectionEntry]) -> Vec<u8> {
     bytes.extend_from_slice(&(entries.len() as u32).to_le_bytes());
     for entry in entries {
         bytes.extend_from_slice(&(entry.kind as u32).to_le_bytes());
-        bytes.extend_from_slice(&0u32.to_le_bytes());
+        let flags = if entry.chunk_bytes == CHUNK_BYTES {
+            0
+        } else {
+            entry.chunk_bytes.trailing_zeros()
+        };
+        bytes.extend_from_slice(&flags.to_le_bytes());
         bytes.extend_from_slice(&entry.offset.to_le_bytes());
         bytes.extend_from_slice(&entry.length.to_le_bytes());
         bytes.extend_from_slice(&entry.crc.to_le_bytes());
@@ -161,7 +192,7 @@ pub(crate) fn decode_trailer(object: &str, file_size: u64, bytes: &[u8]) -> Inde
         ));
     }
     let version = u32_at(bytes, 16);
-    if version != FORMAT_VERSION {
+    if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(IndexError::UnsupportedVersion {
             object: object.to_string(),
             found: version,
@@ -207,12 +238,23 @@ pub(crate) fn decode_footer(
         let kind_value = u32_at(footer, at);
         let kind = SectionKind::from_u32(kind_value)
             .ok_or_else(|| corrupted(format!("unknown section kind {kind_value}")))?;
+        let chunk_bytes = match u32_at(footer, at + 4) & CHUNK_SHIFT_MASK {
+            0 => CHUNK_BYTES,
+            shift @ 12..=20 => 1u64 << shift,
+            shift => {
+                return Err(corrupted(format!(
+                    "{} section has a chunk size of 2^{shift} bytes",
+                    kind.name()
+                )));
+            }
+        };
         let entry = SectionEntry {
             kind,
             offset: u64_at(footer, at + 8),
             length: u64_at(footer, at + 16),
             crc: u32_at(footer, at + 24),
             first_chunk: u32_at(footer, at + 28),
+            chunk_bytes,
         };
         if !entry.offset.is_multiple_of(SECTION_ALIGN) {
             return Err(corrupted(format!(
@@ -305,10 +347,10 @@ impl ChunkChecksums {
             .filter(|section| section.kind != SectionKind::ChunkChecksums)
             .flat_map(|section| {
                 (0..section.chunk_count()).map(move |index| {
-                    let start = section.offset + index * CHUNK_BYTES;
+                    let start = section.offset + index * section.chunk_bytes;
                     SegmentChunk {
                         start,
-                        end: (start + CHUNK_BYTES).min(section.offset + section.length),
+                        end: (start + section.chunk_bytes).min(section.offset + section.length),
                         crc: crcs[section.first_chunk as usize + index as usize],
                         section: section.kind,
                         index,
@@ -350,6 +392,7 @@ mod tests {
             length,
             crc: 0,
             first_chunk,
+            chunk_bytes: CHUNK_BYTES,
         }
     }
 

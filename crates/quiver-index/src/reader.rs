@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{IndexError, IndexResult};
 use crate::fields::{self, FieldColumn};
-use crate::format::{self, CHUNK_BYTES, ChunkChecksums, SectionEntry, SectionKind, TRAILER_BYTES};
+use crate::format::{self, ChunkChecksums, SectionEntry, SectionKind, TRAILER_BYTES};
 use crate::params::{IdType, RawPrecision};
 use crate::rabitq::FACTOR_BLOCK_BYTES;
 use crate::rotation::{Rotation, padded_dimension};
@@ -372,8 +372,8 @@ impl<S: ByteSource> Segment<S> {
             ));
         }
         if length > 0 {
-            let first = offset / CHUNK_BYTES;
-            let last = (offset + length as u64 - 1) / CHUNK_BYTES;
+            let first = offset / entry.chunk_bytes;
+            let last = (offset + length as u64 - 1) / entry.chunk_bytes;
             for chunk in first..=last {
                 self.verify_chunk(&entry, chunk)?;
             }
@@ -387,8 +387,8 @@ impl<S: ByteSource> Segment<S> {
         if self.verified_chunks[word].load(Ordering::Acquire) & bit != 0 {
             return Ok(());
         }
-        let start = chunk * CHUNK_BYTES;
-        let length = (entry.length - start).min(CHUNK_BYTES) as usize;
+        let start = chunk * entry.chunk_bytes;
+        let length = (entry.length - start).min(entry.chunk_bytes) as usize;
         let matches = || -> IndexResult<bool> {
             let bytes = self.source.read_at(entry.offset + start, length)?;
             Ok(self.checksums.chunk(index).matches(&bytes))
@@ -614,7 +614,7 @@ impl<S: ByteSource> Segment<S> {
 
 fn validate_header(object: &str, header: &SegmentHeader) -> IndexResult<()> {
     let bad = |reason: String| Err(IndexError::corrupted(object, format!("header: {reason}")));
-    if header.format_version != format::FORMAT_VERSION {
+    if !(format::OLDEST_FORMAT_VERSION..=format::FORMAT_VERSION).contains(&header.format_version) {
         return Err(IndexError::UnsupportedVersion {
             object: object.to_string(),
             found: header.format_version,

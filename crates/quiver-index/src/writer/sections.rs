@@ -9,7 +9,7 @@ use quiver_simd::RABITQ_BLOCK_ROWS;
 
 use super::{EncodedLists, ListLayout, PointId};
 use crate::error::{IndexError, IndexResult};
-use crate::format::{self, CHUNK_BYTES, SECTION_ALIGN, SectionEntry, SectionKind};
+use crate::format::{self, CHUNK_BYTES, ROW_CHUNK_BYTES, SECTION_ALIGN, SectionEntry, SectionKind};
 use crate::rabitq::FACTOR_BLOCK_BYTES;
 
 /// Writes, per list, its code blocks and then the same blocks' factors, so a
@@ -147,6 +147,7 @@ pub(super) struct SectionWriter<'a> {
 /// The open section of a [`SectionWriter`].
 pub(super) struct SectionSink<'w, 'a> {
     writer: &'w mut SectionWriter<'a>,
+    chunk_bytes: u64,
     length: u64,
     crc: u32,
     chunk_crc: u32,
@@ -156,12 +157,12 @@ impl SectionSink<'_, '_> {
     pub(super) fn write(&mut self, mut bytes: &[u8]) -> IndexResult<()> {
         self.crc = crc32c::crc32c_append(self.crc, bytes);
         while !bytes.is_empty() {
-            let room = (CHUNK_BYTES - self.length % CHUNK_BYTES) as usize;
+            let room = (self.chunk_bytes - self.length % self.chunk_bytes) as usize;
             let (head, tail) = bytes.split_at(room.min(bytes.len()));
             self.chunk_crc = crc32c::crc32c_append(self.chunk_crc, head);
             self.writer.raw_write(head)?;
             self.length += head.len() as u64;
-            if self.length.is_multiple_of(CHUNK_BYTES) {
+            if self.length.is_multiple_of(self.chunk_bytes) {
                 self.writer.chunk_crcs.push(self.chunk_crc);
                 self.chunk_crc = 0;
             }
@@ -200,18 +201,22 @@ impl<'a> SectionWriter<'a> {
         kind: SectionKind,
         fill: impl FnOnce(&mut SectionSink<'_, 'a>) -> IndexResult<()>,
     ) -> IndexResult<()> {
-        self.pad_to(SECTION_ALIGN)?;
+        // A section with small chunks starts on a chunk boundary of the object,
+        // so a cache's small regions line up with its chunks.
+        let chunk_bytes = kind.chunk_bytes();
+        self.pad_to(SECTION_ALIGN.max(chunk_bytes.min(ROW_CHUNK_BYTES)))?;
         let offset = self.position;
         let first_chunk = self.chunk_crcs.len() as u32;
         let mut sink = SectionSink {
             writer: self,
+            chunk_bytes,
             length: 0,
             crc: 0,
             chunk_crc: 0,
         };
         fill(&mut sink)?;
         let (length, crc, chunk_crc) = (sink.length, sink.crc, sink.chunk_crc);
-        if length % CHUNK_BYTES != 0 {
+        if length % chunk_bytes != 0 {
             self.chunk_crcs.push(chunk_crc);
         }
         self.entries.push(SectionEntry {
@@ -220,6 +225,7 @@ impl<'a> SectionWriter<'a> {
             length,
             crc,
             first_chunk,
+            chunk_bytes,
         });
         Ok(())
     }
@@ -237,6 +243,7 @@ impl<'a> SectionWriter<'a> {
             length: bytes.len() as u64,
             crc: crc32c::crc32c(bytes),
             first_chunk: chunk_crcs.len() as u32,
+            chunk_bytes: CHUNK_BYTES,
         });
         self.pad_to(8)?;
         let footer = format::encode_footer(&self.entries);

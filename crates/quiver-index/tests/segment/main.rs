@@ -1,6 +1,7 @@
 //! Segment round trips, recall against flat search, and damaged files.
 
 mod codebook;
+mod compat;
 mod corruption;
 mod data;
 mod filters;
