@@ -10,7 +10,10 @@
 //! only while `Filling` (by the one filler) and read only while pinned `Ready` — so
 //! a slice handed to a reader never changes under it.
 //!
-//! Eviction is LFU with decay: every access bumps a slot's frequency, and every
+//! Eviction is sampled LFU with decay: a victim is the least frequently used of
+//! the next [`EVICTION_SAMPLE`] evictable regions after a clock hand (all of them
+//! in a small cache), so an eviction costs the same in a cache of a thousand
+//! regions and of a million. Every access bumps a slot's frequency, and every
 //! time as many fills as there are regions have happened, all frequencies halve,
 //! so old popularity fades.
 
@@ -30,6 +33,9 @@ const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
 
 /// The most slots a cache may have (a remembered location holds 24 bits of slot).
 pub(crate) const MAX_SLOTS: usize = 1 << SLOT_BITS;
+
+/// Evictable regions compared to choose one victim.
+pub(crate) const EVICTION_SAMPLE: usize = 32;
 
 /// Set in a slot's pin count while the slot is being evicted.
 const EVICTING: u32 = 1 << 31;
@@ -96,6 +102,8 @@ pub(crate) struct State {
     pub(crate) slots: Vec<Slot>,
     pub(crate) free: Vec<usize>,
     pub(crate) resident: u64,
+    /// Where the next eviction starts looking.
+    pub(crate) hand: usize,
 }
 
 impl State {
@@ -106,6 +114,7 @@ impl State {
             slots: (0..regions).map(|_| Slot::free()).collect(),
             free: (0..regions).rev().collect(),
             resident: 0,
+            hand: 0,
         }
     }
 
@@ -202,55 +211,72 @@ impl Inner {
         Some(self.pin_locked(&state, slot))
     }
 
-    /// Picks the least frequently used unpinned ready region, claims it and frees it.
+    /// Picks the least frequently used of the next [`EVICTION_SAMPLE`] unpinned
+    /// ready regions after the clock hand, claims it and frees it; looks further
+    /// when a reader pinned the pick meanwhile, and fails only when no region of
+    /// the whole table can be evicted.
     pub(crate) fn evict(&self, state: &mut State) -> CacheResult<usize> {
-        let mut candidates: Vec<(u32, usize)> = state
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(index, slot)| {
-                matches!(slot.status, SlotStatus::Ready)
-                    && self.slot_counters[*index].pins.load(Ordering::Acquire) == 0
-            })
-            .map(|(index, _)| {
-                (
-                    self.slot_counters[index].frequency.load(Ordering::Relaxed),
-                    index,
-                )
-            })
-            .collect();
-        candidates.sort_unstable();
-        for (_, victim) in candidates {
-            let counters = &self.slot_counters[victim];
-            // Claim: fails if a lock-free reader pinned the slot meanwhile.
-            if counters
-                .pins
-                .compare_exchange(0, EVICTING, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                continue;
+        let slots = state.slots.len();
+        let mut looked_at = 0;
+        while looked_at < slots {
+            let mut best: Option<(u32, usize)> = None;
+            let mut sampled = 0;
+            while sampled < EVICTION_SAMPLE && looked_at < slots {
+                let index = state.hand;
+                state.hand = (state.hand + 1) % slots;
+                looked_at += 1;
+                let counters = &self.slot_counters[index];
+                if !matches!(state.slots[index].status, SlotStatus::Ready)
+                    || counters.pins.load(Ordering::Acquire) != 0
+                {
+                    continue;
+                }
+                sampled += 1;
+                let frequency = counters.frequency.load(Ordering::Relaxed);
+                if best.is_none_or(|(lowest, _)| frequency < lowest) {
+                    best = Some((frequency, index));
+                }
             }
-            counters.generation.fetch_add(1, Ordering::AcqRel);
-            counters.frequency.store(0, Ordering::Relaxed);
-            counters.discarded.store(false, Ordering::Release);
-            counters.verified.store(false, Ordering::Release);
-            // A discarded slot left the index already; its key may name a newer fill.
-            if let Some(key) = state.slots[victim].key.take()
-                && state.index.get(&key) == Some(&victim)
-            {
-                state.index.remove(&key);
+            let Some((_, victim)) = best else {
+                break;
+            };
+            if self.claim(state, victim) {
+                return Ok(victim);
             }
-            state.slots[victim] = Slot::free();
-            state.resident -= 1;
-            // Readers that bumped the count while it was marked undo their own bump.
-            counters.pins.fetch_sub(EVICTING, Ordering::AcqRel);
-            self.counters
-                .add(&self.counters.evictions, &METRICS.evictions, 1);
-            return Ok(victim);
         }
         Err(CacheError::Full {
             regions: state.slots.len(),
         })
+    }
+
+    /// Claims the unpinned ready `victim` and frees it; false when a lock-free
+    /// reader pinned it first.
+    fn claim(&self, state: &mut State, victim: usize) -> bool {
+        let counters = &self.slot_counters[victim];
+        if counters
+            .pins
+            .compare_exchange(0, EVICTING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        counters.generation.fetch_add(1, Ordering::AcqRel);
+        counters.frequency.store(0, Ordering::Relaxed);
+        counters.discarded.store(false, Ordering::Release);
+        counters.verified.store(false, Ordering::Release);
+        // A discarded slot left the index already; its key may name a newer fill.
+        if let Some(key) = state.slots[victim].key.take()
+            && state.index.get(&key) == Some(&victim)
+        {
+            state.index.remove(&key);
+        }
+        state.slots[victim] = Slot::free();
+        state.resident -= 1;
+        // Readers that bumped the count while it was marked undo their own bump.
+        counters.pins.fetch_sub(EVICTING, Ordering::AcqRel);
+        self.counters
+            .add(&self.counters.evictions, &METRICS.evictions, 1);
+        true
     }
 }
 

@@ -433,14 +433,33 @@ fn fetched_again_after_an_eviction_is_checked_again(rows: usize, dim: usize, reg
     for key in keys {
         put(&runtime, &storage, key, &bytes);
     }
-    // Room for one segment and a little more: searching one evicts the other.
-    let segment_regions = (bytes.len() as u64).div_ceil(region_bytes);
+    let params = SearchParams {
+        nprobe: Some(8),
+        ..SearchParams::new(10)
+    };
+    let queries: Vec<&[f32]> = vectors.chunks_exact(dim).step_by(331).take(4).collect();
+    // Room for the regions one segment's searches read and a little more:
+    // searching one evicts the other.
+    let touched = {
+        let directory = tempfile::tempdir().unwrap();
+        let regions = (bytes.len() as u64).div_ceil(region_bytes) + 2;
+        let probe = cache(
+            &runtime,
+            storage.clone(),
+            directory.path(),
+            regions,
+            region_bytes,
+        );
+        let segment = Segment::open(probe.open_blocking(keys[0]).unwrap()).unwrap();
+        search_in_turn(&[(keys[0], segment)], &queries, &params);
+        probe.stats().misses
+    };
     let directory = tempfile::tempdir().unwrap();
     let cache = cache(
         &runtime,
         storage,
         directory.path(),
-        segment_regions + 2,
+        touched + 2,
         region_bytes,
     );
     let segments: Vec<(&str, Segment<CachedObject>)> = keys
@@ -453,11 +472,6 @@ fn fetched_again_after_an_eviction_is_checked_again(rows: usize, dim: usize, reg
         })
         .collect();
     let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
-    let params = SearchParams {
-        nprobe: Some(8),
-        ..SearchParams::new(10)
-    };
-    let queries: Vec<&[f32]> = vectors.chunks_exact(dim).step_by(331).take(4).collect();
     let mut scratch = SearchScratch::new();
     let wanted: Vec<Vec<Hit>> = queries
         .iter()
