@@ -545,6 +545,7 @@ fn through_cache(
         capacity_bytes: cache_size,
         region_bytes: options.region_size,
         map_local_files: true,
+        row_region_bytes: BlobCacheConfig::DEFAULT_ROW_REGION_BYTES,
     };
     let cache = BlobCache::new(&config, storage, runtime.handle().clone())?;
     let regions_total: u64 = built

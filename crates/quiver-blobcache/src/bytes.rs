@@ -107,6 +107,7 @@ impl Drop for RegionGuard<'_> {
 ///     capacity_bytes: 4 << 20,
 ///     region_bytes: 1 << 20,
 ///     map_local_files: true,
+///     row_region_bytes: 0,
 /// };
 /// let cache = BlobCache::new(&config, storage, runtime.handle().clone())?;
 /// let object = cache.open_blocking("segments/a")?;

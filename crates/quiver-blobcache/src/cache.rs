@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use quiver_storage::Storage;
 use tokio::runtime::Handle;
 
-use crate::cache_file::{CACHE_FILE_NAME, CacheFile, is_out_of_space};
+use crate::cache_file::{CACHE_FILE_NAME, CacheFile, ROW_CACHE_FILE_NAME, is_out_of_space};
 use crate::error::{CacheError, CacheResult};
 use crate::inner::{Inner, ObjectIdentity};
 use crate::metrics::{CacheStats, Counters, METRICS};
@@ -25,6 +25,11 @@ pub struct BlobCacheConfig {
     pub capacity_bytes: u64,
     /// Bytes per region (default 16 MiB); a multiple of 4 KiB.
     pub region_bytes: u64,
+    /// Bytes per region of the row tier (default 64 KiB, a segment's row chunk),
+    /// which holds the sections read a row at a time (raw vectors, payloads) in
+    /// [`BlobCacheConfig::ROW_TIER_PERCENT`] of the capacity, so rescoring
+    /// fetches small ranges and never evicts codes; 0 keeps one tier for all.
+    pub row_region_bytes: u64,
     /// Map the objects of a `file://` store straight from their files instead of
     /// copying them into regions (default true): they already sit on local disk,
     /// and the kernel's page cache keeps the hot pages of both in memory.
@@ -34,6 +39,11 @@ pub struct BlobCacheConfig {
 impl BlobCacheConfig {
     /// Default region size.
     pub const DEFAULT_REGION_BYTES: u64 = 16 << 20;
+    /// Default region size of the row tier (a v2 segment's row chunk).
+    pub const DEFAULT_ROW_REGION_BYTES: u64 = 64 << 10;
+    /// Share of the capacity the row tier takes (the rest holds codes,
+    /// centroids, ids: the bytes every query scans, about 1/16 of raw vectors).
+    pub const ROW_TIER_PERCENT: u64 = 75;
 
     /// Returns a config with the default region size.
     pub fn new(directory: impl Into<PathBuf>, capacity_bytes: u64) -> Self {
@@ -41,6 +51,7 @@ impl BlobCacheConfig {
             directory: directory.into(),
             capacity_bytes,
             region_bytes: Self::DEFAULT_REGION_BYTES,
+            row_region_bytes: Self::DEFAULT_ROW_REGION_BYTES,
             map_local_files: true,
         }
     }
@@ -76,29 +87,45 @@ impl BlobCacheConfig {
             directory,
             capacity_bytes,
             region_bytes,
+            row_region_bytes: Self::DEFAULT_ROW_REGION_BYTES,
             map_local_files: true,
         })
     }
 
-    /// Returns the number of regions of the cache file, or why the sizes cannot work.
-    fn regions(&self) -> CacheResult<usize> {
-        if self.region_bytes == 0 || !self.region_bytes.is_multiple_of(4096) {
+    /// Splits the capacity: (hot bytes, row-tier bytes). One tier (row bytes 0)
+    /// when the row tier is off or either tier would be too small to be useful
+    /// (the hot tier under two regions, the row tier under 64 regions).
+    fn split(&self) -> (u64, u64) {
+        if self.row_region_bytes == 0 {
+            return (self.capacity_bytes, 0);
+        }
+        let rows = self.capacity_bytes / 100 * Self::ROW_TIER_PERCENT / self.row_region_bytes
+            * self.row_region_bytes;
+        let hot = self.capacity_bytes - rows;
+        if hot < 2 * self.region_bytes || rows < 64 * self.row_region_bytes {
+            (self.capacity_bytes, 0)
+        } else {
+            (hot, rows)
+        }
+    }
+
+    /// Returns the number of regions of `capacity_bytes` in regions of
+    /// `region_bytes`, or why the sizes cannot work.
+    fn regions(capacity_bytes: u64, region_bytes: u64) -> CacheResult<usize> {
+        if region_bytes == 0 || !region_bytes.is_multiple_of(4096) {
             return Err(CacheError::Config(format!(
-                "region size {} is not a positive multiple of 4096",
-                self.region_bytes
+                "region size {region_bytes} is not a positive multiple of 4096"
             )));
         }
-        let regions = self.capacity_bytes / self.region_bytes;
+        let regions = capacity_bytes / region_bytes;
         if regions == 0 {
             return Err(CacheError::Config(format!(
-                "cache size {} is smaller than one region of {} bytes",
-                self.capacity_bytes, self.region_bytes
+                "cache size {capacity_bytes} is smaller than one region of {region_bytes} bytes"
             )));
         }
         if regions > MAX_SLOTS as u64 {
             return Err(CacheError::Config(format!(
-                "cache size {} holds {regions} regions of {} bytes, more than the {MAX_SLOTS} a cache can index; use larger regions",
-                self.capacity_bytes, self.region_bytes
+                "cache size {capacity_bytes} holds {regions} regions of {region_bytes} bytes, more than the {MAX_SLOTS} a cache can index; use larger regions"
             )));
         }
         Ok(regions as usize)
@@ -108,34 +135,45 @@ impl BlobCacheConfig {
 /// A region cache over one object store. Cheap to clone.
 #[derive(Clone)]
 pub struct BlobCache {
+    /// The hot tier (everything but the row sections; everything with one tier).
     inner: Arc<Inner>,
+    /// The row tier: raw vectors and payloads, in small regions.
+    rows: Option<Arc<Inner>>,
 }
 
 impl BlobCache {
-    /// Creates the cache file under `config.directory` and maps it. `runtime`
+    /// Creates the cache files under `config.directory` and maps them. `runtime`
     /// drives the object-store fetches of synchronous reads.
     pub fn new(config: &BlobCacheConfig, storage: Storage, runtime: Handle) -> CacheResult<Self> {
-        let regions = config.regions()?;
+        let (hot_bytes, row_bytes) = config.split();
+        let regions = BlobCacheConfig::regions(hot_bytes, config.region_bytes)?;
+        let row_regions = if row_bytes > 0 {
+            Some(BlobCacheConfig::regions(
+                row_bytes,
+                config.row_region_bytes,
+            )?)
+        } else {
+            None
+        };
         std::fs::create_dir_all(&config.directory).map_err(|source| CacheError::CacheFile {
             path: config.directory.clone(),
             source,
         })?;
-        let file = CacheFile::create(
-            config.directory.join(CACHE_FILE_NAME),
-            regions as u64 * config.region_bytes,
-        )?;
-        tracing::info!(path = %file.path().display(), regions, region_bytes = config.region_bytes, "region cache ready");
-        METRICS.read_through.set(0);
-        Ok(BlobCache {
-            inner: Arc::new(Inner {
-                storage,
-                runtime,
+        let tier = |file_name: &str, tier: &'static str, regions: usize, region_bytes: u64| {
+            let file = CacheFile::create(
+                config.directory.join(file_name),
+                regions as u64 * region_bytes,
+            )?;
+            tracing::info!(path = %file.path().display(), tier, regions, region_bytes, "region cache ready");
+            CacheResult::Ok(Arc::new(Inner {
+                storage: storage.clone(),
+                runtime: runtime.clone(),
+                tier,
                 file: Some(file),
-                region_bytes: config.region_bytes as usize,
-                region_shift: config
-                    .region_bytes
+                region_bytes: region_bytes as usize,
+                region_shift: region_bytes
                     .is_power_of_two()
-                    .then(|| config.region_bytes.trailing_zeros()),
+                    .then(|| region_bytes.trailing_zeros()),
                 state: Mutex::new(State::with_free_slots(regions)),
                 slot_counters: (0..regions).map(|_| SlotCounters::default()).collect(),
                 fills: AtomicU64::new(0),
@@ -143,8 +181,20 @@ impl BlobCache {
                 counters: Counters::default(),
                 verified_chunks: checked_chunks(),
                 map_local_files: config.map_local_files,
-            }),
-        })
+            }))
+        };
+        let inner = tier(CACHE_FILE_NAME, "hot", regions, config.region_bytes)?;
+        let rows = match row_regions {
+            Some(row_regions) => Some(tier(
+                ROW_CACHE_FILE_NAME,
+                "rows",
+                row_regions,
+                config.row_region_bytes,
+            )?),
+            None => None,
+        };
+        METRICS.read_through.set(0);
+        Ok(BlobCache { inner, rows })
     }
 
     /// Like [`BlobCache::new`], but when the cache file cannot be created because
@@ -175,9 +225,11 @@ impl BlobCache {
     fn read_through(storage: Storage, runtime: Handle, config: &BlobCacheConfig) -> Self {
         METRICS.read_through.set(1);
         BlobCache {
+            rows: None,
             inner: Arc::new(Inner {
                 storage,
                 runtime,
+                tier: "hot",
                 file: None,
                 region_bytes: config.region_bytes.max(4096) as usize,
                 region_shift: None,
@@ -229,7 +281,11 @@ impl BlobCache {
                 ),
             }
         }
-        Ok(CachedObject::new(self.inner.clone(), identity))
+        let mut object = CachedObject::new(self.inner.clone(), identity.clone());
+        if let Some(rows) = &self.rows {
+            object.rows = Some(Box::new(CachedObject::new(rows.clone(), identity)));
+        }
+        Ok(object)
     }
 
     /// Opens object `key` from synchronous code (not from inside an async task
@@ -238,30 +294,24 @@ impl BlobCache {
         self.inner.block_on(self.open(key))
     }
 
-    /// Returns the cache's counters.
+    /// Returns the cache's counters, both tiers together.
     pub fn stats(&self) -> CacheStats {
-        self.inner.export_hits();
-        let state = self.inner.lock();
-        let counters = &self.inner.counters;
-        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        CacheStats {
-            hits: load(&counters.hits),
-            misses: load(&counters.misses),
-            bytes_fetched: load(&counters.bytes_fetched),
-            evictions: load(&counters.evictions),
-            boundary_copies: load(&counters.boundary_copies),
-            fill_errors: load(&counters.fill_errors),
-            discarded_regions: load(&counters.discards),
-            check_bytes_fetched: load(&counters.check_bytes_fetched),
-            uncached_reads: load(&counters.uncached_reads),
-            pinned_regions: {
-                let pinned = self.inner.pinned_regions();
-                METRICS.pinned_regions.set(pinned as i64);
-                pinned
-            },
-            resident_regions: state.resident,
-            total_regions: state.slots.len() as u64,
-        }
+        let (hot, rows) = self.stats_by_tier();
+        rows.map_or(hot, |rows| hot.plus(&rows))
+    }
+
+    /// Returns the counters of the hot tier and of the row tier (when there is
+    /// one; see [`BlobCacheConfig::row_region_bytes`]).
+    pub fn stats_by_tier(&self) -> (CacheStats, Option<CacheStats>) {
+        (
+            tier_stats(&self.inner),
+            self.rows.as_deref().map(tier_stats),
+        )
+    }
+
+    /// Returns the row tier's region size, when the cache has one.
+    pub fn row_region_bytes(&self) -> Option<u64> {
+        self.rows.as_ref().map(|rows| rows.region_bytes as u64)
     }
 
     /// Tells whether objects of a `file://` store are mapped from their files.
@@ -272,6 +322,35 @@ impl BlobCache {
     /// Returns the region size in bytes.
     pub fn region_bytes(&self) -> u64 {
         self.inner.region_bytes as u64
+    }
+}
+
+/// Returns the counters of one tier.
+fn tier_stats(inner: &Inner) -> CacheStats {
+    inner.export_hits();
+    let state = inner.lock();
+    let counters = &inner.counters;
+    let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
+    CacheStats {
+        hits: load(&counters.hits),
+        misses: load(&counters.misses),
+        bytes_fetched: load(&counters.bytes_fetched),
+        evictions: load(&counters.evictions),
+        boundary_copies: load(&counters.boundary_copies),
+        fill_errors: load(&counters.fill_errors),
+        discarded_regions: load(&counters.discards),
+        check_bytes_fetched: load(&counters.check_bytes_fetched),
+        uncached_reads: load(&counters.uncached_reads),
+        pinned_regions: {
+            let pinned = inner.pinned_regions();
+            METRICS
+                .pinned_regions
+                .with_label_values(&[inner.tier])
+                .set(pinned as i64);
+            pinned
+        },
+        resident_regions: state.resident,
+        total_regions: state.slots.len() as u64,
     }
 }
 

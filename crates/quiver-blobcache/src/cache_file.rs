@@ -15,6 +15,8 @@ use crate::error::{CacheError, CacheResult};
 
 /// Name of the cache file inside the cache directory.
 pub(crate) const CACHE_FILE_NAME: &str = "quiver-region-cache.bin";
+/// Name of the row tier's cache file inside the cache directory.
+pub(crate) const ROW_CACHE_FILE_NAME: &str = "quiver-row-cache.bin";
 
 /// The mapped cache file.
 pub(crate) struct CacheFile {
@@ -134,6 +136,9 @@ pub(crate) fn share_of_free_space(directory: &Path, percent: u8) -> std::io::Res
     std::fs::create_dir_all(directory)?;
     let stats = rustix::fs::statvfs(directory)?;
     let available = stats.f_bavail.saturating_mul(stats.f_frsize);
-    let stale = std::fs::metadata(directory.join(CACHE_FILE_NAME)).map_or(0, |meta| meta.len());
+    let stale: u64 = [CACHE_FILE_NAME, ROW_CACHE_FILE_NAME]
+        .iter()
+        .map(|name| std::fs::metadata(directory.join(name)).map_or(0, |meta| meta.len()))
+        .sum();
     Ok((available.saturating_add(stale) / 100).saturating_mul(u64::from(percent.min(100))))
 }

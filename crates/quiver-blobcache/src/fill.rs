@@ -153,7 +153,7 @@ impl Inner {
                 // Read under the lock: a discard (which bumps it) needs the lock
                 // and a Ready slot, so this is the generation of this very fill.
                 let generation = counters.generation.load(Ordering::Acquire);
-                state.update_gauges();
+                state.update_gauges(self.tier);
                 drop(state);
                 self.counters.add(
                     &self.counters.bytes_fetched,

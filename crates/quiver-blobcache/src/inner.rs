@@ -17,7 +17,7 @@ use crate::slots::{SlotCounters, State};
 
 /// What identifies an object's bytes: a changed object (size or version) is a
 /// different identity, so it is never served from the old one's regions.
-#[derive(Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct ObjectIdentity {
     pub(crate) key: String,
     pub(crate) size: u64,
@@ -34,6 +34,8 @@ pub(crate) struct RegionKey {
 pub(crate) struct Inner {
     pub(crate) storage: Storage,
     pub(crate) runtime: Handle,
+    /// Which tier this is ("hot" or "rows"), for the metrics.
+    pub(crate) tier: &'static str,
     /// The mapped cache file; `None` in read-through mode (no file could be made).
     pub(crate) file: Option<CacheFile>,
     pub(crate) region_bytes: usize,

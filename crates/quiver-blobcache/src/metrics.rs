@@ -4,7 +4,10 @@
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use prometheus::{IntCounter, IntGauge, register_int_counter, register_int_gauge};
+use prometheus::{
+    IntCounter, IntGauge, IntGaugeVec, register_int_counter, register_int_gauge,
+    register_int_gauge_vec,
+};
 
 pub(crate) struct CacheMetrics {
     pub hits: IntCounter,
@@ -16,8 +19,8 @@ pub(crate) struct CacheMetrics {
     pub discards: IntCounter,
     pub check_bytes_fetched: IntCounter,
     pub fills_in_flight: IntGauge,
-    pub pinned_regions: IntGauge,
-    pub resident_regions: IntGauge,
+    pub pinned_regions: IntGaugeVec,
+    pub resident_regions: IntGaugeVec,
     pub read_through: IntGauge,
     pub mapped_objects: IntCounter,
     pub uncached_reads: IntCounter,
@@ -65,11 +68,18 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
         "Bytes fetched from the object store only to complete a chunk being checked, whose other part is in a region not cached (not kept).",
     ),
     fills_in_flight: gauge("quiver_cache_fills_in_flight", "Region fills in progress."),
-    pinned_regions: gauge(
+    pinned_regions: register_int_gauge_vec!(
         "quiver_cache_pinned_regions",
-        "Regions pinned by readers (updated when stats are read).",
-    ),
-    resident_regions: gauge("quiver_cache_resident_regions", "Regions holding data."),
+        "Regions pinned by readers (updated when stats are read), by tier (hot, rows).",
+        &["tier"]
+    )
+    .expect("metric registers once"),
+    resident_regions: register_int_gauge_vec!(
+        "quiver_cache_resident_regions",
+        "Regions holding data, by tier (hot, rows).",
+        &["tier"]
+    )
+    .expect("metric registers once"),
     read_through: gauge(
         "quiver_cache_read_through",
         "1 when the cache file could not be created (disk full) and every read goes to the object store.",
@@ -113,6 +123,26 @@ pub struct CacheStats {
     pub resident_regions: u64,
     /// Regions in the cache file.
     pub total_regions: u64,
+}
+
+impl CacheStats {
+    /// Returns the sum of two tiers' counters.
+    pub fn plus(&self, other: &CacheStats) -> CacheStats {
+        CacheStats {
+            hits: self.hits + other.hits,
+            misses: self.misses + other.misses,
+            bytes_fetched: self.bytes_fetched + other.bytes_fetched,
+            evictions: self.evictions + other.evictions,
+            boundary_copies: self.boundary_copies + other.boundary_copies,
+            fill_errors: self.fill_errors + other.fill_errors,
+            discarded_regions: self.discarded_regions + other.discarded_regions,
+            check_bytes_fetched: self.check_bytes_fetched + other.check_bytes_fetched,
+            uncached_reads: self.uncached_reads + other.uncached_reads,
+            pinned_regions: self.pinned_regions + other.pinned_regions,
+            resident_regions: self.resident_regions + other.resident_regions,
+            total_regions: self.total_regions + other.total_regions,
+        }
+    }
 }
 
 /// Region reads made by one thread: what a query cost the cache, measured as the

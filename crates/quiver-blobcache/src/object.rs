@@ -31,6 +31,12 @@ pub struct CachedObject {
     /// The object's own file, mapped, when it is a file of a `file://` store:
     /// reads borrow it, and no region of the cache is used.
     pub(crate) mapped: Option<memmap2::Mmap>,
+    /// The same object in the cache's row tier, which serves the ranges of
+    /// `row_ranges` (raw vectors, payloads) once a segment is open on it.
+    pub(crate) rows: Option<Box<CachedObject>>,
+    /// The object ranges the row tier serves: the segment's sections read a row
+    /// at a time whose chunks fit a row region (set with the checksums).
+    row_ranges: OnceLock<Vec<Range<u64>>>,
 }
 
 impl CachedObject {
@@ -43,6 +49,8 @@ impl CachedObject {
             hints: Mutex::new(Vec::new()),
             checksums: OnceLock::new(),
             mapped: None,
+            rows: None,
+            row_ranges: OnceLock::new(),
         }
     }
 
@@ -57,7 +65,21 @@ impl CachedObject {
             hints: Mutex::new(Vec::new()),
             checksums: OnceLock::new(),
             mapped: Some(map),
+            rows: None,
+            row_ranges: OnceLock::new(),
         }
+    }
+
+    /// Returns the row tier's view of this object when it serves all of
+    /// `offset..end`.
+    #[inline]
+    pub(crate) fn row_tier(&self, offset: u64, end: u64) -> Option<&CachedObject> {
+        let rows = self.rows.as_deref()?;
+        self.row_ranges
+            .get()?
+            .iter()
+            .any(|range| range.start <= offset && end <= range.end)
+            .then_some(rows)
     }
 
     /// Tells whether the object is read from its own mapped file rather than
@@ -124,6 +146,9 @@ impl CachedObject {
         };
         if let Some(map) = &self.mapped {
             return Ok(CacheBytes::mapped(&map[offset as usize..end as usize]));
+        }
+        if let Some(rows) = self.row_tier(offset, end) {
+            return rows.read(offset, length);
         }
         if self.inner.is_read_through() {
             return self.read_through(offset..end).map(CacheBytes::copied);
@@ -338,6 +363,12 @@ impl ByteSource for CachedObject {
         }
         // One segment opens one object; a second table would be the same one.
         let _ = self.checksums.set(checksums.clone());
+        if let Some(rows) = &self.rows {
+            let _ = rows.checksums.set(checksums.clone());
+            let _ = self
+                .row_ranges
+                .set(row_sections(checksums, rows.inner.region_bytes as u64));
+        }
         true
     }
 
@@ -349,8 +380,42 @@ impl ByteSource for CachedObject {
         if offset >= end {
             return;
         }
+        if let Some(rows) = self.row_tier(offset, end) {
+            return rows.discard(offset, end - offset);
+        }
         for region in self.inner.region_of(offset)..=self.inner.region_of(end - 1) {
             self.inner.discard(&self.identity, region);
         }
     }
+}
+
+/// Returns the object ranges of the sections read a row at a time (raw vectors,
+/// payloads) whose chunks fit in a row region of `region_bytes`: those the row
+/// tier serves. Sections of v1 segments (1 MiB chunks) stay in the hot tier.
+fn row_sections(checksums: &ChunkChecksums, region_bytes: u64) -> Vec<Range<u64>> {
+    let mut sections: Vec<(quiver_index::SectionKind, Range<u64>, u64)> = Vec::new();
+    for chunk in checksums.overlapping(0..u64::MAX) {
+        if !matches!(
+            chunk.section,
+            quiver_index::SectionKind::RawVectors | quiver_index::SectionKind::Payloads
+        ) {
+            continue;
+        }
+        match sections.last_mut() {
+            Some((kind, range, largest)) if *kind == chunk.section && range.end == chunk.start => {
+                range.end = chunk.end;
+                *largest = (*largest).max(chunk.end - chunk.start);
+            }
+            _ => sections.push((
+                chunk.section,
+                chunk.start..chunk.end,
+                chunk.end - chunk.start,
+            )),
+        }
+    }
+    sections
+        .into_iter()
+        .filter(|(_, _, largest)| *largest <= region_bytes)
+        .map(|(_, range, _)| range)
+        .collect()
 }

@@ -71,6 +71,13 @@ impl<'a> CacheSession<'a> {
         if let Some(map) = &object.mapped {
             return Ok(Cow::Borrowed(&map[offset as usize..end as usize]));
         }
+        // Row sections (raw vectors, payloads) live in the row tier, read a row
+        // at a time outside sessions; a session read of one is a copy.
+        if let Some(rows) = object.row_tier(offset, end) {
+            return rows
+                .read(offset, length)
+                .map(|bytes| Cow::Owned(bytes.into_vec()));
+        }
         let inner = &object.inner;
         let first = inner.region_of(offset);
         let last = if length == 0 {

@@ -118,8 +118,11 @@ impl State {
         }
     }
 
-    pub(crate) fn update_gauges(&self) {
-        METRICS.resident_regions.set(self.resident as i64);
+    pub(crate) fn update_gauges(&self, tier: &str) {
+        METRICS
+            .resident_regions
+            .with_label_values(&[tier])
+            .set(self.resident as i64);
     }
 }
 

@@ -33,6 +33,10 @@ pub struct SearcherArgs {
     /// (mapped) instead of copying them into the cache file.
     #[arg(long, env = "QUIVER_MAP_LOCAL_FILES", default_value_t = true, action = clap::ArgAction::Set)]
     pub map_local_files: bool,
+    /// Region size of the cache's row tier (raw vectors and payloads, 75 % of the
+    /// cache; a segment's row chunk is 64 KiB); `0` keeps one tier for all.
+    #[arg(long, env = "QUIVER_ROW_REGION_SIZE", value_parser = parse_size, default_value = "64KiB")]
+    pub row_region_size: u64,
 }
 
 /// A running searcher as a [`Role`].
@@ -56,9 +60,11 @@ impl SearcherRole {
                 capacity_bytes,
                 region_bytes: args.region_size,
                 map_local_files: args.map_local_files,
+                row_region_bytes: args.row_region_size,
             },
             CacheSize::ShareOfFreeSpace(percent) => BlobCacheConfig {
                 map_local_files: args.map_local_files,
+                row_region_bytes: args.row_region_size,
                 ..BlobCacheConfig::share_of_free_space(&args.cache_dir, percent, args.region_size)
                     .context("sizing the region cache")?
             },

@@ -97,6 +97,7 @@ impl StandaloneRole {
                 cache_size: args.cache_size,
                 region_size: BlobCacheConfig::DEFAULT_REGION_BYTES,
                 map_local_files: true,
+                row_region_size: BlobCacheConfig::DEFAULT_ROW_REGION_BYTES,
             },
             file,
         )

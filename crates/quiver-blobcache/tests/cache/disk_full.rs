@@ -78,6 +78,7 @@ fn a_full_disk_at_start_gives_a_clear_error_or_a_read_through_cache() {
         capacity_bytes: 16 * REGION_BYTES,
         region_bytes: REGION_BYTES,
         map_local_files: true,
+        row_region_bytes: 0,
     };
     let error = match BlobCache::new(&config, storage.clone(), runtime.handle().clone()) {
         Ok(_) => panic!("a 16 MiB cache file fits on a 4 MiB disk?"),
@@ -115,6 +116,7 @@ fn a_full_disk_at_start_gives_a_clear_error_or_a_read_through_cache() {
     let bad = BlobCacheConfig {
         region_bytes: 1000,
         map_local_files: true,
+        row_region_bytes: 0,
         ..config.clone()
     };
     assert!(
@@ -136,6 +138,7 @@ fn a_disk_that_fills_up_after_the_cache_started_changes_nothing() {
         capacity_bytes: 8 * REGION_BYTES,
         region_bytes: REGION_BYTES,
         map_local_files: true,
+        row_region_bytes: 0,
     };
     let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
     // Fill what is left of the disk with another file until it refuses.

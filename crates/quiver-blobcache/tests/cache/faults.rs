@@ -540,6 +540,7 @@ fn a_read_through_cache_checks_every_read() {
         capacity_bytes: 1 << 20,
         region_bytes: 16 << 10,
         map_local_files: true,
+        row_region_bytes: 0,
     };
     let open = || {
         let cache =

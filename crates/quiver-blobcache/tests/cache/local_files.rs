@@ -33,6 +33,7 @@ fn local_cache(
         capacity_bytes: 4 << 20,
         region_bytes: 256 << 10,
         map_local_files,
+        row_region_bytes: 0,
     };
     BlobCache::new(&config, storage, runtime.handle().clone()).unwrap()
 }

@@ -7,3 +7,4 @@ mod local_files;
 mod search;
 mod stress;
 mod support;
+mod tiers;

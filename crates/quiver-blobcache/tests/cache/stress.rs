@@ -127,6 +127,7 @@ fn bad_configuration_and_ranges_are_named() {
         capacity_bytes: 1000,
         region_bytes: 4096,
         map_local_files: true,
+        row_region_bytes: 0,
     };
     let error =
         quiver_blobcache::BlobCache::new(&config, memory_storage(), runtime.handle().clone())

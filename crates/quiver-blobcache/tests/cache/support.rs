@@ -55,6 +55,7 @@ pub fn cache(
         capacity_bytes: regions * region_bytes,
         region_bytes,
         map_local_files: true,
+        row_region_bytes: 0,
     };
     Arc::new(BlobCache::new(&config, storage, runtime.handle().clone()).unwrap())
 }

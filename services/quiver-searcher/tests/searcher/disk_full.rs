@@ -32,6 +32,7 @@ async fn queries_read_through_when_the_cache_disk_is_full() {
         capacity_bytes: 64 << 20,
         region_bytes: 1 << 20,
         map_local_files: true,
+        row_region_bytes: 0,
     };
     let error = match BlobCache::new(&full, storage.clone(), tokio::runtime::Handle::current()) {
         Ok(_) => panic!("a 64 MiB cache file fits on a 2 MiB disk?"),

@@ -162,6 +162,7 @@ async fn fixture_with_cache(storage: Storage, capacity_bytes: u64, region_bytes:
             capacity_bytes,
             region_bytes,
             map_local_files: true,
+            row_region_bytes: 0,
         },
         storage.clone(),
         tokio::runtime::Handle::current(),

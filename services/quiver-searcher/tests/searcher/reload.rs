@@ -33,6 +33,7 @@ pub(crate) fn context(
             capacity_bytes: 256 * region_bytes,
             region_bytes,
             map_local_files: true,
+            row_region_bytes: 0,
         },
         storage.clone(),
         tokio::runtime::Handle::current(),

@@ -1,0 +1,109 @@
+//! The cache's two tiers: raw vectors and payloads go to small row regions, so
+//! rescoring fetches 64 KiB ranges, and raw-vector traffic (an exact search over
+//! more vectors than the row tier holds) never evicts the codes.
+
+use quiver_blobcache::{BlobCache, BlobCacheConfig};
+use quiver_index::{MemorySource, SearchParams, SearchScratch, Segment};
+
+use crate::search::segment_bytes;
+use crate::support::{memory_storage, put, runtime};
+
+#[test]
+fn row_sections_are_cached_in_small_regions_apart_from_the_codes() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let dim = 64;
+    // 40k rows: 10 MB of raw vectors, more than the 6 MiB row tier.
+    let (bytes, vectors) = segment_bytes(40_000, dim);
+    put(&runtime, &storage, "segments/tiers.qseg", &bytes);
+    let directory = tempfile::tempdir().unwrap();
+    let config = BlobCacheConfig {
+        directory: directory.path().to_path_buf(),
+        capacity_bytes: 8 << 20,
+        region_bytes: 256 << 10,
+        row_region_bytes: 64 << 10,
+        map_local_files: true,
+    };
+    let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
+    assert_eq!(cache.row_region_bytes(), Some(64 << 10));
+    let segment = Segment::open(cache.open_blocking("segments/tiers.qseg").unwrap()).unwrap();
+    let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
+    let params = SearchParams {
+        nprobe: Some(8),
+        ..SearchParams::new(10)
+    };
+    let mut scratch = SearchScratch::new();
+    let queries: Vec<&[f32]> = vectors.chunks_exact(dim).step_by(4001).collect();
+    for query in &queries {
+        let hits = segment.search(query, &params, None, &mut scratch).unwrap();
+        assert_eq!(
+            hits,
+            reference
+                .search(query, &params, None, &mut scratch)
+                .unwrap()
+        );
+        assert_eq!(
+            segment.payload(hits[0].row).unwrap(),
+            reference.payload(hits[0].row).unwrap()
+        );
+    }
+    let (hot, rows) = cache.stats_by_tier();
+    let rows = rows.expect("a row tier");
+    assert!(
+        rows.misses > 0,
+        "rescoring read through the row tier: {rows:?}"
+    );
+    assert!(
+        rows.bytes_fetched <= rows.misses * (64 << 10),
+        "row fills are at most 64 KiB: {rows:?}"
+    );
+    let hot_after_searches = hot;
+
+    // An exact search reads every raw vector: the row tier churns, the codes stay.
+    let exact = segment
+        .flat_search(queries[0], 10, None, &mut scratch)
+        .unwrap();
+    assert_eq!(
+        exact,
+        reference
+            .flat_search(queries[0], 10, None, &mut scratch)
+            .unwrap()
+    );
+    let (hot, rows) = cache.stats_by_tier();
+    let rows = rows.unwrap();
+    assert!(rows.evictions > 0, "{rows:?}");
+    assert_eq!(
+        hot.evictions, 0,
+        "raw-vector traffic evicted codes: {hot:?}"
+    );
+    assert_eq!(hot.misses, hot_after_searches.misses, "{hot:?}");
+    for query in &queries {
+        let hits = segment.search(query, &params, None, &mut scratch).unwrap();
+        assert_eq!(
+            hits,
+            reference
+                .search(query, &params, None, &mut scratch)
+                .unwrap()
+        );
+    }
+    let (hot, _) = cache.stats_by_tier();
+    assert_eq!(
+        hot.misses, hot_after_searches.misses,
+        "the codes were still cached: {hot:?}"
+    );
+    assert_eq!(cache.stats().pinned_regions, 0);
+}
+
+#[test]
+fn a_cache_too_small_to_split_keeps_one_tier() {
+    let runtime = runtime();
+    let directory = tempfile::tempdir().unwrap();
+    let config = BlobCacheConfig {
+        capacity_bytes: 2 << 20,
+        region_bytes: 1 << 20,
+        ..BlobCacheConfig::new(directory.path(), 0)
+    };
+    let cache = BlobCache::new(&config, memory_storage(), runtime.handle().clone()).unwrap();
+    assert_eq!(cache.row_region_bytes(), None);
+    assert_eq!(cache.stats().total_regions, 2);
+}
