@@ -341,6 +341,7 @@ fn tier_stats(inner: &Inner) -> CacheStats {
         discarded_regions: load(&counters.discards),
         check_bytes_fetched: load(&counters.check_bytes_fetched),
         uncached_reads: load(&counters.uncached_reads),
+        fetched_ahead: load(&counters.fetched_ahead),
         pinned_regions: {
             let pinned = inner.pinned_regions();
             METRICS

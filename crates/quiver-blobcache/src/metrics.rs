@@ -24,6 +24,7 @@ pub(crate) struct CacheMetrics {
     pub read_through: IntGauge,
     pub mapped_objects: IntCounter,
     pub uncached_reads: IntCounter,
+    pub fetched_ahead: IntCounter,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -92,6 +93,10 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
         "quiver_cache_uncached_reads_total",
         "Reads answered straight from the object store (checked, not kept in a region) because every region was pinned by other readers.",
     ),
+    fetched_ahead: counter(
+        "quiver_cache_fetched_ahead_total",
+        "Regions filled concurrently ahead of a query's reads (the raw vectors of its rescoring candidates) instead of one after another.",
+    ),
 });
 
 /// Counters of one cache since it was created.
@@ -117,6 +122,8 @@ pub struct CacheStats {
     /// Reads answered straight from the object store because every region was
     /// pinned (the cache is small for the reads in flight): slower, never a failure.
     pub uncached_reads: u64,
+    /// Regions filled concurrently ahead of a query's reads.
+    pub fetched_ahead: u64,
     /// Regions pinned right now.
     pub pinned_regions: u64,
     /// Regions holding data right now.
@@ -138,6 +145,7 @@ impl CacheStats {
             discarded_regions: self.discarded_regions + other.discarded_regions,
             check_bytes_fetched: self.check_bytes_fetched + other.check_bytes_fetched,
             uncached_reads: self.uncached_reads + other.uncached_reads,
+            fetched_ahead: self.fetched_ahead + other.fetched_ahead,
             pinned_regions: self.pinned_regions + other.pinned_regions,
             resident_regions: self.resident_regions + other.resident_regions,
             total_regions: self.total_regions + other.total_regions,
@@ -209,6 +217,7 @@ pub(crate) struct Counters {
     pub discards: AtomicU64,
     pub check_bytes_fetched: AtomicU64,
     pub uncached_reads: AtomicU64,
+    pub fetched_ahead: AtomicU64,
 }
 
 impl Counters {

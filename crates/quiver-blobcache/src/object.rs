@@ -15,6 +15,9 @@ use crate::metrics::METRICS;
 use crate::session::CacheSession;
 use crate::slots::{remembered_fill, remembered_location};
 
+/// The most region fills one query's fetch-ahead runs at once.
+const FETCH_AHEAD_THREADS: usize = 16;
+
 /// One object read through a [`BlobCache`](crate::BlobCache); implements the
 /// index's [`ByteSource`], so a segment in object storage is searched with no
 /// change.
@@ -267,6 +270,61 @@ impl CachedObject {
         });
     }
 
+    /// Tells whether region `region` is (as far as this object remembers) in the
+    /// cache right now; a lock-free look, for deciding what to fetch ahead.
+    fn is_resident(&self, region: u64) -> bool {
+        let Some((slot, generation)) =
+            remembered_fill(self.region_slots[region as usize].load(Ordering::Acquire))
+        else {
+            return false;
+        };
+        self.inner.slot_counters[slot]
+            .generation
+            .load(Ordering::Acquire)
+            == generation
+    }
+
+    /// Fills the regions under `ranges` that are not cached, up to
+    /// [`FETCH_AHEAD_THREADS`] at a time, and returns when they are in (or
+    /// failed: the reads that follow see the error).
+    fn fetch_missing(&self, ranges: &[(u64, usize)]) {
+        let mut missing: Vec<u64> = Vec::new();
+        for &(offset, length) in ranges {
+            let end = offset.saturating_add(length as u64).min(self.identity.size);
+            if offset >= end {
+                continue;
+            }
+            for region in self.inner.region_of(offset)..=self.inner.region_of(end - 1) {
+                if !self.is_resident(region) && !missing.contains(&region) {
+                    missing.push(region);
+                }
+            }
+        }
+        // One miss is fetched by the read itself; fetching ahead pays for more.
+        if missing.len() < 2 {
+            return;
+        }
+        let counters = &self.inner.counters;
+        counters.add(
+            &counters.fetched_ahead,
+            &METRICS.fetched_ahead,
+            missing.len() as u64,
+        );
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..missing.len().min(FETCH_AHEAD_THREADS) {
+                scope.spawn(|| {
+                    while let Some(&region) = missing.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        // Filled and checked, then released: the read pins it.
+                        if let Err(error) = self.acquire(region) {
+                            tracing::debug!(key = %self.identity.key, region, %error, "fetch ahead failed");
+                        }
+                    }
+                });
+            }
+        });
+    }
+
     /// Returns region `region` pinned (and checked, once the object has
     /// checksums): through the remembered slot without a lock when it still holds
     /// the region's checked fill, else through the table.
@@ -370,6 +428,21 @@ impl ByteSource for CachedObject {
                 .set(row_sections(checksums, rows.inner.region_bytes as u64));
         }
         true
+    }
+
+    fn fetch_ahead(&self, ranges: &[(u64, usize)]) {
+        if self.mapped.is_some() || self.inner.is_read_through() {
+            return;
+        }
+        // Rescoring candidates are raw vectors: in the row tier when there is one.
+        let in_rows = ranges.iter().all(|&(offset, length)| {
+            self.row_tier(offset, offset.saturating_add(length as u64))
+                .is_some()
+        });
+        match (in_rows, self.rows.as_deref()) {
+            (true, Some(rows)) => rows.fetch_missing(ranges),
+            _ => self.fetch_missing(ranges),
+        }
     }
 
     fn discard(&self, offset: u64, length: u64) {

@@ -58,6 +58,13 @@ pub trait ByteSource: Send + Sync {
         false
     }
 
+    /// Makes the ranges `(offset, length)` resident before they are read one by
+    /// one (the raw vectors of a list's rescoring candidates): a cache fetches
+    /// the missing ones concurrently and waits for them, so a query waits for one
+    /// round trip, not one per row. Sources in memory ignore it; errors are left
+    /// to the reads that follow.
+    fn fetch_ahead(&self, _ranges: &[(u64, usize)]) {}
+
     /// A read session: many reads of one query against this source.
     type Session<'a>: ReadSession
     where

@@ -146,6 +146,7 @@ pub struct SearchScratch {
     row_scores: Vec<f32>,
     heap: BinaryHeap<Ranked>,
     reserve: BinaryHeap<Ranked>,
+    fetch_ranges: Vec<(u64, usize)>,
     /// Counters of the last search.
     pub stats: SearchStats,
 }
@@ -490,6 +491,17 @@ impl<S: ByteSource> Segment<S> {
         // the handle waits in a small ring while the CPU pulls the bytes in.
         const PREFETCH_AHEAD: usize = 3;
         let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
+        if scratch.candidates.len() > 1 {
+            let raw = self.section(SectionKind::RawVectors).offset;
+            scratch.fetch_ranges.clear();
+            scratch.fetch_ranges.extend(
+                scratch
+                    .candidates
+                    .iter()
+                    .map(|candidate| (raw + candidate.row as u64 * row_bytes as u64, row_bytes)),
+            );
+            self.source.fetch_ahead(&scratch.fetch_ranges);
+        }
         let read_row = |position: usize| -> IndexResult<Option<S::Bytes<'_>>> {
             let Some(candidate) = scratch.candidates.get(position) else {
                 return Ok(None);
