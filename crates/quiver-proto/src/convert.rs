@@ -169,6 +169,24 @@ pub fn wire_point_id(id: &PointId) -> data::PointId {
     }
 }
 
+/// Returns the wire form of one search hit (the payload as JSON bytes, empty
+/// when absent; the vector empty when not asked for).
+pub fn wire_hit(
+    id: &PointId,
+    score: f32,
+    payload: Option<&serde_json::Value>,
+    vector: Option<Vec<f32>>,
+) -> data::Hit {
+    data::Hit {
+        id: Some(wire_point_id(id)),
+        score,
+        payload_json: payload
+            .map(|payload| serde_json::to_vec(payload).unwrap_or_default())
+            .unwrap_or_default(),
+        vector: vector.unwrap_or_default(),
+    }
+}
+
 /// Returns the wire form of a shard reference (its collection id must be a number).
 pub fn shard_to_proto(shard: &ShardRef) -> Result<meta::ShardRef, String> {
     Ok(shard_key_to_proto(shard.key()?))

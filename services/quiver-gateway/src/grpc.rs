@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use quiver_proto::client::quiver_server::Quiver;
 use quiver_proto::client::{self as api};
-use quiver_proto::convert::{point_id, wire_point_id};
+use quiver_proto::convert::{point_id, wire_hit, wire_point_id};
 use quiver_proto::data;
 use quiver_proto::{ErrorCode, REQUEST_ID_HEADER, status_of};
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -211,15 +211,7 @@ fn hits_of(hits: Vec<crate::core::Hit>, took_ms: f64) -> api::SearchResponse {
     api::SearchResponse {
         hits: hits
             .into_iter()
-            .map(|hit| data::Hit {
-                id: Some(wire_point_id(&hit.id)),
-                score: hit.score,
-                payload_json: hit
-                    .payload
-                    .map(|payload| serde_json::to_vec(&payload).unwrap_or_default())
-                    .unwrap_or_default(),
-                vector: hit.vector.unwrap_or_default(),
-            })
+            .map(|hit| wire_hit(&hit.id, hit.score, hit.payload.as_ref(), hit.vector))
             .collect(),
         took_ms,
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use quiver_index::{Filter, SearchScratch, SegmentSpec};
-use quiver_proto::convert::{collection_from_proto, point_id, wire_point_id};
+use quiver_proto::convert::{collection_from_proto, point_id, wire_hit, wire_point_id};
 use quiver_proto::data::searcher_server::Searcher;
 use quiver_proto::data::{self};
 use quiver_proto::meta as pb;
@@ -171,15 +171,7 @@ impl Searcher for SearcherGrpc {
         Ok(Response::new(data::SearchResponse {
             hits: hits
                 .into_iter()
-                .map(|hit| data::Hit {
-                    id: Some(wire_point_id(&hit.id)),
-                    score: hit.score,
-                    payload_json: hit
-                        .payload
-                        .map(|payload| serde_json::to_vec(&payload).unwrap_or_default())
-                        .unwrap_or_default(),
-                    vector: hit.vector.unwrap_or_default(),
-                })
+                .map(|hit| wire_hit(&hit.id, hit.score, hit.payload.as_ref(), hit.vector))
                 .collect(),
             manifest_version: view.manifest().version,
             cost: Some(data::SearchCost {
