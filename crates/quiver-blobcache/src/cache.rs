@@ -316,7 +316,7 @@ impl BlobCache {
 
     /// Tells whether objects of a `file://` store are mapped from their files.
     pub fn maps_local_files(&self) -> bool {
-        self.inner.map_local_files && self.inner.storage.local_path("probe").is_some()
+        self.inner.map_local_files && self.inner.storage.is_local()
     }
 
     /// Returns the region size in bytes.

@@ -158,6 +158,11 @@ impl Storage {
         local.path_to_filesystem(&Path::from(key)).ok()
     }
 
+    /// Tells whether this is a `file://` store (see [`Storage::local_path`]).
+    pub fn is_local(&self) -> bool {
+        self.local.is_some()
+    }
+
     /// Returns the store's URL (no secrets).
     pub fn description(&self) -> &str {
         &self.description
