@@ -2,6 +2,11 @@
 //! the previous format's writer: `fixtures/v1.qseg`, 300 rows of 16-d l2, id =
 //! 3 × row, payload `{"row": row}`) is still read and searched; v2 segments give
 //! the row-read sections 64 KiB chunks starting on a 64 KiB boundary.
+//!
+//! The fixture was written by `SegmentWriter` at commit d1a4ffa (the last v1
+//! writer) from [`fixture_vectors`], `SegmentSpec::new(16, Metric::L2,
+//! IdType::U64)` and default build settings. `.gitignore` excludes `*.qseg`
+//! except under `fixtures/`.
 
 use quiver_index::{
     FORMAT_VERSION, IdType, MemorySource, Metric, PointId, SearchParams, SearchScratch,
