@@ -48,6 +48,13 @@ pub enum IndexError {
         #[source]
         source: std::io::Error,
     },
+    /// Writing or mapping a build's scratch file failed.
+    #[error("build scratch file in {directory}: {source}")]
+    Scratch {
+        directory: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl IndexError {
@@ -60,7 +67,7 @@ impl IndexError {
             IndexError::Corrupted { .. } | IndexError::UnsupportedVersion { .. } => {
                 IndexErrorKind::Corrupted
             }
-            IndexError::Io { .. } => IndexErrorKind::Io,
+            IndexError::Io { .. } | IndexError::Scratch { .. } => IndexErrorKind::Io,
         }
     }
 

@@ -2,13 +2,17 @@
 //! segment file v1 to any `std::io::Write` (the caller decides where bytes go).
 
 use std::io::Write;
+use std::path::Path;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use quiver_simd::RABITQ_BLOCK_ROWS;
 
+mod rows;
 mod sections;
+
+use self::rows::{FrozenRows, RowStore};
 
 use self::sections::{
     IdLookup, SectionSink, SectionWriter, build_id_lookup, write_codes, write_id_lookup, write_ids,
@@ -125,12 +129,19 @@ pub enum BuildStage {
 pub type BuildProgress<'a> = &'a (dyn Fn(BuildStage, u64, u64) + Sync);
 
 /// Collects rows and writes them as one segment.
+///
+/// A writer made with [`SegmentWriter::new`] holds the rows' vectors and
+/// payloads in memory until [`finish`](Self::finish); one made with
+/// [`SegmentWriter::with_scratch_dir`] appends them to unnamed scratch files
+/// and maps them back to build, so its memory is a few bytes per row (ids,
+/// list assignments, codes) plus the k-means sample, whatever the rows' size.
 pub struct SegmentWriter {
     spec: SegmentSpec,
     ids: Vec<PointId>,
-    vectors: Vec<f32>,
-    payloads: Vec<Option<Vec<u8>>>,
+    rows: RowStore,
     field_values: Vec<Vec<Option<FieldValue>>>,
+    /// Set when a scratch write failed mid-row: the writer cannot build.
+    broken: Option<String>,
 }
 
 /// Checks a vector: right dimension, finite values (and non-zero for cosine).
@@ -211,8 +222,22 @@ pub fn validate_point(
 }
 
 impl SegmentWriter {
-    /// Returns an empty writer for segments of `spec`.
+    /// Returns an empty writer for segments of `spec`, holding rows in memory.
     pub fn new(spec: SegmentSpec) -> IndexResult<Self> {
+        Self::with_rows(spec, || Ok(RowStore::in_memory()))
+    }
+
+    /// Returns an empty writer for segments of `spec` that keeps the rows'
+    /// vectors and payloads in scratch files in `directory` (removed when the
+    /// writer is done, also when it fails or the process dies).
+    pub fn with_scratch_dir(spec: SegmentSpec, directory: &Path) -> IndexResult<Self> {
+        Self::with_rows(spec, || RowStore::spilled(directory))
+    }
+
+    fn with_rows(
+        spec: SegmentSpec,
+        rows: impl FnOnce() -> IndexResult<RowStore>,
+    ) -> IndexResult<Self> {
         if spec.dim == 0 || spec.dim > 65_536 {
             return Err(IndexError::InvalidArgument(format!(
                 "dimension {} is outside 1..=65536",
@@ -229,9 +254,9 @@ impl SegmentWriter {
         Ok(SegmentWriter {
             spec,
             ids: Vec::new(),
-            vectors: Vec::new(),
-            payloads: Vec::new(),
+            rows: rows()?,
             field_values: Vec::new(),
+            broken: None,
         })
     }
 
@@ -245,25 +270,36 @@ impl SegmentWriter {
         self.ids.is_empty()
     }
 
-    /// Adds one row. Nothing is added when the row is invalid.
+    /// Adds one row. Nothing is added when the row is invalid; when writing
+    /// a scratch file fails, the error is returned and the writer can no
+    /// longer build.
     pub fn add(
         &mut self,
         id: PointId,
         vector: &[f32],
         payload: Option<&serde_json::Value>,
     ) -> IndexResult<()> {
+        if let Some(reason) = &self.broken {
+            return Err(IndexError::InvalidArgument(format!(
+                "the segment writer failed earlier: {reason}"
+            )));
+        }
         let row = self.ids.len();
         validate_point(&self.spec, row, &id, vector, payload)?;
         let values = fields::extract_values(&self.spec.fields, row, payload)?;
-        self.ids.push(id);
-        if self.spec.metric == Metric::Cosine {
+        let payload = payload.map(|p| serde_json::to_vec(p).expect("JSON value serialises"));
+        let pushed = if self.spec.metric == Metric::Cosine {
             let norm = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
-            self.vectors.extend(vector.iter().map(|v| v / norm));
+            let normalised: Vec<f32> = vector.iter().map(|v| v / norm).collect();
+            self.rows.push(&normalised, payload.as_deref())
         } else {
-            self.vectors.extend_from_slice(vector);
+            self.rows.push(vector, payload.as_deref())
+        };
+        if let Err(error) = pushed {
+            self.broken = Some(error.to_string());
+            return Err(error);
         }
-        self.payloads
-            .push(payload.map(|p| serde_json::to_vec(p).expect("JSON value serialises")));
+        self.ids.push(id);
         self.field_values.push(values);
         Ok(())
     }
@@ -274,7 +310,7 @@ impl SegmentWriter {
     /// sorted by list, in blocks), rotate the centroids, encode every row's
     /// RaBitQ code and factors, then write the sections.
     pub fn finish(
-        self,
+        mut self,
         out: &mut dyn Write,
         progress: BuildProgress<'_>,
     ) -> IndexResult<SegmentSummary> {
@@ -284,6 +320,24 @@ impl SegmentWriter {
                 "a segment needs at least one row".into(),
             ));
         }
+        if let Some(reason) = self.broken.take() {
+            return Err(IndexError::InvalidArgument(format!(
+                "the segment writer failed earlier: {reason}"
+            )));
+        }
+        let frozen = std::mem::replace(&mut self.rows, RowStore::in_memory()).freeze()?;
+        self.build(&frozen, out, progress)
+    }
+
+    /// The build proper, over the frozen rows.
+    fn build(
+        &self,
+        frozen: &FrozenRows,
+        out: &mut dyn Write,
+        progress: BuildProgress<'_>,
+    ) -> IndexResult<SegmentSummary> {
+        let rows = self.ids.len();
+        let vectors = frozen.vectors();
         let build = &self.spec.build;
         let id_lookup = build_id_lookup(&self.ids)?;
         let pool = build_pool(build.threads)?;
@@ -291,7 +345,8 @@ impl SegmentWriter {
             Some(codebook) => {
                 codebook.check_dim(self.spec.dim)?;
                 let rotation = Rotation::new(self.spec.dim, codebook.seed());
-                let assignments = self.assign_to_codebook(&pool, &rotation, codebook, progress);
+                let assignments =
+                    self.assign_to_codebook(&pool, vectors, &rotation, codebook, progress);
                 let layout = ListLayout::new(&assignments, codebook.nlist());
                 let centroids = codebook.rotated_centroids().to_vec();
                 (layout, rotation, centroids, codebook.info())
@@ -301,7 +356,7 @@ impl SegmentWriter {
                     .nlist
                     .unwrap_or_else(|| default_nlist(rows))
                     .clamp(1, rows);
-                let clustering = self.cluster(&pool, nlist, progress);
+                let clustering = self.cluster(&pool, vectors, nlist, progress);
                 let layout = ListLayout::new(&clustering.assignments, nlist);
                 let rotation = Rotation::new(self.spec.dim, build.seed);
                 let centroids = rotate_centroids(&rotation, &clustering.centroids, self.spec.dim);
@@ -312,13 +367,20 @@ impl SegmentWriter {
                 (layout, rotation, centroids, info)
             }
         };
-        let encoded = self.encode_lists(&pool, &layout, &rotation, &rotated_centroids, progress);
+        let encoded = self.encode_lists(
+            &pool,
+            vectors,
+            &layout,
+            &rotation,
+            &rotated_centroids,
+            progress,
+        );
         let lists = Lists {
             layout,
             rotated_centroids,
             codebook,
         };
-        self.write_sections(out, &lists, &encoded, &id_lookup, progress)
+        self.write_sections(out, frozen, &lists, &encoded, &id_lookup, progress)
     }
 
     /// Assigns every row to its nearest centroid of `codebook` (no training):
@@ -327,6 +389,7 @@ impl SegmentWriter {
     fn assign_to_codebook(
         &self,
         pool: &rayon::ThreadPool,
+        vectors: &[f32],
         rotation: &Rotation,
         codebook: &Codebook,
         progress: BuildProgress<'_>,
@@ -345,7 +408,7 @@ impl SegmentWriter {
                     let mut rotated = vec![0f32; slots.len() * padded_dim];
                     for (offset, out) in rotated.chunks_exact_mut(padded_dim).enumerate() {
                         let row = first + offset;
-                        rotation.apply(&self.vectors[row * dim..][..dim], out);
+                        rotation.apply(&vectors[row * dim..][..dim], out);
                     }
                     kmeans::assign(&rotated, padded_dim, codebook.rotated_centroids(), slots);
                 });
@@ -358,13 +421,14 @@ impl SegmentWriter {
     fn cluster(
         &self,
         pool: &rayon::ThreadPool,
+        vectors: &[f32],
         nlist: usize,
         progress: BuildProgress<'_>,
     ) -> kmeans::Clustering {
         let build = &self.spec.build;
         pool.install(|| {
             kmeans::train_and_assign(
-                &self.vectors,
+                vectors,
                 self.spec.dim,
                 nlist,
                 build.kmeans_iterations,
@@ -380,6 +444,7 @@ impl SegmentWriter {
     fn encode_lists(
         &self,
         pool: &rayon::ThreadPool,
+        vectors: &[f32],
         layout: &ListLayout,
         rotation: &Rotation,
         rotated_centroids: &[f32],
@@ -415,7 +480,7 @@ impl SegmentWriter {
                     let mut word_buffer = vec![0u64; words];
                     for position in 0..size as usize {
                         let input = layout.order[row_start as usize + position] as usize;
-                        rotation.apply(&self.vectors[input * dim..][..dim], &mut rotated);
+                        rotation.apply(&vectors[input * dim..][..dim], &mut rotated);
                         for (value, c) in rotated.iter_mut().zip(centroid) {
                             *value -= c;
                         }
@@ -472,6 +537,7 @@ impl SegmentWriter {
     fn write_sections(
         &self,
         out: &mut dyn Write,
+        frozen: &FrozenRows,
         lists: &Lists,
         encoded: &EncodedLists,
         id_lookup: &IdLookup,
@@ -507,11 +573,11 @@ impl SegmentWriter {
         })?;
         advance();
         file.section(SectionKind::RawVectors, |w| {
-            self.write_raw_vectors(w, &layout.order)
+            self.write_raw_vectors(w, frozen.vectors(), &layout.order)
         })?;
         advance();
         file.section(SectionKind::Payloads, |w| {
-            self.write_payloads(w, &layout.order)
+            write_payloads(w, frozen, &layout.order)
         })?;
         advance();
         let ordered_values: Vec<Vec<Option<FieldValue>>> = layout
@@ -555,11 +621,16 @@ impl SegmentWriter {
     }
 
     /// Writes the full vectors in segment row order, at the build's precision.
-    fn write_raw_vectors(&self, w: &mut SectionSink<'_, '_>, order: &[u32]) -> IndexResult<()> {
+    fn write_raw_vectors(
+        &self,
+        w: &mut SectionSink<'_, '_>,
+        vectors: &[f32],
+        order: &[u32],
+    ) -> IndexResult<()> {
         let dim = self.spec.dim;
         let mut row_buffer: Vec<u16> = Vec::with_capacity(dim);
         for &input in order {
-            let vector = &self.vectors[input as usize * dim..][..dim];
+            let vector = &vectors[input as usize * dim..][..dim];
             match self.spec.build.raw_precision {
                 RawPrecision::F32 => w.write(bytemuck::cast_slice(vector))?,
                 RawPrecision::Bf16 => {
@@ -571,24 +642,24 @@ impl SegmentWriter {
         }
         Ok(())
     }
+}
 
-    /// Writes `rows + 1` payload end offsets, then the payloads, in row order.
-    fn write_payloads(&self, w: &mut SectionSink<'_, '_>, order: &[u32]) -> IndexResult<()> {
-        let mut offset = 0u64;
+/// Writes `rows + 1` payload end offsets, then the payloads, in row order.
+fn write_payloads(
+    w: &mut SectionSink<'_, '_>,
+    frozen: &FrozenRows,
+    order: &[u32],
+) -> IndexResult<()> {
+    let mut offset = 0u64;
+    w.write(&offset.to_le_bytes())?;
+    for &input in order {
+        offset += frozen.payload(input as usize).len() as u64;
         w.write(&offset.to_le_bytes())?;
-        for &input in order {
-            offset += self.payloads[input as usize]
-                .as_ref()
-                .map_or(0, |p| p.len() as u64);
-            w.write(&offset.to_le_bytes())?;
-        }
-        for &input in order {
-            if let Some(payload) = &self.payloads[input as usize] {
-                w.write(payload)?;
-            }
-        }
-        Ok(())
     }
+    for &input in order {
+        w.write(frozen.payload(input as usize))?;
+    }
+    Ok(())
 }
 
 /// Where the lists go: rows sorted by list (row r of the segment is input row

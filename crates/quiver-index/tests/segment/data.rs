@@ -51,6 +51,11 @@ pub fn build(
 
 /// Returns the bytes of a small segment with string ids, payloads and fields.
 pub fn small_segment_bytes() -> Vec<u8> {
+    small_segment_bytes_with(|spec| SegmentWriter::new(spec).unwrap())
+}
+
+/// [`small_segment_bytes`] written by the writer `make` returns.
+pub fn small_segment_bytes_with(make: impl FnOnce(SegmentSpec) -> SegmentWriter) -> Vec<u8> {
     use quiver_index::{FieldKind, FieldSpec};
     let dim = 24;
     let (vectors, _) = clustered(700, 0, dim, 5, 17);
@@ -74,7 +79,7 @@ pub fn small_segment_bytes() -> Vec<u8> {
         },
     ];
     spec.build.nlist = Some(8);
-    let mut writer = SegmentWriter::new(spec).unwrap();
+    let mut writer = make(spec);
     for (row, vector) in vectors.chunks_exact(dim).enumerate() {
         let color = ["red", "green", "blue"][row % 3];
         let mut payload =

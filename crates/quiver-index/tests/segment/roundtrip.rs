@@ -5,7 +5,31 @@ use quiver_index::{
     SearchScratch, Segment, SegmentSpec, SegmentWriter,
 };
 
-use crate::data::{clustered, small_segment_bytes};
+use crate::data::{clustered, small_segment_bytes, small_segment_bytes_with};
+
+#[test]
+fn a_writer_spilling_rows_to_scratch_files_writes_the_same_segment() {
+    let directory = tempfile::tempdir().unwrap();
+    let spilled = small_segment_bytes_with(|spec| {
+        SegmentWriter::with_scratch_dir(spec, directory.path()).unwrap()
+    });
+    assert!(spilled == small_segment_bytes(), "byte for byte");
+    // Its scratch files are unnamed: nothing is left behind.
+    assert_eq!(std::fs::read_dir(directory.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_writer_without_its_scratch_directory_names_it() {
+    let spec = SegmentSpec::new(8, Metric::L2, IdType::U64);
+    let error = SegmentWriter::with_scratch_dir(spec, std::path::Path::new("/nonexistent/scratch"))
+        .err()
+        .expect("no such directory");
+    assert_eq!(error.kind(), IndexErrorKind::Io);
+    assert!(
+        error.to_string().contains("/nonexistent/scratch"),
+        "{error}"
+    );
+}
 
 #[test]
 fn ids_payloads_vectors_fields_and_lookup_round_trip() {
