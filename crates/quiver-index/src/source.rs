@@ -201,6 +201,20 @@ impl MmapSource {
         Ok(MmapSource { name, map })
     }
 
+    /// Maps an open segment file (e.g. an unnamed scratch file a segment was
+    /// just written to); errors name `name`. The file must not change while
+    /// the source lives, as for [`MmapSource::open`].
+    pub fn map_file(file: &std::fs::File, name: impl Into<String>) -> IndexResult<Self> {
+        let name = name.into();
+        // SAFETY: as in `open`: the caller hands over a finished segment file
+        // that nothing writes to any more.
+        let map = unsafe { memmap2::Mmap::map(file) }.map_err(|source| IndexError::Io {
+            object: name.clone(),
+            source,
+        })?;
+        Ok(MmapSource { name, map })
+    }
+
     /// Returns the source renamed (errors name `name`, e.g. the object key a
     /// downloaded file came from, instead of the local path).
     pub fn with_name(mut self, name: impl Into<String>) -> Self {

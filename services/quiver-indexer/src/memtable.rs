@@ -18,7 +18,7 @@ pub(crate) enum PendingOp {
 
 /// Committed, unflushed writes of one shard: one entry per id (the newest), plus
 /// which WAL batches they came from.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Memtable {
     ops: HashMap<PointId, (WalPosition, PendingOp)>,
     positions: BTreeSet<WalPosition>,

@@ -3,13 +3,13 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use quiver_index::{
-    BuildProgress, CalibrationOptions, Codebook, MemorySource, MmapSource, PointId, Segment,
-    SegmentSpec, SegmentWriter, calibrate_nprobe, default_nprobe,
+    BuildProgress, CalibrationOptions, Codebook, MmapSource, PointId, Segment, SegmentSpec,
+    SegmentWriter, calibrate_nprobe, default_nprobe,
 };
 use quiver_storage::{DeletionBitmap, Storage};
 use roaring::RoaringBitmap;
@@ -121,9 +121,11 @@ impl ShardIndex {
     }
 }
 
-/// A segment built in memory.
+/// A segment built into an unnamed scratch file: `bytes` is the file's
+/// mapping (page cache, not heap), so uploading a segment of gigabytes holds
+/// no copy of it in memory; the file goes away with the last clone of `bytes`.
 pub(crate) struct BuiltSegment {
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
     /// Ids in row order.
     pub ids: Vec<PointId>,
     /// The default `nprobe` of its codebook's lists.
@@ -132,46 +134,80 @@ pub(crate) struct BuiltSegment {
     pub codebook: ShardCodebook,
 }
 
-/// Builds one segment from `rows` (id, vector, payload JSON bytes) on the
-/// calling thread. With the shard's `codebook` (see [`ShardCodebook::for_build`])
-/// the rows join its lists and the segment records its `nprobe`; without, a
-/// codebook is trained from the rows and its `nprobe` calibrated on them.
-pub(crate) fn build_segment<'r>(
-    spec: &SegmentSpec,
-    rows: impl Iterator<Item = (&'r PointId, &'r [f32], &'r [u8])>,
+/// One segment being built on the calling (blocking) thread. With the shard's
+/// `codebook` (see [`ShardCodebook::for_build`]) the rows join its lists and
+/// the segment records its `nprobe`; without, a codebook is trained from the
+/// rows and its `nprobe` calibrated on them. The rows added wait in scratch
+/// files under the scratch directory, so a build's memory does not grow with
+/// the rows' vectors and payloads.
+pub(crate) struct SegmentBuild {
+    writer: SegmentWriter,
     codebook: Option<ShardCodebook>,
-    progress: BuildProgress<'_>,
-) -> IndexerResult<BuiltSegment> {
-    let mut spec = spec.clone();
-    spec.build.codebook = codebook.as_ref().map(|shared| shared.codebook.clone());
-    let mut writer = SegmentWriter::new(spec)?;
-    for (id, vector, payload) in rows {
-        let payload = parse_payload(payload)?;
-        writer.add(id.clone(), vector, payload.as_ref())?;
+    scratch_dir: PathBuf,
+}
+
+impl SegmentBuild {
+    pub fn new(
+        spec: &SegmentSpec,
+        codebook: Option<ShardCodebook>,
+        scratch_dir: &Path,
+    ) -> IndexerResult<Self> {
+        let mut spec = spec.clone();
+        spec.build.codebook = codebook.as_ref().map(|shared| shared.codebook.clone());
+        Ok(SegmentBuild {
+            writer: SegmentWriter::with_scratch_dir(spec, scratch_dir)?,
+            codebook,
+            scratch_dir: scratch_dir.to_path_buf(),
+        })
     }
-    let mut bytes = Vec::new();
-    writer.finish(&mut bytes, progress)?;
-    let segment = Segment::open(MemorySource::new("new segment", &bytes))?;
-    let ids = segment.ids()?;
-    let codebook = match codebook {
-        Some(shared) => shared,
-        None => {
-            let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default())?;
-            ShardCodebook {
-                codebook: Arc::new(Codebook::of_segment(&segment).ok_or_else(|| {
-                    IndexerError::Internal("a new segment carries no codebook".into())
-                })?),
-                nprobe: calibration.nprobe as u32,
+
+    /// Adds one row (payload as stored JSON bytes, empty for none).
+    pub fn add(&mut self, id: &PointId, vector: &[f32], payload: &[u8]) -> IndexerResult<()> {
+        let payload = parse_payload(payload)?;
+        Ok(self.writer.add(id.clone(), vector, payload.as_ref())?)
+    }
+
+    /// Writes the segment to a scratch file and opens it from its mapping.
+    pub fn finish(self, progress: BuildProgress<'_>) -> IndexerResult<BuiltSegment> {
+        use std::io::Write;
+        let scratch = self.scratch_dir.display().to_string();
+        let io_error = |source: std::io::Error| IndexerError::Io {
+            path: scratch.clone(),
+            source,
+        };
+        let file = tempfile::tempfile_in(&self.scratch_dir).map_err(io_error)?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        self.writer.finish(&mut out, progress)?;
+        out.flush().map_err(io_error)?;
+        let file = out
+            .into_inner()
+            .map_err(|error| io_error(error.into_error()))?;
+        let source = MmapSource::map_file(&file, "new segment")?;
+        // A second mapping of the same pages, owned by the upload's bytes.
+        // SAFETY: the file is unnamed and finished; nothing writes to it.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_error)?;
+        let bytes = Bytes::from_owner(map);
+        let segment = Segment::open(source)?;
+        let ids = segment.ids()?;
+        let codebook = match self.codebook {
+            Some(shared) => shared,
+            None => {
+                let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default())?;
+                ShardCodebook {
+                    codebook: Arc::new(Codebook::of_segment(&segment).ok_or_else(|| {
+                        IndexerError::Internal("a new segment carries no codebook".into())
+                    })?),
+                    nprobe: calibration.nprobe as u32,
+                }
             }
-        }
-    };
-    drop(segment);
-    Ok(BuiltSegment {
-        bytes,
-        ids,
-        default_nprobe: codebook.nprobe,
-        codebook,
-    })
+        };
+        Ok(BuiltSegment {
+            bytes,
+            ids,
+            default_nprobe: codebook.nprobe,
+            codebook,
+        })
+    }
 }
 
 /// Parses stored payload bytes (empty = no payload).

@@ -8,11 +8,38 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use quiver_blobcache::{BlobCache, CachedObject};
 use quiver_index::{Filter, Segment};
 use quiver_storage::manifest::SegmentEntry;
-use quiver_storage::{DeletionBitmap, Storage, WalBatch};
+use quiver_storage::{DeletionBitmap, Storage, WalBatch, WalRecord};
 use roaring::RoaringBitmap;
 use tokio::runtime::Handle;
 
 use crate::error::SearcherResult;
+
+/// Bytes of decoded deletion bitmaps kept (weighed by serialized size).
+pub const BITMAP_CACHE_BYTES: u64 = 64 << 20;
+/// Bytes of decoded WAL batches kept (the shards' unflushed tails; a tail
+/// larger than this is read again from object storage as queries need it).
+pub const WAL_BATCH_CACHE_BYTES: u64 = 256 << 20;
+/// Bytes of filter matches (row bitmaps per segment and filter) kept.
+pub const FILTER_CACHE_BYTES: u64 = 64 << 20;
+
+fn bitmap_weight(bitmap: &RoaringBitmap) -> u32 {
+    u32::try_from(bitmap.serialized_size()).unwrap_or(u32::MAX)
+}
+
+/// A batch's vectors, payloads and ids, about what it holds in memory.
+fn wal_batch_weight(batch: &WalBatch) -> u32 {
+    let bytes: usize = batch
+        .records
+        .iter()
+        .map(|record| match record {
+            WalRecord::Upsert {
+                vector, payload, ..
+            } => 48 + vector.len() * 4 + payload.len(),
+            WalRecord::Delete { .. } => 48,
+        })
+        .sum();
+    u32::try_from(bytes).unwrap_or(u32::MAX)
+}
 
 /// The region cache, object storage, and decoded bitmaps and WAL batches shared
 /// by every shard a searcher serves (objects are immutable, so cached by key).
@@ -37,9 +64,18 @@ impl ReadContext {
             storage,
             runtime,
             segment_opens: AtomicU64::new(0),
-            bitmaps: moka::sync::Cache::builder().max_capacity(4096).build(),
-            wal_batches: moka::sync::Cache::builder().max_capacity(4096).build(),
-            filter_rows: moka::sync::Cache::builder().max_capacity(1024).build(),
+            bitmaps: moka::sync::Cache::builder()
+                .max_capacity(BITMAP_CACHE_BYTES)
+                .weigher(|_, bitmap: &Arc<RoaringBitmap>| bitmap_weight(bitmap))
+                .build(),
+            wal_batches: moka::sync::Cache::builder()
+                .max_capacity(WAL_BATCH_CACHE_BYTES)
+                .weigher(|_, batch: &Arc<WalBatch>| wal_batch_weight(batch))
+                .build(),
+            filter_rows: moka::sync::Cache::builder()
+                .max_capacity(FILTER_CACHE_BYTES)
+                .weigher(|_, rows: &Arc<RoaringBitmap>| bitmap_weight(rows))
+                .build(),
         }
     }
 
@@ -96,5 +132,35 @@ impl ReadContext {
         let rows = Arc::new(filter.rows(segment)?);
         self.filter_rows.insert(cache_key, rows.clone());
         Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quiver_index::PointId;
+
+    #[test]
+    fn decoded_caches_weigh_bytes_not_entries() {
+        let batch = WalBatch {
+            shard: 0,
+            epoch: 1,
+            sequence: 1,
+            dimension: 768,
+            records: (0..1000u64)
+                .map(|id| WalRecord::Upsert {
+                    id: PointId::U64(id),
+                    vector: vec![0.5; 768],
+                    payload: b"{\"row\":1}".to_vec(),
+                })
+                .chain([WalRecord::Delete {
+                    id: PointId::U64(7),
+                }])
+                .collect(),
+        };
+        // 1000 × (48 + 3072 + 9) + 48.
+        assert_eq!(wal_batch_weight(&batch), 3_129_048);
+        let bitmap: RoaringBitmap = (0..100_000).collect();
+        assert_eq!(bitmap_weight(&bitmap) as usize, bitmap.serialized_size());
     }
 }

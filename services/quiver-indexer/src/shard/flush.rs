@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quiver_index::PointId;
 use quiver_storage::keys;
 use roaring::RoaringBitmap;
 
@@ -19,7 +18,7 @@ use crate::error::{IndexerError, IndexerResult};
 use crate::failpoints;
 use crate::memtable::{Memtable, PendingOp};
 use crate::metrics::METRICS;
-use crate::segments::{ShardCodebook, build_segment, encode_deletes};
+use crate::segments::{BuiltSegment, SegmentBuild, ShardCodebook, encode_deletes};
 
 /// Flushes on a timer or when asked; merges when the policy finds work.
 pub(super) async fn maintenance_loop(shared: Arc<Shared>) {
@@ -108,15 +107,10 @@ async fn flush_frozen(
             frozen.apply_batch(entry.position, batch);
         }
     }
-    let upserts: Vec<(&PointId, &[f32], &[u8])> = frozen
+    let upserts = frozen
         .iter()
-        .filter_map(|(id, _, op)| match op {
-            PendingOp::Upsert { vector, payload } => {
-                Some((id, vector.as_slice(), payload.as_slice()))
-            }
-            PendingOp::Delete => None,
-        })
-        .collect();
+        .filter(|(_, _, op)| matches!(op, PendingOp::Upsert { .. }))
+        .count();
     let mut change = ManifestChange {
         trim_wal_through: Some(through),
         retire_keys: manifest
@@ -128,25 +122,8 @@ async fn flush_frozen(
         ..Default::default()
     };
     let mut new_segment = None;
-    if !upserts.is_empty() {
-        let spec = shared.spec.clone();
-        let rows: Vec<(PointId, Vec<f32>, Vec<u8>)> = upserts
-            .iter()
-            .map(|(id, vector, payload)| ((*id).clone(), vector.to_vec(), payload.to_vec()))
-            .collect();
-        let codebook =
-            ShardCodebook::for_build(shared.lock_state().index.codebook.as_ref(), rows.len());
-        let built = tokio::task::spawn_blocking(move || {
-            build_segment(
-                &spec,
-                rows.iter()
-                    .map(|(id, vector, payload)| (id, vector.as_slice(), payload.as_slice())),
-                codebook,
-                &|_, _, _| {},
-            )
-        })
-        .await
-        .map_err(|error| IndexerError::Internal(format!("segment build task: {error}")))??;
+    if upserts > 0 {
+        let built = build_l0(shared, frozen, upserts).await?;
         let segment_id = new_segment_id(through, "l0");
         let key = keys::segment_key(&shared.shard.collection_id, shared.shard.shard, &segment_id);
         let entry = SegmentEntry {
@@ -157,7 +134,7 @@ async fn flush_frozen(
             deletes: None,
             default_nprobe: Some(built.default_nprobe),
         };
-        failpoints::during("flush-upload", shared.storage.put(&key, built.bytes.into())).await?;
+        failpoints::during("flush-upload", shared.storage.put(&key, built.bytes)).await?;
         change.add_segments.push(entry.clone());
         new_segment = Some((entry, built.ids, built.codebook));
     }
@@ -255,6 +232,34 @@ async fn flush_frozen(
     }
     state.manifest_version = manifest.version;
     Ok(true)
+}
+
+/// Builds the L0 segment of `frozen`'s `upserts` upserts on the blocking
+/// pool. The rows are read where they are: the memtable moves into the build
+/// and comes back after it (also when the build fails or panics).
+async fn build_l0(
+    shared: &Shared,
+    frozen: &mut Memtable,
+    upserts: usize,
+) -> IndexerResult<BuiltSegment> {
+    let codebook = ShardCodebook::for_build(shared.lock_state().index.codebook.as_ref(), upserts);
+    let spec = shared.spec.clone();
+    let scratch_dir = shared.scratch_dir.clone();
+    let table = Arc::new(std::mem::take(frozen));
+    let rows = table.clone();
+    let built = tokio::task::spawn_blocking(move || {
+        let mut build = SegmentBuild::new(&spec, codebook, &scratch_dir)?;
+        for (id, _, op) in rows.iter() {
+            if let PendingOp::Upsert { vector, payload } = op {
+                build.add(id, vector, payload)?;
+            }
+        }
+        build.finish(&|_, _, _| {})
+    })
+    .await;
+    // The task is done (or unwound) and dropped its handle: the table is ours.
+    *frozen = Arc::try_unwrap(table).unwrap_or_else(|shared_table| (*shared_table).clone());
+    built.map_err(|error| IndexerError::Internal(format!("segment build task: {error}")))?
 }
 
 pub(super) fn new_segment_id(through: WalPosition, level: &str) -> String {

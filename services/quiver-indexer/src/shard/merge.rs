@@ -20,7 +20,7 @@ use crate::failpoints;
 use crate::merge::{MergePlan, plan_merges};
 use crate::metrics::METRICS;
 use crate::segments::{
-    LiveSegment, RowRef, ShardCodebook, build_segment, download_segment, encode_deletes,
+    LiveSegment, RowRef, SegmentBuild, ShardCodebook, download_segment, encode_deletes,
 };
 
 /// Merges in the background, beside the flushes: a merge of large segments
@@ -88,7 +88,7 @@ type MergeSource = (Arc<str>, SegmentEntry, RoaringBitmap);
 /// The merged segment before it is uploaded: its bytes and ids (both empty
 /// when every source row was deleted), and where each id came from.
 struct MergedRows {
-    bytes: Vec<u8>,
+    bytes: bytes::Bytes,
     ids: Vec<PointId>,
     default_nprobe: Option<u32>,
     /// The codebook it was built with (none when it is empty).
@@ -121,11 +121,7 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
     };
     let empty_result = merged.ids.is_empty();
     if !empty_result {
-        failpoints::during(
-            "merge-upload",
-            shared.storage.put(&key, merged.bytes.into()),
-        )
-        .await?;
+        failpoints::during("merge-upload", shared.storage.put(&key, merged.bytes)).await?;
     }
     if !late_deleted.is_empty() {
         let deletes_key = keys::deletes_key(
@@ -221,38 +217,44 @@ async fn build_merged(shared: &Shared, sources: &[MergeSource]) -> IndexerResult
         .map(|(_, _, deleted)| deleted.clone())
         .collect();
     let current_codebook = shared.lock_state().index.codebook.clone();
+    let scratch_dir = shared.scratch_dir.clone();
     let (built, origins) = tokio::task::spawn_blocking(move || -> IndexerResult<_> {
-        let mut rows: Vec<(PointId, Vec<f32>, Vec<u8>)> = Vec::new();
+        // First the live rows' ids (where each comes from), then the rows
+        // themselves, streamed from the mapped sources into the build.
+        let mut live: Vec<Vec<(u32, PointId)>> = Vec::with_capacity(downloaded.len());
         let mut origins: HashMap<PointId, (usize, u32)> = HashMap::new();
         for (source_index, (source, deleted)) in downloaded.iter().zip(&snapshot).enumerate() {
-            let segment = &source.segment;
-            let ids = segment.ids()?;
-            for (row, id) in ids.into_iter().enumerate() {
-                let row = row as u32;
-                if deleted.contains(row) {
-                    continue;
-                }
-                let vector = segment.vector(row)?;
-                let payload = segment.payload_bytes(row)?.unwrap_or_default();
-                origins.insert(id.clone(), (source_index, row));
-                rows.push((id, vector, payload));
+            let rows: Vec<(u32, PointId)> = source
+                .segment
+                .ids()?
+                .into_iter()
+                .enumerate()
+                .map(|(row, id)| (row as u32, id))
+                .filter(|(row, _)| !deleted.contains(*row))
+                .collect();
+            for (row, id) in &rows {
+                origins.insert(id.clone(), (source_index, *row));
             }
+            live.push(rows);
         }
-        if rows.is_empty() {
+        let rows: usize = live.iter().map(Vec::len).sum();
+        if rows == 0 {
             // Every row was deleted: the merge only removes the sources.
             return Ok((None, origins));
         }
         // Rows that fit the shard's codebook join its lists without k-means;
         // a merge that outgrew it trains the next one.
-        let codebook = ShardCodebook::for_build(current_codebook.as_ref(), rows.len());
-        let built = build_segment(
-            &spec,
-            rows.iter()
-                .map(|(id, vector, payload)| (id, vector.as_slice(), payload.as_slice())),
-            codebook,
-            &|_, _, _| {},
-        )?;
-        Ok((Some(built), origins))
+        let codebook = ShardCodebook::for_build(current_codebook.as_ref(), rows);
+        let mut build = SegmentBuild::new(&spec, codebook, &scratch_dir)?;
+        for (source, rows) in downloaded.iter().zip(&live) {
+            for (row, id) in rows {
+                let vector = source.segment.vector(*row)?;
+                let payload = source.segment.payload_bytes(*row)?.unwrap_or_default();
+                build.add(id, &vector, &payload)?;
+            }
+        }
+        drop(live);
+        Ok((Some(build.finish(&|_, _, _| {})?), origins))
     })
     .await
     .map_err(|error| IndexerError::Internal(format!("merge task: {error}")))??;
@@ -265,7 +267,7 @@ async fn build_merged(shared: &Shared, sources: &[MergeSource]) -> IndexerResult
             origins,
         },
         None => MergedRows {
-            bytes: Vec::new(),
+            bytes: bytes::Bytes::new(),
             ids: Vec::new(),
             default_nprobe: None,
             codebook: None,
