@@ -106,6 +106,16 @@ pub struct SearchCost {
     pub cache_regions_missed: u64,
     /// Bytes fetched from object storage.
     pub bytes_fetched: u64,
+    /// Reads of raw vectors and payloads (rescoring, returned hits) served
+    /// from the searchers' local cache files.
+    #[serde(default)]
+    pub row_reads_local: u64,
+    /// Reads of raw vectors and payloads fetched from object storage.
+    #[serde(default)]
+    pub row_reads_remote: u64,
+    /// Time waited for object storage, milliseconds (the slowest shard).
+    #[serde(default)]
+    pub store_wait_ms: f64,
     /// Time in the searchers, milliseconds (the slowest shard).
     pub search_ms: f64,
 }

@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 
 use crate::cache_file::{CACHE_FILE_NAME, CacheFile, ROW_CACHE_FILE_NAME, is_out_of_space};
 use crate::error::{CacheError, CacheResult};
-use crate::inner::{Inner, ObjectIdentity};
+use crate::inner::{HOT_TIER, Inner, ObjectIdentity, ROW_TIER};
 use crate::metrics::{CacheStats, Counters, METRICS};
 use crate::object::CachedObject;
 use crate::read_through::checked_chunks;
@@ -183,11 +183,11 @@ impl BlobCache {
                 map_local_files: config.map_local_files,
             }))
         };
-        let inner = tier(CACHE_FILE_NAME, "hot", regions, config.region_bytes)?;
+        let inner = tier(CACHE_FILE_NAME, HOT_TIER, regions, config.region_bytes)?;
         let rows = match row_regions {
             Some(row_regions) => Some(tier(
                 ROW_CACHE_FILE_NAME,
-                "rows",
+                ROW_TIER,
                 row_regions,
                 config.row_region_bytes,
             )?),
@@ -229,7 +229,7 @@ impl BlobCache {
             inner: Arc::new(Inner {
                 storage,
                 runtime,
-                tier: "hot",
+                tier: HOT_TIER,
                 file: None,
                 region_bytes: config.region_bytes.max(4096) as usize,
                 region_shift: None,

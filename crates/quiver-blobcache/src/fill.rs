@@ -67,7 +67,10 @@ impl Inner {
                     SlotStatus::Filling(signal) => {
                         let signal = signal.clone();
                         drop(state);
-                        match signal.wait() {
+                        let waiting = std::time::Instant::now();
+                        let outcome = signal.wait();
+                        ReadCounts::add_wait(waiting.elapsed());
+                        match outcome {
                             Ok(()) => continue,
                             Err(message) => {
                                 return Err(CacheError::Fill {
@@ -114,8 +117,10 @@ impl Inner {
         let object = &key.object;
         let start = key.region * self.region_bytes as u64;
         let end = (start + self.region_bytes as u64).min(object.size);
-        let fetched = self
-            .block_on(self.storage.get_range(&object.key, start..end))
+        let waiting = std::time::Instant::now();
+        let fetched = self.block_on(self.storage.get_range(&object.key, start..end));
+        ReadCounts::add_wait(waiting.elapsed());
+        let fetched = fetched
             .map_err(|error| error.to_string())
             .and_then(|bytes| {
                 // The store checks short reads; a wrong length here would write
@@ -160,7 +165,7 @@ impl Inner {
                     &METRICS.bytes_fetched,
                     bytes.len() as u64,
                 );
-                ReadCounts::add_miss(bytes.len() as u64);
+                ReadCounts::add_miss(bytes.len() as u64, self.is_row_tier());
                 signal.finish(Ok(()));
                 self.decay_after_fill();
                 Ok(RegionGuard::pinned(

@@ -31,6 +31,11 @@ pub(crate) struct RegionKey {
     pub(crate) region: u64,
 }
 
+/// The tier of codes, centroids, ids and everything else.
+pub(crate) const HOT_TIER: &str = "hot";
+/// The tier of raw vectors and payloads.
+pub(crate) const ROW_TIER: &str = "rows";
+
 pub(crate) struct Inner {
     pub(crate) storage: Storage,
     pub(crate) runtime: Handle,
@@ -60,6 +65,12 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Returns true for the row tier.
+    #[inline]
+    pub(crate) fn is_row_tier(&self) -> bool {
+        self.tier == ROW_TIER
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state
             .lock()

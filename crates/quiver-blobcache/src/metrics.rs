@@ -155,7 +155,8 @@ impl CacheStats {
 
 /// Region reads made by one thread: what a query cost the cache, measured as the
 /// difference of two snapshots taken on the thread that ran it
-/// ([`ReadCounts::of_this_thread`]).
+/// ([`ReadCounts::of_this_thread`]). Reads that thread had fetched ahead by
+/// helper threads count as its own.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadCounts {
     /// Region lookups served from the cache.
@@ -165,11 +166,27 @@ pub struct ReadCounts {
     pub region_misses: u64,
     /// Bytes fetched from the object store.
     pub bytes_fetched: u64,
+    /// Of the hits, those in the row tier (raw vectors and payloads: rescoring
+    /// and returned hits), read from the local cache file.
+    pub row_hits: u64,
+    /// Of the misses, those in the row tier, fetched from the object store.
+    pub row_misses: u64,
+    /// Time the thread waited for the object store: its fetches, fills by
+    /// other readers it waited on, and rounds of fetching ahead (nanoseconds).
+    pub store_wait_nanos: u64,
 }
 
 thread_local! {
-    static THREAD_READS: std::cell::Cell<ReadCounts> =
-        const { std::cell::Cell::new(ReadCounts { region_hits: 0, region_misses: 0, bytes_fetched: 0 }) };
+    static THREAD_READS: std::cell::Cell<ReadCounts> = const {
+        std::cell::Cell::new(ReadCounts {
+            region_hits: 0,
+            region_misses: 0,
+            bytes_fetched: 0,
+            row_hits: 0,
+            row_misses: 0,
+            store_wait_nanos: 0,
+        })
+    };
 }
 
 impl ReadCounts {
@@ -184,24 +201,54 @@ impl ReadCounts {
             region_hits: self.region_hits.saturating_sub(earlier.region_hits),
             region_misses: self.region_misses.saturating_sub(earlier.region_misses),
             bytes_fetched: self.bytes_fetched.saturating_sub(earlier.bytes_fetched),
+            row_hits: self.row_hits.saturating_sub(earlier.row_hits),
+            row_misses: self.row_misses.saturating_sub(earlier.row_misses),
+            store_wait_nanos: self
+                .store_wait_nanos
+                .saturating_sub(earlier.store_wait_nanos),
         }
     }
 
-    #[inline]
-    pub(crate) fn add_hit() {
+    fn update(change: impl FnOnce(&mut ReadCounts)) {
         THREAD_READS.with(|counts| {
             let mut value = counts.get();
-            value.region_hits += 1;
+            change(&mut value);
             counts.set(value);
         });
     }
 
-    pub(crate) fn add_miss(bytes: u64) {
-        THREAD_READS.with(|counts| {
-            let mut value = counts.get();
+    #[inline]
+    pub(crate) fn add_hit(row_tier: bool) {
+        Self::update(|value| {
+            value.region_hits += 1;
+            value.row_hits += u64::from(row_tier);
+        });
+    }
+
+    pub(crate) fn add_miss(bytes: u64, row_tier: bool) {
+        Self::update(|value| {
             value.region_misses += 1;
+            value.row_misses += u64::from(row_tier);
             value.bytes_fetched += bytes;
-            counts.set(value);
+        });
+    }
+
+    /// Counts time the calling thread waited for the object store.
+    pub(crate) fn add_wait(waited: std::time::Duration) {
+        Self::update(|value| {
+            value.store_wait_nanos += u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        });
+    }
+
+    /// Adds the lookups a helper thread made for the calling thread (its
+    /// waits are not added: the caller counts the time it waited for them).
+    pub(crate) fn absorb(helper: ReadCounts) {
+        Self::update(|value| {
+            value.region_hits += helper.region_hits;
+            value.region_misses += helper.region_misses;
+            value.bytes_fetched += helper.bytes_fetched;
+            value.row_hits += helper.row_hits;
+            value.row_misses += helper.row_misses;
         });
     }
 }

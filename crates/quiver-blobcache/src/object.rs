@@ -11,7 +11,7 @@ use quiver_index::{AccessPattern, ByteSource, ChunkChecksums, IndexError, IndexR
 use crate::bytes::{CacheBytes, RegionGuard};
 use crate::error::{CacheError, CacheResult};
 use crate::inner::{Inner, ObjectIdentity};
-use crate::metrics::METRICS;
+use crate::metrics::{METRICS, ReadCounts};
 use crate::session::CacheSession;
 use crate::slots::{remembered_fill, remembered_location};
 
@@ -311,18 +311,30 @@ impl CachedObject {
             missing.len() as u64,
         );
         let next = std::sync::atomic::AtomicUsize::new(0);
+        let waiting = std::time::Instant::now();
         std::thread::scope(|scope| {
-            for _ in 0..missing.len().min(FETCH_AHEAD_THREADS) {
-                scope.spawn(|| {
-                    while let Some(&region) = missing.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        // Filled and checked, then released: the read pins it.
-                        if let Err(error) = self.acquire(region) {
-                            tracing::debug!(key = %self.identity.key, region, %error, "fetch ahead failed");
+            let helpers: Vec<_> = (0..missing.len().min(FETCH_AHEAD_THREADS))
+                .map(|_| {
+                    scope.spawn(|| {
+                        let before = ReadCounts::of_this_thread();
+                        while let Some(&region) = missing.get(next.fetch_add(1, Ordering::Relaxed))
+                        {
+                            // Filled and checked, then released: the read pins it.
+                            if let Err(error) = self.acquire(region) {
+                                tracing::debug!(key = %self.identity.key, region, %error, "fetch ahead failed");
+                            }
                         }
-                    }
-                });
+                        ReadCounts::of_this_thread().since(before)
+                    })
+                })
+                .collect();
+            for helper in helpers {
+                if let Ok(reads) = helper.join() {
+                    ReadCounts::absorb(reads);
+                }
             }
         });
+        ReadCounts::add_wait(waiting.elapsed());
     }
 
     /// Returns region `region` pinned (and checked, once the object has

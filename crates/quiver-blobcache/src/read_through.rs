@@ -37,21 +37,22 @@ impl Inner {
         if length == 0 {
             return Ok(Vec::new());
         }
-        let bytes = self
-            .block_on(self.storage.get_range(key, range.clone()))
-            .map_err(|error| {
-                self.counters
-                    .add(&self.counters.fill_errors, &METRICS.fill_errors, 1);
-                CacheError::Fill {
-                    key: key.to_string(),
-                    region: range.start / self.region_bytes as u64,
-                    message: error.to_string(),
-                }
-            })?;
+        let waiting = std::time::Instant::now();
+        let fetched = self.block_on(self.storage.get_range(key, range.clone()));
+        ReadCounts::add_wait(waiting.elapsed());
+        let bytes = fetched.map_err(|error| {
+            self.counters
+                .add(&self.counters.fill_errors, &METRICS.fill_errors, 1);
+            CacheError::Fill {
+                key: key.to_string(),
+                region: range.start / self.region_bytes as u64,
+                message: error.to_string(),
+            }
+        })?;
         self.counters.add(&self.counters.misses, &METRICS.misses, 1);
         self.counters
             .add(&self.counters.bytes_fetched, &METRICS.bytes_fetched, length);
-        ReadCounts::add_miss(length);
+        ReadCounts::add_miss(length, self.is_row_tier());
         Ok(bytes.to_vec())
     }
 }

@@ -155,7 +155,7 @@ impl Inner {
             Ordering::Relaxed,
         );
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
-        ReadCounts::add_hit();
+        ReadCounts::add_hit(self.is_row_tier());
     }
 
     /// Counts a fill and, every time as many fills as there are regions have

@@ -183,6 +183,9 @@ impl Searcher for SearcherGrpc {
                 cache_regions_hit: cost.cache_regions_hit,
                 cache_regions_missed: cost.cache_regions_missed,
                 bytes_fetched: cost.bytes_fetched,
+                row_reads_local: cost.row_reads_local,
+                row_reads_remote: cost.row_reads_remote,
+                store_wait_ms: cost.store_wait_ms,
             }),
         }))
     }

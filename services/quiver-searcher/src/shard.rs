@@ -81,6 +81,12 @@ pub struct QueryCost {
     pub cache_regions_missed: u64,
     /// Bytes the search fetched from object storage.
     pub bytes_fetched: u64,
+    /// Row-tier reads (raw vectors, payloads) served from the local cache file.
+    pub row_reads_local: u64,
+    /// Row-tier reads fetched from object storage.
+    pub row_reads_remote: u64,
+    /// Time the search waited for object storage, milliseconds.
+    pub store_wait_ms: f64,
     /// Time spent, milliseconds.
     pub search_ms: f64,
 }
@@ -373,6 +379,9 @@ impl ShardView {
         cost.cache_regions_hit = reads.region_hits;
         cost.cache_regions_missed = reads.region_misses;
         cost.bytes_fetched = reads.bytes_fetched;
+        cost.row_reads_local = reads.row_hits;
+        cost.row_reads_remote = reads.row_misses;
+        cost.store_wait_ms = reads.store_wait_nanos as f64 / 1e6;
         cost.search_ms = started.elapsed().as_secs_f64() * 1e3;
         Ok((hits, cost))
     }

@@ -2,7 +2,7 @@
 //! rescoring fetches 64 KiB ranges, and raw-vector traffic (an exact search over
 //! more vectors than the row tier holds) never evicts the codes.
 
-use quiver_blobcache::{BlobCache, BlobCacheConfig};
+use quiver_blobcache::{BlobCache, BlobCacheConfig, ReadCounts};
 use quiver_index::{MemorySource, SearchParams, SearchScratch, Segment};
 
 use crate::search::segment_bytes;
@@ -34,6 +34,8 @@ fn row_sections_are_cached_in_small_regions_apart_from_the_codes() {
     };
     let mut scratch = SearchScratch::new();
     let queries: Vec<&[f32]> = vectors.chunks_exact(dim).step_by(4001).collect();
+    let before = ReadCounts::of_this_thread();
+    let hot_misses_before = cache.stats_by_tier().0.misses;
     for query in &queries {
         let hits = segment.search(query, &params, None, &mut scratch).unwrap();
         assert_eq!(
@@ -58,6 +60,18 @@ fn row_sections_are_cached_in_small_regions_apart_from_the_codes() {
         "row fills are at most 64 KiB: {rows:?}"
     );
     let hot_after_searches = hot;
+    // The searches' own counts: every fill they caused, also those their
+    // fetch-ahead helper threads made, split by tier, and the time waited.
+    let reads = ReadCounts::of_this_thread().since(before);
+    assert!(cache.stats().fetched_ahead > 0, "{:?}", cache.stats());
+    assert_eq!(reads.row_misses, rows.misses, "{reads:?} {rows:?}");
+    assert_eq!(
+        reads.region_misses,
+        rows.misses + hot.misses - hot_misses_before,
+        "{reads:?}"
+    );
+    assert!(reads.row_hits > 0, "{reads:?}");
+    assert!(reads.store_wait_nanos > 0, "{reads:?}");
 
     // An exact search reads every raw vector: the row tier churns, the codes stay.
     let exact = segment

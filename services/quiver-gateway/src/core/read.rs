@@ -204,6 +204,9 @@ impl Gateway {
                 cost.cache_regions_hit += shard_cost.cache_regions_hit;
                 cost.cache_regions_missed += shard_cost.cache_regions_missed;
                 cost.bytes_fetched += shard_cost.bytes_fetched;
+                cost.row_reads_local += shard_cost.row_reads_local;
+                cost.row_reads_remote += shard_cost.row_reads_remote;
+                cost.store_wait_ms = cost.store_wait_ms.max(shard_cost.store_wait_ms);
                 cost.search_ms = cost.search_ms.max(shard_cost.search_ms);
             }
             for hit in answer.hits {

@@ -243,6 +243,11 @@ async fn a_cold_query_reports_misses_and_bytes_and_a_repeat_only_hits() {
             .unwrap();
         assert!(cold.cache_regions_missed > 0, "{cold:?}");
         assert!(cold.bytes_fetched > 0, "{cold:?}");
+        assert!(cold.store_wait_ms > 0.0, "{cold:?}");
+        assert!(
+            cold.row_reads_remote <= cold.cache_regions_missed,
+            "{cold:?}"
+        );
         assert!(
             cold.bytes_fetched <= cold.cache_regions_missed * (16 << 10),
             "{cold:?}"
@@ -253,6 +258,8 @@ async fn a_cold_query_reports_misses_and_bytes_and_a_repeat_only_hits() {
         assert_eq!(warm_hits, cold_hits);
         assert_eq!(warm.cache_regions_missed, 0, "{warm:?}");
         assert_eq!(warm.bytes_fetched, 0, "{warm:?}");
+        assert_eq!(warm.row_reads_remote, 0, "{warm:?}");
+        assert_eq!(warm.store_wait_ms, 0.0, "{warm:?}");
         assert!(warm.cache_regions_hit > 0, "{warm:?}");
         assert!(context.cache().stats().bytes_fetched >= cold.bytes_fetched);
     })

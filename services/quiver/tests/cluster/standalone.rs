@@ -101,9 +101,16 @@ async fn the_rest_api_end_to_end() {
     let scored =
         cost["rows_rescored"].as_u64().unwrap() + cost["tail_rows_scored"].as_u64().unwrap();
     assert!(scored >= 10, "{body}");
-    for field in ["cache_regions_hit", "cache_regions_missed", "bytes_fetched"] {
+    for field in [
+        "cache_regions_hit",
+        "cache_regions_missed",
+        "bytes_fetched",
+        "row_reads_local",
+        "row_reads_remote",
+    ] {
         assert!(cost[field].is_u64(), "cost.{field} is a count: {body}");
     }
+    assert!(cost["store_wait_ms"].is_f64(), "{body}");
     let hits = body["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 10);
     for hit in hits {
