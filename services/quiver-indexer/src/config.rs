@@ -30,6 +30,10 @@ pub struct IndexerConfig {
     pub max_payload_bytes: usize,
     /// Writes are refused (RESOURCE_EXHAUSTED) while this many rows wait.
     pub max_unflushed_rows: usize,
+    /// ... or while the rows waiting take this much memory (vectors and
+    /// payloads); a flush starts once a quarter of it waits.
+    #[serde(deserialize_with = "size_bytes")]
+    pub max_unflushed_bytes: usize,
     /// Segments of one size tier merged at once.
     pub merge_factor: usize,
     /// Merges never produce segments with more rows than this.
@@ -62,6 +66,7 @@ impl Default for IndexerConfig {
             flush_rows: 20_000,
             max_payload_bytes: 64 << 10,
             max_unflushed_rows: 200_000,
+            max_unflushed_bytes: 1 << 30,
             merge_factor: 8,
             max_segment_rows: 2_000_000,
             merge_floor_rows: 10_000,
@@ -87,6 +92,12 @@ impl IndexerConfig {
             return Err(format!(
                 "max_unflushed_rows ({}) must be at least flush_rows ({})",
                 self.max_unflushed_rows, self.flush_rows
+            ));
+        }
+        if self.max_unflushed_bytes < self.commit_max_bytes {
+            return Err(format!(
+                "max_unflushed_bytes ({}) must be at least commit_max_bytes ({})",
+                self.max_unflushed_bytes, self.commit_max_bytes
             ));
         }
         if self.merge_factor < 2 {

@@ -14,14 +14,12 @@ pub enum IndexerError {
     /// A write is invalid.
     #[error("invalid write: {0}")]
     InvalidArgument(String),
-    /// Too many rows wait for a flush.
-    #[error(
-        "shard {shard} has {unflushed_rows} unflushed rows (limit {limit}); retry in about {retry_after_ms} ms"
-    )]
+    /// Too many rows (or bytes of rows) wait for a flush.
+    #[error("shard {shard} has {what}; retry in about {retry_after_ms} ms")]
     Backpressure {
         shard: ShardRef,
-        unflushed_rows: usize,
-        limit: usize,
+        /// What is over its limit, e.g. "200000 unflushed rows (limit 200000)".
+        what: String,
         retry_after_ms: u64,
     },
     /// Another indexer took the shard over.
@@ -121,8 +119,7 @@ mod tests {
         };
         let backpressure = IndexerError::Backpressure {
             shard: shard.clone(),
-            unflushed_rows: 10,
-            limit: 10,
+            what: "10 unflushed rows (limit 10)".into(),
             retry_after_ms: 250,
         };
         assert_eq!(backpressure.error_code(), ErrorCode::ResourceExhausted);

@@ -22,6 +22,20 @@ pub(crate) enum PendingOp {
 pub(crate) struct Memtable {
     ops: HashMap<PointId, (WalPosition, PendingOp)>,
     positions: BTreeSet<WalPosition>,
+    /// About the memory the held operations take ([`PendingOp::bytes`]).
+    bytes: usize,
+}
+
+impl PendingOp {
+    /// About the memory one held operation takes: its vector and payload,
+    /// plus the id and the map's entry.
+    pub fn bytes(&self) -> usize {
+        const ENTRY_BYTES: usize = 96;
+        match self {
+            PendingOp::Upsert { vector, payload } => ENTRY_BYTES + vector.len() * 4 + payload.len(),
+            PendingOp::Delete => ENTRY_BYTES,
+        }
+    }
 }
 
 impl Memtable {
@@ -40,13 +54,26 @@ impl Memtable {
                 } => (id, PendingOp::Upsert { vector, payload }),
                 WalRecord::Delete { id } => (id, PendingOp::Delete),
             };
-            match self.ops.get(&id) {
-                Some((held, _)) if *held > position => {}
-                _ => {
-                    self.ops.insert(id, (position, op));
-                }
-            }
+            self.offer(id, position, op);
         }
+    }
+
+    /// Holds `op` for `id` unless a newer operation is held.
+    fn offer(&mut self, id: PointId, position: WalPosition, op: PendingOp) {
+        if let Some((held, _)) = self.ops.get(&id)
+            && *held > position
+        {
+            return;
+        }
+        self.bytes += op.bytes();
+        if let Some((_, replaced)) = self.ops.insert(id, (position, op)) {
+            self.bytes -= replaced.bytes();
+        }
+    }
+
+    /// Returns about how much memory the held operations take.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Returns true when the batch at `position` was applied.
@@ -80,12 +107,7 @@ impl Memtable {
     pub fn absorb(&mut self, newer: Memtable) {
         self.positions.extend(newer.positions);
         for (id, (position, op)) in newer.ops {
-            match self.ops.get(&id) {
-                Some((held, _)) if *held > position => {}
-                _ => {
-                    self.ops.insert(id, (position, op));
-                }
-            }
+            self.offer(id, position, op);
         }
     }
 }
@@ -175,5 +197,40 @@ mod tests {
         older.absorb(memtable);
         assert_eq!(older.get(&PointId::U64(1)), Some(&PendingOp::Delete));
         assert!(older.get(&PointId::U64(2)).is_some());
+        // The bytes follow what is held: one delete, one one-value upsert.
+        assert_eq!(older.bytes(), PendingOp::Delete.bytes() + 96 + 4);
+    }
+
+    #[test]
+    fn bytes_count_vectors_and_payloads_of_what_is_held() {
+        let mut memtable = Memtable::default();
+        let big = |id: u64| WalRecord::Upsert {
+            id: PointId::U64(id),
+            vector: vec![0.0; 768],
+            payload: vec![b'x'; 1000],
+        };
+        memtable.apply_batch(
+            WalPosition {
+                epoch: 1,
+                sequence: 1,
+            },
+            batch((0..10).map(big).collect()),
+        );
+        assert_eq!(memtable.bytes(), 10 * (96 + 3072 + 1000));
+        // Replacing rows with deletes gives their memory back.
+        memtable.apply_batch(
+            WalPosition {
+                epoch: 1,
+                sequence: 2,
+            },
+            batch(
+                (0..10)
+                    .map(|id| WalRecord::Delete {
+                        id: PointId::U64(id),
+                    })
+                    .collect(),
+            ),
+        );
+        assert_eq!(memtable.bytes(), 10 * 96);
     }
 }

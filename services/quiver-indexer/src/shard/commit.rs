@@ -155,12 +155,14 @@ async fn commit_batch(
     let mut state = shared.lock_state();
     state.active.apply_batch(position, batch);
     state.last_committed = Some(position);
-    let unflushed = state.active.len();
+    let (unflushed, unflushed_bytes) = (state.active.len(), state.active.bytes());
     drop(state);
     METRICS.rows_written.inc_by(rows as u64);
     METRICS.wal_bytes.inc_by(wal_bytes as u64);
     METRICS.wal_batches.inc();
-    if unflushed >= shared.config.flush_rows {
+    if unflushed >= shared.config.flush_rows
+        || unflushed_bytes >= shared.config.max_unflushed_bytes / 4
+    {
         shared.flush_wanted.notify_one();
     }
     shared.update_gauges();

@@ -68,12 +68,14 @@ pub(super) async fn flush_once(shared: &Shared) -> IndexerResult<bool> {
         };
         let frozen = std::mem::take(&mut state.active);
         state.flushing_rows = frozen.len();
+        state.flushing_bytes = frozen.bytes();
         (frozen, through)
     };
     let started = Instant::now();
     let result = flush_frozen(shared, &mut frozen, through).await;
     let mut state = shared.lock_state();
     state.flushing_rows = 0;
+    state.flushing_bytes = 0;
     match result {
         Ok(true) => {
             METRICS.flushes.inc();

@@ -43,6 +43,8 @@ struct ShardState {
     active: Memtable,
     /// Ids in the flush under way (they still count against backpressure).
     flushing_rows: usize,
+    /// Memory of the flush under way ([`Memtable::bytes`]).
+    flushing_bytes: usize,
     next_sequence: u64,
     last_committed: Option<WalPosition>,
     index: ShardIndex,

@@ -63,6 +63,7 @@ pub(super) async fn load_state(
     Ok(ShardState {
         active,
         flushing_rows: 0,
+        flushing_bytes: 0,
         next_sequence,
         last_committed,
         index,

@@ -137,15 +137,30 @@ impl ShardWriter {
         {
             let state = self.shared.lock_state();
             self.shared.check_writable(&state)?;
+            let config = &self.shared.config;
             let unflushed = state.active.len() + state.flushing_rows;
-            if unflushed >= self.shared.config.max_unflushed_rows {
+            let unflushed_bytes = state.active.bytes() + state.flushing_bytes;
+            let over = if unflushed >= config.max_unflushed_rows {
+                Some(format!(
+                    "{unflushed} unflushed rows (limit {})",
+                    config.max_unflushed_rows
+                ))
+            } else if unflushed_bytes >= config.max_unflushed_bytes {
+                Some(format!(
+                    "{unflushed} unflushed rows taking {} MiB (limit {} MiB, max_unflushed_bytes)",
+                    unflushed_bytes >> 20,
+                    config.max_unflushed_bytes >> 20
+                ))
+            } else {
+                None
+            };
+            if let Some(what) = over {
                 METRICS.backpressure_rejections.inc();
                 self.shared.flush_wanted.notify_one();
                 return Err(IndexerError::Backpressure {
                     shard: self.shared.shard.clone(),
-                    unflushed_rows: unflushed,
-                    limit: self.shared.config.max_unflushed_rows,
-                    retry_after_ms: (self.shared.config.flush_interval_ms / 10).clamp(50, 1000),
+                    what,
+                    retry_after_ms: (config.flush_interval_ms / 10).clamp(50, 1000),
                 });
             }
         }

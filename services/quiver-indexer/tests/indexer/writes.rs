@@ -266,6 +266,38 @@ async fn too_many_unflushed_rows_push_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unflushed_rows_taking_too_much_memory_push_back() {
+    let storage = memory_storage();
+    let catalog = Arc::new(MemoryCatalog::default());
+    // Rows limit far away; 64 KiB of rows is the limit (a flush starts at 16 KiB).
+    let config = IndexerConfig {
+        commit_max_bytes: 64 << 10,
+        max_unflushed_bytes: 64 << 10,
+        ..manual_config()
+    };
+    let writer = open_writer(&storage, &catalog, 1, config).await;
+    // 700 rows take more than 64 KiB (each about 96 bytes of entry, a vector
+    // and its payload); as above, the flush they start may win a round.
+    let mut refusal = None;
+    for round in 0..20u64 {
+        writer
+            .write((0..700).map(|i| upsert(round * 1000 + i, 0)).collect())
+            .await
+            .unwrap();
+        if let Err(error) = writer.write(vec![upsert(100_000 + round, 0)]).await {
+            refusal = Some(error);
+            break;
+        }
+    }
+    let error = refusal.expect("64 KiB of unflushed rows never pushed back");
+    assert_eq!(error.error_code(), ErrorCode::ResourceExhausted, "{error}");
+    assert!(error.to_string().contains("max_unflushed_bytes"), "{error}");
+    assert!(error.to_string().contains("retry in about"), "{error}");
+    writer.flush().await.unwrap();
+    writer.write(vec![upsert(200_000, 0)]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_flushes_and_tiered_merges_keep_every_point() {
     let storage = memory_storage();
     let catalog = Arc::new(MemoryCatalog::default());
