@@ -44,6 +44,12 @@ impl BlobCacheConfig {
     /// Share of the capacity the row tier takes (the rest holds codes,
     /// centroids, ids: the bytes every query scans, about 1/16 of raw vectors).
     pub const ROW_TIER_PERCENT: u64 = 75;
+    /// The fewest hot regions a split leaves: every query pins the hot
+    /// regions it scans, so with fewer, concurrent queries find them all
+    /// pinned and read their codes uncached (slowly) instead.
+    pub const MIN_HOT_REGIONS: u64 = 16;
+    /// The fewest row regions worth a row tier.
+    pub const MIN_ROW_REGIONS: u64 = 64;
 
     /// Returns a config with the default region size.
     pub fn new(directory: impl Into<PathBuf>, capacity_bytes: u64) -> Self {
@@ -94,7 +100,7 @@ impl BlobCacheConfig {
 
     /// Splits the capacity: (hot bytes, row-tier bytes). One tier (row bytes 0)
     /// when the row tier is off or either tier would be too small to be useful
-    /// (the hot tier under two regions, the row tier under 64 regions).
+    /// (under [`Self::MIN_HOT_REGIONS`] or [`Self::MIN_ROW_REGIONS`]).
     fn split(&self) -> (u64, u64) {
         if self.row_region_bytes == 0 {
             return (self.capacity_bytes, 0);
@@ -102,7 +108,9 @@ impl BlobCacheConfig {
         let rows = self.capacity_bytes / 100 * Self::ROW_TIER_PERCENT / self.row_region_bytes
             * self.row_region_bytes;
         let hot = self.capacity_bytes - rows;
-        if hot < 2 * self.region_bytes || rows < 64 * self.row_region_bytes {
+        if hot < Self::MIN_HOT_REGIONS * self.region_bytes
+            || rows < Self::MIN_ROW_REGIONS * self.row_region_bytes
+        {
             (self.capacity_bytes, 0)
         } else {
             (hot, rows)

@@ -20,7 +20,8 @@ fn row_sections_are_cached_in_small_regions_apart_from_the_codes() {
     let config = BlobCacheConfig {
         directory: directory.path().to_path_buf(),
         capacity_bytes: 8 << 20,
-        region_bytes: 256 << 10,
+        // 2 MiB of hot regions: the 16 a split needs.
+        region_bytes: 128 << 10,
         row_region_bytes: 64 << 10,
         map_local_files: true,
     };
