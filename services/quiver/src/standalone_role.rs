@@ -67,6 +67,17 @@ impl StandaloneRole {
             .context("metadata node elected no leader")?;
         let meta_address = meta.local_address().to_string();
         let objects = format!("file://{}", data_dir.join("objects").display());
+        // Builds spill their rows to scratch files: under the data directory
+        // (a disk), not the system temporary directory (often memory).
+        let mut file = file.clone();
+        let indexer_config = file.indexer.get_or_insert_with(Default::default);
+        if indexer_config.scratch_dir.is_empty() {
+            let scratch = data_dir.join("scratch");
+            std::fs::create_dir_all(&scratch)
+                .with_context(|| format!("cannot create {}", scratch.display()))?;
+            indexer_config.scratch_dir = scratch.display().to_string();
+        }
+        let file = &file;
         let indexer = IndexerRole::start(
             &IndexerArgs {
                 node: NodeArgs {
