@@ -12,6 +12,13 @@
 //!   `[indexer]`, `[searcher]` sections), `http_routes` (`/metrics`, `/healthz`,
 //!   `/readyz`).
 
+/// jemalloc returns freed memory to the system as it goes; glibc's malloc
+/// kept each thread's arena at its high-water mark, gigabytes after a large
+/// load (see docs/operations.md, Sizing).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod config_sections;
 mod data_node;
 mod gateway_role;
