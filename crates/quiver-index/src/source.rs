@@ -254,6 +254,22 @@ impl ByteSource for MmapSource {
         }
     }
 
+    fn fetch_ahead(&self, ranges: &[(u64, usize)]) {
+        // The kernel reads the pages it lacks in the background, all at once.
+        for &(offset, length) in ranges {
+            let end = offset
+                .saturating_add(length as u64)
+                .min(self.map.len() as u64);
+            if offset < end {
+                let _ = self.map.advise_range(
+                    memmap2::Advice::WillNeed,
+                    offset as usize,
+                    (end - offset) as usize,
+                );
+            }
+        }
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -56,6 +56,16 @@ fn objects_of_a_local_store_are_mapped_and_searched_without_regions() {
     assert!(!read.is_copied(), "a mapped read borrows the file");
     assert_eq!(&read[..], &bytes[4096..4096 + 512]);
     drop(read);
+    // Fetching ahead asks the kernel for the pages; ranges past the end are
+    // ignored, not an error.
+    quiver_index::ByteSource::fetch_ahead(
+        &object,
+        &[
+            (4096, 512),
+            (bytes.len() as u64 - 10, 100),
+            (u64::MAX - 5, 10),
+        ],
+    );
 
     let mapped = Segment::open(object).unwrap();
     let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
@@ -80,8 +90,13 @@ fn objects_of_a_local_store_are_mapped_and_searched_without_regions() {
     }
     let stats = cache.stats();
     assert_eq!(
-        (stats.misses, stats.resident_regions, stats.bytes_fetched),
-        (0, 0, 0),
+        (
+            stats.misses,
+            stats.resident_regions,
+            stats.bytes_fetched,
+            stats.fetched_ahead
+        ),
+        (0, 0, 0, 0),
         "no region was filled: {stats:?}"
     );
 }
