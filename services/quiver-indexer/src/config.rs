@@ -66,7 +66,7 @@ impl Default for IndexerConfig {
             flush_rows: 20_000,
             max_payload_bytes: 64 << 10,
             max_unflushed_rows: 200_000,
-            max_unflushed_bytes: 1 << 30,
+            max_unflushed_bytes: 256 << 20,
             merge_factor: 8,
             max_segment_rows: 2_000_000,
             merge_floor_rows: 10_000,
