@@ -444,19 +444,7 @@ impl ByteSource for CachedObject {
 
     fn fetch_ahead(&self, ranges: &[(u64, usize)]) {
         if let Some(map) = &self.mapped {
-            // The kernel reads the pages not in its page cache in the
-            // background, all at once, instead of one fault after the other
-            // as rescoring reaches each row.
-            for &(offset, length) in ranges {
-                let end = offset.saturating_add(length as u64).min(self.identity.size);
-                if offset < end {
-                    let _ = map.advise_range(
-                        memmap2::Advice::WillNeed,
-                        offset as usize,
-                        (end - offset) as usize,
-                    );
-                }
-            }
+            quiver_index::advise_will_need(map, ranges);
             return;
         }
         if self.inner.is_read_through() {

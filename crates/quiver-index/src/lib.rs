@@ -36,7 +36,10 @@ pub use reader::Segment;
 pub use search::{
     Hit, RowFilter, SearchScratch, SearchStats, SharedProbe, merge_hits, search_shared,
 };
-pub use source::{AccessPattern, ByteSource, DirectSession, MemorySource, MmapSource, ReadSession};
+pub use source::{
+    AccessPattern, ByteSource, DirectSession, MemorySource, MmapSource, ReadSession,
+    advise_will_need,
+};
 pub use writer::{
     BuildProgress, BuildStage, PointId, SegmentHeader, SegmentSpec, SegmentSummary, SegmentWriter,
     validate_id, validate_point, validate_vector,

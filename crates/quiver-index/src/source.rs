@@ -178,6 +178,23 @@ impl ByteSource for MemorySource {
     }
 }
 
+/// Asks the kernel to read the ranges `(offset, length)` of `map` in the
+/// background, all at once, instead of one page fault after the other as they
+/// are read (ranges past the end are cut; advice errors are ignored: the reads
+/// fault the pages in anyway).
+pub fn advise_will_need(map: &memmap2::Mmap, ranges: &[(u64, usize)]) {
+    for &(offset, length) in ranges {
+        let end = offset.saturating_add(length as u64).min(map.len() as u64);
+        if offset < end {
+            let _ = map.advise_range(
+                memmap2::Advice::WillNeed,
+                offset as usize,
+                (end - offset) as usize,
+            );
+        }
+    }
+}
+
 /// A segment file on local disk, memory-mapped read-only.
 pub struct MmapSource {
     name: String,
@@ -255,19 +272,7 @@ impl ByteSource for MmapSource {
     }
 
     fn fetch_ahead(&self, ranges: &[(u64, usize)]) {
-        // The kernel reads the pages it lacks in the background, all at once.
-        for &(offset, length) in ranges {
-            let end = offset
-                .saturating_add(length as u64)
-                .min(self.map.len() as u64);
-            if offset < end {
-                let _ = self.map.advise_range(
-                    memmap2::Advice::WillNeed,
-                    offset as usize,
-                    (end - offset) as usize,
-                );
-            }
-        }
+        advise_will_need(&self.map, ranges);
     }
 
     fn name(&self) -> &str {
