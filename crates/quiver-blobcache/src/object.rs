@@ -34,6 +34,8 @@ pub struct CachedObject {
     /// The object's own file, mapped, when it is a file of a `file://` store:
     /// reads borrow it, and no region of the cache is used.
     pub(crate) mapped: Option<memmap2::Mmap>,
+    /// Fetch-ahead of the mapped file's rescoring rows, while it misses pages.
+    read_ahead: quiver_index::ReadAhead,
     /// The same object in the cache's row tier, which serves the ranges of
     /// `row_ranges` (raw vectors, payloads) once a segment is open on it.
     pub(crate) rows: Option<Box<CachedObject>>,
@@ -52,6 +54,7 @@ impl CachedObject {
             hints: Mutex::new(Vec::new()),
             checksums: OnceLock::new(),
             mapped: None,
+            read_ahead: quiver_index::ReadAhead::new(),
             rows: None,
             row_ranges: OnceLock::new(),
         }
@@ -68,6 +71,7 @@ impl CachedObject {
             hints: Mutex::new(Vec::new()),
             checksums: OnceLock::new(),
             mapped: Some(map),
+            read_ahead: quiver_index::ReadAhead::new(),
             rows: None,
             row_ranges: OnceLock::new(),
         }
@@ -444,7 +448,7 @@ impl ByteSource for CachedObject {
 
     fn fetch_ahead(&self, ranges: &[(u64, usize)]) {
         if let Some(map) = &self.mapped {
-            quiver_index::advise_will_need(map, ranges);
+            self.read_ahead.fetch_ahead(map, ranges);
             return;
         }
         if self.inner.is_read_through() {

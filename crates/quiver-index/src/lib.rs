@@ -37,8 +37,7 @@ pub use search::{
     Hit, RowFilter, SearchScratch, SearchStats, SharedProbe, merge_hits, search_shared,
 };
 pub use source::{
-    AccessPattern, ByteSource, DirectSession, MemorySource, MmapSource, ReadSession,
-    advise_will_need,
+    AccessPattern, ByteSource, DirectSession, MemorySource, MmapSource, ReadAhead, ReadSession,
 };
 pub use writer::{
     BuildProgress, BuildStage, PointId, SegmentHeader, SegmentSpec, SegmentSummary, SegmentWriter,
