@@ -8,7 +8,9 @@
 //!   error answer, one module per handler group); reference in `docs/api.md`.
 //! - `grpc`: the gRPC front end (`quiver.v1.client.Quiver`).
 //! - `routing`: the routing table from meta and the channels to the nodes;
-//!   `read_rounds`: concurrent strong reads sharing one meta read-index round.
+//!   `searcher_channel`: a searcher over the network or in this process
+//!   ([`LocalSearcher`], `quiver standalone`); `read_rounds`: concurrent strong
+//!   reads sharing one meta read-index round.
 //! - `error`: [`GatewayError`], a `ServiceError` of the shared vocabulary.
 //! - `server`: [`GatewayServer`], the role's lifecycle; `auth`, `tls`,
 //!   `request_id`, `metrics`: the front door's parts.
@@ -24,11 +26,13 @@ mod read_rounds;
 mod request_id;
 mod rest;
 mod routing;
+mod searcher_channel;
 mod server;
 mod tls;
 
 pub use auth::{Access, ApiKeys};
 pub use core::{Consistency, Gateway, Limits};
 pub use error::{GatewayError, GatewayResult};
-pub use server::{GatewayConfig, GatewayServer};
+pub use searcher_channel::LocalSearcher;
+pub use server::{GatewayConfig, GatewayServer, LocalSearchers};
 pub use tls::{ServerTls, install_crypto_provider};

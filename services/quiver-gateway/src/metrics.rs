@@ -13,6 +13,7 @@ pub(crate) struct GatewayMetrics {
     pub search_hits: Histogram,
     pub strong_read_rounds: IntCounter,
     pub strong_read_rounds_shared: IntCounter,
+    pub searcher_calls: IntCounterVec,
 }
 
 pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMetrics {
@@ -45,6 +46,12 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
     strong_read_rounds_shared: register_int_counter!(
         "quiver_gateway_strong_read_rounds_shared_total",
         "Strong reads answered by a round another request had already started gathering."
+    )
+    .expect("metric registers once"),
+    searcher_calls: register_int_counter_vec!(
+        "quiver_gateway_searcher_calls_total",
+        "Calls to searchers by path: `local` (a searcher in this process, called directly) or `remote` (gRPC).",
+        &["path"]
     )
     .expect("metric registers once"),
 });

@@ -13,6 +13,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{GatewayError, GatewayResult};
 use crate::read_rounds::SharedRounds;
+use crate::searcher_channel::{LocalSearcher, SearcherChannel};
 
 /// One shard's current placement.
 #[derive(Clone, Debug)]
@@ -51,6 +52,8 @@ pub struct Router {
     /// Linearizable reads of one collection's route, shared by concurrent callers.
     strong_rounds: SharedRounds<Arc<CollectionRoute>>,
     channels: Mutex<HashMap<String, Channel>>,
+    /// Searchers in this process, by the address meta knows them by.
+    local_searchers: RwLock<HashMap<String, LocalSearcher>>,
     next_replica: AtomicUsize,
     connect_timeout: Duration,
     request_timeout: Duration,
@@ -123,6 +126,7 @@ impl Router {
             table: RwLock::new(HashMap::new()),
             strong_rounds: SharedRounds::new(),
             channels: Mutex::new(HashMap::new()),
+            local_searchers: RwLock::new(HashMap::new()),
             next_replica: AtomicUsize::new(0),
             connect_timeout: Duration::from_secs(2),
             request_timeout,
@@ -191,11 +195,35 @@ impl Router {
             .cloned()
     }
 
-    /// Returns a channel to `address` (created lazily, reused).
     /// Timeout of one call to an indexer or searcher.
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
     }
+
+    /// Calls the searcher known to meta as `address` in this process, not over
+    /// the network (`quiver standalone`).
+    pub fn add_local_searcher(&self, address: impl Into<String>, searcher: LocalSearcher) {
+        self.local_searchers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(address.into(), searcher);
+    }
+
+    /// Returns the way to the searcher at `address`: in this process if it runs
+    /// here, else a channel.
+    pub fn searcher_channel(&self, address: &str) -> GatewayResult<SearcherChannel> {
+        if let Some(local) = self
+            .local_searchers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(address)
+        {
+            return Ok(SearcherChannel::Local(local.clone(), self.request_timeout));
+        }
+        self.channel(address).map(SearcherChannel::Remote)
+    }
+
+    /// Returns a channel to `address` (created lazily, reused).
 
     pub fn channel(&self, address: &str) -> GatewayResult<Channel> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());

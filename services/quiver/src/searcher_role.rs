@@ -95,6 +95,17 @@ impl SearcherRole {
     }
 }
 
+impl SearcherRole {
+    /// Returns the searcher as the gateway of this process calls it: its
+    /// address in meta's routing table and its service (no socket).
+    pub fn local_searcher(&self) -> (String, quiver_gateway::LocalSearcher) {
+        (
+            self.node.advertise_address().to_string(),
+            self.node.local_service(),
+        )
+    }
+}
+
 #[async_trait::async_trait]
 impl Role for SearcherRole {
     fn name(&self) -> &'static str {

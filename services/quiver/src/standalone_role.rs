@@ -11,6 +11,8 @@ use quiver_meta::MetaServer;
 
 use crate::config_sections::{CacheSize, DataFileConfig, parse_cache_size};
 use crate::data_node::{NodeArgs, StoreArgs};
+use quiver_gateway::LocalSearchers;
+
 use crate::gateway_role::{GatewayArgs, GatewayRole, GatewaySettings, KeyArgs, TlsArgs};
 use crate::indexer_role::{IndexerArgs, IndexerRole};
 use crate::lifecycle::Role;
@@ -125,6 +127,8 @@ impl StandaloneRole {
             settings,
             http_listen,
             vec![Arc::new(move || meta_metrics.render())],
+            // The searcher is in this process: called directly, not over gRPC.
+            LocalSearchers(vec![searcher.local_searcher()]),
         )
         .await?;
         tracing::info!(

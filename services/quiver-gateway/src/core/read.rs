@@ -20,6 +20,7 @@ use crate::error::{GatewayError, GatewayResult};
 use crate::metrics::METRICS;
 use crate::request_id::outgoing;
 use crate::routing::{CollectionRoute, ShardPlacement};
+use crate::searcher_channel::SearcherChannel;
 
 impl Gateway {
     /// Calls `call` on the shard's searchers in turn until one answers.
@@ -29,7 +30,7 @@ impl Gateway {
         call: F,
     ) -> GatewayResult<T>
     where
-        F: Fn(SearcherClient<tonic::transport::Channel>) -> Fut,
+        F: Fn(SearcherClient<SearcherChannel>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let order = self.router.searcher_order(placement);
@@ -41,7 +42,7 @@ impl Gateway {
         }
         let mut last_error = None;
         for address in order {
-            let client = SearcherClient::new(self.router.channel(&address)?)
+            let client = SearcherClient::new(self.router.searcher_channel(&address)?)
                 .max_decoding_message_size(64 << 20)
                 .max_encoding_message_size(64 << 20);
             match call(client).await {

@@ -359,6 +359,16 @@ async fn the_rest_api_end_to_end() {
     ] {
         assert!(metrics.contains(name), "/metrics lacks {name}");
     }
+    // The gateway calls the searcher of its own process directly, never over gRPC.
+    let calls = |path: &str| -> u64 {
+        let prefix = format!("quiver_gateway_searcher_calls_total{{path=\"{path}\"}} ");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix.as_str()))
+            .map_or(0, |count| count.trim().parse().expect("a count"))
+    };
+    assert!(calls("local") > 0, "no local searcher call:\n{metrics}");
+    assert_eq!(calls("remote"), 0, "searcher calls went over gRPC");
     let (status, _) = server.call("DELETE", "/v1/collections/docs", None).await;
     assert_eq!(status, 200);
     let (_, body) = server
