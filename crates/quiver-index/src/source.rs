@@ -229,7 +229,7 @@ impl ReadAhead {
     /// the type); returns how many ranges were advised.
     pub fn fetch_ahead(&self, map: &memmap2::Mmap, ranges: &[(u64, usize)]) -> usize {
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
-        if !self.is_looking() && call % Self::SAMPLE_EVERY != 0 {
+        if !self.is_looking() && !call.is_multiple_of(Self::SAMPLE_EVERY) {
             return 0;
         }
         let mut advised = 0;

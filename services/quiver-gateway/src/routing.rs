@@ -224,7 +224,6 @@ impl Router {
     }
 
     /// Returns a channel to `address` (created lazily, reused).
-
     pub fn channel(&self, address: &str) -> GatewayResult<Channel> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(channel) = channels.get(address) {
