@@ -39,6 +39,9 @@ pub struct ClusterOptions {
     pub load_payloads: bool,
     /// Server processes whose CPU time per query is reported.
     pub server_pids: Vec<u32>,
+    /// Also measure the engine alone on --base at the recall the server
+    /// delivered (one segment, one thread) and print the CPU ratio.
+    pub engine: bool,
     pub json: PathBuf,
 }
 
@@ -89,6 +92,10 @@ struct ClusterPoint {
     segments: f64,
     /// Mean time inside the searchers per query, milliseconds.
     search_ms: f64,
+    /// Server CPU per query ÷ the engine alone's at the same recall (--engine
+    /// with --server-pid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_vs_engine: Option<f64>,
 }
 
 async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
@@ -328,6 +335,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             tail_rows_scored: costs.1 as f64 / costed,
             segments: costs.2 as f64 / costed,
             search_ms: costs.3 / costed,
+            cpu_vs_engine: None,
         };
         println!(
             "{:>11} {:>8.4} {:>10.0} {:>8.2} {:>8.2} {:>7} {:>10.3} {:>9.0} {:>8.0} {:>6.1} {:>9.3}",
@@ -345,7 +353,13 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         );
         points.push(point);
     }
+    let engine = if options.engine {
+        Some(compare_with_engine(options, &queries, &truth, &mut points)?)
+    } else {
+        None
+    };
     let report = serde_json::json!({
+        "engine": engine,
         "dataset": {
             "collection": options.collection,
             "queries": options.queries.display().to_string(),
@@ -363,6 +377,53 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
     plot_latency(&png, &options.collection, &points)?;
     println!("wrote {} and {}", options.json.display(), png.display());
     Ok(())
+}
+
+/// Measures the engine alone on the base vectors at the lowest recall the
+/// server delivered, and sets each point's CPU ratio.
+fn compare_with_engine(
+    options: &ClusterOptions,
+    queries: &quiver_common::vecs::Matrix<f32>,
+    truth: &quiver_common::vecs::Matrix<i32>,
+    points: &mut [ClusterPoint],
+) -> Result<crate::engine::EngineMatch> {
+    let path = options
+        .base
+        .as_ref()
+        .context("--engine needs --base B.fvecs (the collection's vectors)")?;
+    let base = read_fvecs(path, None)?;
+    let metric: quiver_index::Metric = options
+        .metric
+        .parse()
+        .map_err(|error| anyhow::anyhow!("--metric: {error}"))?;
+    let target = points
+        .iter()
+        .map(|point| point.recall)
+        .fold(f64::INFINITY, f64::min);
+    println!(
+        "engine alone: one segment of {} rows, one thread, at recall ≥ {target:.4}",
+        base.rows()
+    );
+    let engine = crate::engine::at_recall(&base, queries, truth, metric, options.k, target)?;
+    println!(
+        "engine alone: nprobe {} recall {:.4}, {:.3} ms per query, {:.0} rows scanned (built in {:.1} s)",
+        engine.nprobe, engine.recall, engine.ms_per_query, engine.rows_scanned, engine.build_s
+    );
+    if !options.server_pids.is_empty() {
+        println!(
+            "{:>11} {:>10} {:>10} {:>7}",
+            "concurrency", "cpu_ms/q", "engine_ms", "ratio"
+        );
+        for point in points.iter_mut() {
+            let ratio = point.server_cpu_ms_per_query / engine.ms_per_query;
+            point.cpu_vs_engine = Some(ratio);
+            println!(
+                "{:>11} {:>10.3} {:>10.3} {:>7.2}",
+                point.concurrency, point.server_cpu_ms_per_query, engine.ms_per_query, ratio
+            );
+        }
+    }
+    Ok(engine)
 }
 
 fn plot_latency(path: &std::path::Path, title: &str, points: &[ClusterPoint]) -> Result<()> {

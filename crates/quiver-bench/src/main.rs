@@ -139,6 +139,11 @@ enum Command {
         /// time (user + system, from /proc) per query is reported for each concurrency.
         #[arg(long, value_delimiter = ',')]
         server_pid: Vec<u32>,
+        /// Also build one segment of --base in this process and measure the engine
+        /// alone (one thread) at the recall the server delivered; with --server-pid,
+        /// print the server's CPU per query as a ratio to it.
+        #[arg(long, requires = "base")]
+        engine: bool,
         /// JSON report path; the latency plot is written beside it as .png.
         #[arg(long)]
         json: PathBuf,
@@ -361,6 +366,7 @@ fn main() -> Result<()> {
             include_payload,
             load_payloads,
             server_pid,
+            engine,
             json,
         } => {
             if k == 0 || concurrency.is_empty() || concurrency.contains(&0) {
@@ -390,6 +396,7 @@ fn main() -> Result<()> {
                 include_payload,
                 load_payloads,
                 server_pids: server_pid,
+                engine,
                 json,
             };
             tokio::runtime::Builder::new_multi_thread()

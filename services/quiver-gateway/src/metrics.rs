@@ -16,7 +16,8 @@ pub(crate) struct GatewayMetrics {
     pub searcher_calls: IntCounterVec,
 }
 
-pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMetrics {
+pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| {
+    GatewayMetrics {
     requests: register_int_counter_vec!(
         "quiver_gateway_requests_total",
         "Client API requests by route and outcome code (OK or an error code).",
@@ -54,4 +55,5 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| GatewayMe
         &["path"]
     )
     .expect("metric registers once"),
+}
 });
