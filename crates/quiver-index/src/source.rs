@@ -188,8 +188,9 @@ impl ByteSource for MemorySource {
 /// the gate checks residency first (`mincore`, which for pages already mapped
 /// reads only the page tables) and advises only the ranges that miss. Once
 /// [`ReadAhead::QUIET_CALLS`] calls in a row found everything resident it stops
-/// looking, and checks one call in [`ReadAhead::SAMPLE_EVERY`] until a miss
-/// turns it back on. Ranges past the end are cut; advice errors are ignored
+/// looking: one call in [`ReadAhead::SAMPLE_EVERY`] checks its first
+/// [`ReadAhead::SAMPLE_RANGES`] ranges, and a miss turns it back on (a cold
+/// file misses nearly everywhere, so a few ranges tell). Ranges past the end are cut; advice errors are ignored
 /// (the reads fault the pages in anyway).
 #[derive(Debug)]
 pub struct ReadAhead {
@@ -208,8 +209,10 @@ impl Default for ReadAhead {
 impl ReadAhead {
     /// Calls in a row with nothing missing before the gate stops looking.
     pub const QUIET_CALLS: u32 = 8;
-    /// While quiet, one call in this many is checked.
-    pub const SAMPLE_EVERY: u32 = 16;
+    /// While quiet, one call in this many is checked...
+    pub const SAMPLE_EVERY: u32 = 32;
+    /// ...on this many of its ranges.
+    pub const SAMPLE_RANGES: usize = 2;
 
     /// A gate that starts by looking (a file just opened is likely cold).
     pub const fn new() -> Self {
@@ -229,9 +232,13 @@ impl ReadAhead {
     /// the type); returns how many ranges were advised.
     pub fn fetch_ahead(&self, map: &memmap2::Mmap, ranges: &[(u64, usize)]) -> usize {
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
-        if !self.is_looking() && !call.is_multiple_of(Self::SAMPLE_EVERY) {
+        let ranges = if self.is_looking() {
+            ranges
+        } else if call.is_multiple_of(Self::SAMPLE_EVERY) {
+            &ranges[..ranges.len().min(Self::SAMPLE_RANGES)]
+        } else {
             return 0;
-        }
+        };
         let mut advised = 0;
         for &(offset, length) in ranges {
             let end = offset.saturating_add(length as u64).min(map.len() as u64);

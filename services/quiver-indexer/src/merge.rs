@@ -3,9 +3,18 @@
 //! segments, its smallest ones are merged into one of the next tier. A segment
 //! with many deleted rows is rewritten alone. Merges never exceed
 //! `max_segment_rows`.
+//!
+//! One more merge keeps the shard's codebook sized for the shard: once the
+//! shard holds more than `CODEBOOK_RETRAIN_GROWTH` times the rows its codebook
+//! was trained on, every segment is merged into one, whose build trains a new
+//! codebook on all of them. Lists trained on the first flush's 20k rows stay
+//! 20k-sized otherwise, and a search of 100k rows then scans a third of them
+//! for the recall one 100k-row codebook reaches scanning a seventh. The shard
+//! is rewritten once per doubling (twice its final size in all), and every
+//! later flush and merge shares the new codebook.
 
 use crate::config::IndexerConfig;
-use crate::segments::ShardIndex;
+use crate::segments::{CODEBOOK_RETRAIN_GROWTH, ShardIndex};
 
 /// Share of deleted rows above which a segment is rewritten without them.
 const REWRITE_DELETED_FRACTION: f64 = 0.3;
@@ -76,6 +85,14 @@ pub(crate) fn plan_merges(
         return None;
     }
 
+    let trained_rows = index
+        .codebook
+        .as_ref()
+        .map(|codebook| codebook.codebook.trained_rows());
+    if let Some(plan) = codebook_refresh(&segments, trained_rows, config) {
+        return Some(plan);
+    }
+
     for tier_index in 0..=tier(max_rows, config) {
         let members: Vec<&(u64, u64, &str)> = segments
             .iter()
@@ -104,6 +121,21 @@ pub(crate) fn plan_merges(
             level: tier(live, config),
             segment_ids: vec![segment_id.to_string()],
         })
+}
+
+/// The merge of every segment `(live rows, rows, id)` when the shard has
+/// outgrown the codebook trained on `trained_rows` (see the module comment).
+fn codebook_refresh(
+    segments: &[(u64, u64, &str)],
+    trained_rows: Option<u64>,
+    config: &IndexerConfig,
+) -> Option<MergePlan> {
+    let live: u64 = segments.iter().map(|(live, _, _)| live).sum();
+    let outgrown = live > trained_rows? * CODEBOOK_RETRAIN_GROWTH;
+    (outgrown && segments.len() >= 2 && live <= config.max_segment_rows as u64).then(|| MergePlan {
+        level: tier(live, config),
+        segment_ids: segments.iter().map(|(_, _, id)| id.to_string()).collect(),
+    })
 }
 
 #[cfg(test)]
@@ -181,6 +213,35 @@ mod tests {
         // Compaction takes as many as fit.
         let plan = plan_merges(&index_of(&[(1000, 0); 4]), &config, true).unwrap();
         assert_eq!(plan.segment_ids.len(), 3);
+    }
+
+    #[test]
+    fn an_outgrown_codebook_merges_the_whole_shard() {
+        let config = config();
+        let segments = [
+            (20_000, 20_000, "a"),
+            (20_000, 20_000, "b"),
+            (20_000, 21_000, "c"),
+        ];
+        // No codebook yet (no segment built): nothing.
+        assert_eq!(codebook_refresh(&segments, None, &config), None);
+        let plan = codebook_refresh(&segments, Some(20_000), &config).expect("60k > 2 × 20k");
+        assert_eq!(plan.segment_ids, vec!["a", "b", "c"]);
+        assert_eq!(plan.level, tier(60_000, &config));
+        // A codebook sized for the shard: nothing to do.
+        assert_eq!(codebook_refresh(&segments, Some(30_000), &config), None);
+        // One segment (its build already sized its codebook), or more rows than
+        // a segment may hold: the tiers decide.
+        assert_eq!(codebook_refresh(&segments[..1], Some(1_000), &config), None);
+        let small = IndexerConfig {
+            max_segment_rows: 50_000,
+            ..config.clone()
+        };
+        assert_eq!(codebook_refresh(&segments, Some(20_000), &small), None);
+        // Through plan_merges: three segments of one tier are no tiered merge,
+        // and without a codebook recorded nothing is planned.
+        let index = index_of(&[(20_000, 0), (20_000, 0), (20_000, 0)]);
+        assert_eq!(plan_merges(&index, &config, false), None);
     }
 
     #[test]
