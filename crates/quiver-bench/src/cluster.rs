@@ -33,6 +33,8 @@ pub struct ClusterOptions {
     pub max_queries: Option<usize>,
     /// After a load: how long the collection must stay unchanged (see [`settle`]).
     pub settle: Duration,
+    /// Wait for the collection to settle even without a load.
+    pub wait_settled: bool,
     /// Searches ask for payloads.
     pub include_payload: bool,
     /// --load writes a small payload on every point.
@@ -214,6 +216,9 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         settle(&client, options).await?;
         Some(seconds)
     } else {
+        if options.wait_settled {
+            settle(&client, options).await?;
+        }
         None
     };
     let queries = Arc::new(read_fvecs(&options.queries, options.max_queries)?);

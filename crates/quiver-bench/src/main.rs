@@ -129,6 +129,9 @@ enum Command {
         /// queries measure the steady state; 0 starts querying at once.
         #[arg(long, default_value_t = 20)]
         settle_seconds: u64,
+        /// Without --load, also wait for the collection to settle first.
+        #[arg(long)]
+        wait_settled: bool,
         /// Ask for every hit's payload (what a default search returns).
         #[arg(long)]
         include_payload: bool,
@@ -363,6 +366,7 @@ fn main() -> Result<()> {
             consistency,
             max_queries,
             settle_seconds,
+            wait_settled,
             include_payload,
             load_payloads,
             server_pid,
@@ -393,6 +397,7 @@ fn main() -> Result<()> {
                 consistency,
                 max_queries,
                 settle: Duration::from_secs(settle_seconds),
+                wait_settled,
                 include_payload,
                 load_payloads,
                 server_pids: server_pid,
