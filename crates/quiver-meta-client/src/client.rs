@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use quiver_common::RetryPolicy;
+use quiver_proto::RpcChannel;
 use quiver_proto::meta as pb;
 use quiver_proto::meta::meta_service_client::MetaServiceClient;
 use tonic::transport::Channel;
@@ -138,6 +139,14 @@ impl MetaClient {
         ))
     }
 
+    /// Returns the way to the node at `address`: its service if it runs in this
+    /// process (`quiver standalone`), else a network channel.
+    fn rpc_channel(&self, address: &str) -> MetaClientResult<RpcChannel> {
+        RpcChannel::to(address, self.inner.config.attempt_timeout, || {
+            self.channel(address)
+        })
+    }
+
     fn channel(&self, address: &str) -> MetaClientResult<Channel> {
         let mut channels = self
             .inner
@@ -179,7 +188,7 @@ impl MetaClient {
         call: F,
     ) -> MetaClientResult<T>
     where
-        F: Fn(MetaServiceClient<Channel>) -> Fut,
+        F: Fn(MetaServiceClient<RpcChannel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let config = &self.inner.config;
@@ -209,7 +218,7 @@ impl MetaClient {
                 return Err(spent(last_error));
             }
             let attempt_timeout = config.attempt_timeout.min(remaining);
-            let client = MetaServiceClient::new(self.channel(&address)?);
+            let client = MetaServiceClient::new(self.rpc_channel(&address)?);
             let mut redirected = false;
             match tokio::time::timeout(attempt_timeout, call(client)).await {
                 Ok(Ok(response)) => {
@@ -610,7 +619,7 @@ impl MetaClient {
         &self,
         address: &str,
     ) -> MetaClientResult<pb::ClusterStatusResponse> {
-        let mut client = MetaServiceClient::new(self.channel(address)?);
+        let mut client = MetaServiceClient::new(self.rpc_channel(address)?);
         let attempt = client.cluster_status(pb::ClusterStatusRequest {});
         match tokio::time::timeout(self.inner.config.attempt_timeout, attempt).await {
             Ok(Ok(response)) => Ok(response.into_inner()),

@@ -9,32 +9,22 @@
 //! - [`ErrorCode`]: one code per kind of failure, with its gRPC and HTTP mapping.
 //! - [`request_span`]: the span each role's gRPC server runs a call in, carrying
 //!   the request id the gateway sends as [`REQUEST_ID_HEADER`] metadata.
-//! - [`LocalService`]: a role's gRPC service called in the caller's process.
+//! - [`in_process`]: a role's gRPC service called by clients in the same process
+//!   ([`RpcChannel`], [`serve_in_process`]; `quiver standalone`).
 
 pub mod convert;
 mod error;
+pub mod in_process;
 mod trace;
 
 pub use error::{
     ErrorCode, LEADER_ADDRESS_HEADER, LEADER_ID_HEADER, RETRY_AFTER_MS_HEADER, ServiceError,
     retry_after_of_status, status_of,
 };
+pub use in_process::{
+    InProcessRegistration, LocalService, RpcChannel, local_service, serve_in_process,
+};
 pub use trace::{MAX_REQUEST_ID_BYTES, REQUEST_ID_HEADER, request_span, valid_request_id};
-
-/// A role's gRPC service, called in this process instead of over the network:
-/// an encoded gRPC request in, its encoded answer out (errors are answers too,
-/// with a `grpc-status`). `quiver standalone` hands its searcher's to the gateway.
-pub type LocalService = std::sync::Arc<
-    dyn Fn(
-            tonic::codegen::http::Request<tonic::body::Body>,
-        ) -> std::pin::Pin<
-            Box<
-                dyn std::future::Future<Output = tonic::codegen::http::Response<tonic::body::Body>>
-                    + Send,
-            >,
-        > + Send
-        + Sync,
->;
 
 /// The metadata service's messages and its tonic client and server (`quiver.v1.meta`).
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -7,10 +7,9 @@
 //! - `rest`: the REST front end (routes, decoding into `quiver-api` types, the
 //!   error answer, one module per handler group); reference in `docs/api.md`.
 //! - `grpc`: the gRPC front end (`quiver.v1.client.Quiver`).
-//! - `routing`: the routing table from meta and the channels to the nodes;
-//!   `searcher_channel`: a searcher over the network or in this process
-//!   ([`LocalSearcher`], `quiver standalone`); `read_rounds`: concurrent strong
-//!   reads sharing one meta read-index round.
+//! - `routing`: the routing table from meta and the channels to the nodes (a
+//!   searcher in this process is called directly: `quiver_proto::in_process`);
+//!   `read_rounds`: concurrent strong reads sharing one meta read-index round.
 //! - `error`: [`GatewayError`], a `ServiceError` of the shared vocabulary.
 //! - `server`: [`GatewayServer`], the role's lifecycle; `auth`, `tls`,
 //!   `request_id`, `metrics`: the front door's parts.
@@ -26,13 +25,11 @@ mod read_rounds;
 mod request_id;
 mod rest;
 mod routing;
-mod searcher_channel;
 mod server;
 mod tls;
 
 pub use auth::{Access, ApiKeys};
 pub use core::{Consistency, Gateway, Limits};
 pub use error::{GatewayError, GatewayResult};
-pub use searcher_channel::LocalSearcher;
-pub use server::{GatewayConfig, GatewayServer, LocalSearchers};
+pub use server::{GatewayConfig, GatewayServer};
 pub use tls::{ServerTls, install_crypto_provider};

@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use quiver_meta_client::MetaClient;
+use quiver_proto::RpcChannel;
 use quiver_proto::meta as pb;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{GatewayError, GatewayResult};
+use crate::metrics::METRICS;
 use crate::read_rounds::SharedRounds;
-use crate::searcher_channel::{LocalSearcher, SearcherChannel};
 
 /// One shard's current placement.
 #[derive(Clone, Debug)]
@@ -52,8 +53,6 @@ pub struct Router {
     /// Linearizable reads of one collection's route, shared by concurrent callers.
     strong_rounds: SharedRounds<Arc<CollectionRoute>>,
     channels: Mutex<HashMap<String, Channel>>,
-    /// Searchers in this process, by the address meta knows them by.
-    local_searchers: RwLock<HashMap<String, LocalSearcher>>,
     next_replica: AtomicUsize,
     connect_timeout: Duration,
     request_timeout: Duration,
@@ -126,7 +125,6 @@ impl Router {
             table: RwLock::new(HashMap::new()),
             strong_rounds: SharedRounds::new(),
             channels: Mutex::new(HashMap::new()),
-            local_searchers: RwLock::new(HashMap::new()),
             next_replica: AtomicUsize::new(0),
             connect_timeout: Duration::from_secs(2),
             request_timeout,
@@ -200,27 +198,17 @@ impl Router {
         self.request_timeout
     }
 
-    /// Calls the searcher known to meta as `address` in this process, not over
-    /// the network (`quiver standalone`).
-    pub fn add_local_searcher(&self, address: impl Into<String>, searcher: LocalSearcher) {
-        self.local_searchers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(address.into(), searcher);
-    }
-
-    /// Returns the way to the searcher at `address`: in this process if it runs
-    /// here, else a channel.
-    pub fn searcher_channel(&self, address: &str) -> GatewayResult<SearcherChannel> {
-        if let Some(local) = self
-            .local_searchers
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(address)
-        {
-            return Ok(SearcherChannel::Local(local.clone(), self.request_timeout));
-        }
-        self.channel(address).map(SearcherChannel::Remote)
+    /// Returns the way to the searcher at `address`: its service when it runs
+    /// in this process (`quiver standalone`), else a channel.
+    pub fn searcher_channel(&self, address: &str) -> GatewayResult<RpcChannel> {
+        let channel = RpcChannel::to(address, self.request_timeout, || self.channel(address))?;
+        let path = if channel.is_local() {
+            "local"
+        } else {
+            "remote"
+        };
+        METRICS.searcher_calls.with_label_values(&[path]).inc();
+        Ok(channel)
     }
 
     /// Returns a channel to `address` (created lazily, reused).

@@ -21,7 +21,6 @@ use crate::error::GatewayError;
 use crate::grpc::ClientApi;
 use crate::rest::{RestState, router};
 use crate::routing::Router;
-use crate::searcher_channel::LocalSearcher;
 use crate::tls::{ServerTls, TlsListener};
 
 /// Settings of a gateway.
@@ -42,22 +41,6 @@ pub struct GatewayConfig {
     pub routing_interval: Duration,
     /// TLS for both ports (none: plaintext).
     pub tls: Option<ServerTls>,
-    /// Searchers running in this process, by the address meta knows them by:
-    /// called directly instead of over gRPC (`quiver standalone`).
-    pub local_searchers: LocalSearchers,
-}
-
-/// Searchers in the gateway's process (see [`GatewayConfig::local_searchers`]).
-#[derive(Clone, Default)]
-pub struct LocalSearchers(pub Vec<(String, LocalSearcher)>);
-
-impl std::fmt::Debug for LocalSearchers {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_list()
-            .entries(self.0.iter().map(|(address, _)| address))
-            .finish()
-    }
 }
 
 impl GatewayConfig {
@@ -71,7 +54,6 @@ impl GatewayConfig {
             compact_wait: Duration::from_secs(24),
             routing_interval: Duration::from_millis(500),
             tls: None,
-            local_searchers: LocalSearchers::default(),
         }
     }
 }
@@ -102,9 +84,6 @@ impl GatewayServer {
             .local_addr()
             .map_err(|error| GatewayError::unavailable(format!("grpc listener: {error}")))?;
         let routing = Arc::new(Router::new(meta.clone(), config.request_timeout));
-        for (address, searcher) in &config.local_searchers.0 {
-            routing.add_local_searcher(address.clone(), searcher.clone());
-        }
         // Gateway::compact caps the wait below the request timeout itself.
         let gateway = Arc::new(
             Gateway::new(routing.clone(), config.limits.clone())

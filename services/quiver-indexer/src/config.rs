@@ -40,6 +40,10 @@ pub struct IndexerConfig {
     pub max_segment_rows: usize,
     /// Segments with fewer rows than this all count as the smallest tier.
     pub merge_floor_rows: usize,
+    /// Once a shard holds more than twice the rows its codebook was trained
+    /// on, merge every segment into one (up to `max_segment_rows`), whose build
+    /// trains a codebook sized for the shard (see `merge.rs`).
+    pub codebook_refresh: bool,
     /// Threads a merge's index build may use (kept low so merges do not starve
     /// ingest).
     pub merge_threads: usize,
@@ -70,6 +74,7 @@ impl Default for IndexerConfig {
             merge_factor: 8,
             max_segment_rows: 2_000_000,
             merge_floor_rows: 10_000,
+            codebook_refresh: true,
             merge_threads: 1,
             scratch_dir: String::new(),
             orphan_sweep_interval_ms: 3_600_000,

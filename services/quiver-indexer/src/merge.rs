@@ -88,6 +88,7 @@ pub(crate) fn plan_merges(
     let trained_rows = index
         .codebook
         .as_ref()
+        .filter(|_| config.codebook_refresh)
         .map(|codebook| codebook.codebook.trained_rows());
     if let Some(plan) = codebook_refresh(&segments, trained_rows, config) {
         return Some(plan);

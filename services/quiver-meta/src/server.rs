@@ -185,6 +185,16 @@ impl MetaServer {
         })
     }
 
+    /// Returns the client-facing metadata service to call in this process,
+    /// without a socket (`quiver standalone` registers it with
+    /// `quiver_proto::serve_in_process`). Raft between nodes stays on the network.
+    pub fn local_service(&self) -> quiver_proto::LocalService {
+        quiver_proto::local_service(MetaServiceServer::new(MetaGrpc {
+            context: self.context.clone(),
+            shutdown: self.shutdown.clone(),
+        }))
+    }
+
     /// Returns the address the gRPC port is bound to.
     pub fn local_address(&self) -> SocketAddr {
         self.local_address

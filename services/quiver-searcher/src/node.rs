@@ -185,21 +185,14 @@ impl SearcherNode {
     }
 
     /// Returns the node's gRPC service to call in this process, without a
-    /// socket (`quiver standalone`'s gateway): the same handlers and limits.
+    /// socket (`quiver standalone` registers it with
+    /// `quiver_proto::serve_in_process`): the same handlers and limits.
     pub fn local_service(&self) -> quiver_proto::LocalService {
-        use tonic::codegen::Service;
-        let service = SearcherServer::new(SearcherGrpc::new(self.state.clone()))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        std::sync::Arc::new(move |request| {
-            let mut service = service.clone();
-            Box::pin(async move {
-                match service.call(request).await {
-                    Ok(response) => response,
-                    Err(never) => match never {},
-                }
-            })
-        })
+        quiver_proto::local_service(
+            SearcherServer::new(SearcherGrpc::new(self.state.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
     }
 
     /// Returns the address the node registers with meta (what routing tables

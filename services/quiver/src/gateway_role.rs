@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use quiver_gateway::{ApiKeys, GatewayConfig, GatewayServer, Limits, LocalSearchers, ServerTls};
+use quiver_gateway::{ApiKeys, GatewayConfig, GatewayServer, Limits, ServerTls};
 use serde::Deserialize;
 
 use crate::data_node::{bind, default_node_id, meta_client};
@@ -190,7 +190,6 @@ impl GatewayRole {
         settings: &GatewaySettings,
         http_listen: &str,
         extra_metrics: Vec<Arc<dyn Fn() -> String + Send + Sync>>,
-        local_searchers: LocalSearchers,
     ) -> anyhow::Result<GatewayRole> {
         let http = bind(http_listen, "--http-listen").await?;
         let grpc = bind(&args.grpc_listen, "--grpc-listen").await?;
@@ -202,7 +201,6 @@ impl GatewayRole {
         config.keys = args.keys.keys();
         config.tls = settings.tls.clone();
         config.limits = settings.limits.clone();
-        config.local_searchers = local_searchers;
         if let Some(timeout) = settings.request_timeout {
             config.request_timeout = timeout;
         }

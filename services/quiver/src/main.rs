@@ -280,16 +280,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .as_deref()
                 .context("--http-listen is required for the gateway (its REST port)")?;
             let settings = gateway_settings.as_ref().expect("built above");
-            Box::new(
-                GatewayRole::start(
-                    gateway,
-                    settings,
-                    address,
-                    Vec::new(),
-                    quiver_gateway::LocalSearchers::default(),
-                )
-                .await?,
-            )
+            Box::new(GatewayRole::start(gateway, settings, address, Vec::new()).await?)
         }
         RoleCommand::Standalone { standalone, .. } => {
             let address = http_listen.as_deref().unwrap_or("127.0.0.1:7700");

@@ -98,7 +98,7 @@ impl SearcherRole {
 impl SearcherRole {
     /// Returns the searcher as the gateway of this process calls it: its
     /// address in meta's routing table and its service (no socket).
-    pub fn local_searcher(&self) -> (String, quiver_gateway::LocalSearcher) {
+    pub fn local_searcher(&self) -> (String, quiver_proto::LocalService) {
         (
             self.node.advertise_address().to_string(),
             self.node.local_service(),

@@ -11,8 +11,6 @@ use quiver_meta::MetaServer;
 
 use crate::config_sections::{CacheSize, DataFileConfig, parse_cache_size};
 use crate::data_node::{NodeArgs, StoreArgs};
-use quiver_gateway::LocalSearchers;
-
 use crate::gateway_role::{GatewayArgs, GatewayRole, GatewaySettings, KeyArgs, TlsArgs};
 use crate::indexer_role::{IndexerArgs, IndexerRole};
 use crate::lifecycle::Role;
@@ -45,6 +43,8 @@ pub struct StandaloneRole {
     indexer: IndexerRole,
     searcher: SearcherRole,
     gateway: GatewayRole,
+    /// Meta's and the searcher's services, registered for in-process calls.
+    _in_process: Vec<quiver_proto::InProcessRegistration>,
 }
 
 impl StandaloneRole {
@@ -68,6 +68,12 @@ impl StandaloneRole {
             .await
             .context("metadata node elected no leader")?;
         let meta_address = meta.local_address().to_string();
+        // Every role's calls to meta, and the gateway's to the searcher, stay in
+        // this process: the services are called directly, not over loopback gRPC.
+        let mut in_process = vec![quiver_proto::serve_in_process(
+            meta_address.clone(),
+            meta.local_service(),
+        )];
         let objects = format!("file://{}", data_dir.join("objects").display());
         // Builds spill their rows to scratch files: under the data directory
         // (a disk), not the system temporary directory (often memory).
@@ -115,6 +121,11 @@ impl StandaloneRole {
             file,
         )
         .await?;
+        let (searcher_address, searcher_service) = searcher.local_searcher();
+        in_process.push(quiver_proto::serve_in_process(
+            searcher_address,
+            searcher_service,
+        ));
         let meta_metrics = meta.metrics().clone();
         let gateway = GatewayRole::start(
             &GatewayArgs {
@@ -127,8 +138,6 @@ impl StandaloneRole {
             settings,
             http_listen,
             vec![Arc::new(move || meta_metrics.render())],
-            // The searcher is in this process: called directly, not over gRPC.
-            LocalSearchers(vec![searcher.local_searcher()]),
         )
         .await?;
         tracing::info!(
@@ -142,6 +151,7 @@ impl StandaloneRole {
             indexer,
             searcher,
             gateway,
+            _in_process: in_process,
         })
     }
 }

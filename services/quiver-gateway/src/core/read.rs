@@ -10,7 +10,7 @@ use quiver_index::{Metric, PointId};
 use quiver_proto::convert::{point_id, shard_of, wire_point_id};
 use quiver_proto::data;
 use quiver_proto::data::searcher_client::SearcherClient;
-use quiver_proto::{ErrorCode, meta as pb};
+use quiver_proto::{ErrorCode, RpcChannel, meta as pb};
 
 use crate::core::validate::{
     check_id, check_search_options, parse_payload, prepare_search, validate_name,
@@ -20,7 +20,6 @@ use crate::error::{GatewayError, GatewayResult};
 use crate::metrics::METRICS;
 use crate::request_id::outgoing;
 use crate::routing::{CollectionRoute, ShardPlacement};
-use crate::searcher_channel::SearcherChannel;
 
 impl Gateway {
     /// Calls `call` on the shard's searchers in turn until one answers.
@@ -30,7 +29,7 @@ impl Gateway {
         call: F,
     ) -> GatewayResult<T>
     where
-        F: Fn(SearcherClient<SearcherChannel>) -> Fut,
+        F: Fn(SearcherClient<RpcChannel>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let order = self.router.searcher_order(placement);

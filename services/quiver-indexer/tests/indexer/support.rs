@@ -51,6 +51,7 @@ pub fn manual_config() -> IndexerConfig {
         flush_rows: 1_000_000,
         max_unflushed_rows: 1_000_000,
         merge_factor: 1_000,
+        codebook_refresh: false,
         ..IndexerConfig::default()
     }
 }

@@ -35,3 +35,35 @@ async fn single_node_mode_initializes_itself_and_keeps_state_across_restarts() -
     server.shutdown().await?;
     Ok(())
 }
+
+/// A client in the server's process reaches it without the network once the
+/// service is registered for in-process calls (what `quiver standalone` does):
+/// an address no socket listens on answers while registered, and fails once
+/// the registration is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_registration_serves_calls_without_a_socket() -> anyhow::Result<()> {
+    let directory = tempfile::tempdir()?;
+    let server = run_single_node(directory.path(), "127.0.0.1:0").await?;
+    // Nothing listens here: a network call is refused at once.
+    let nowhere = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.local_addr()?.to_string()
+    };
+    let registration = quiver_proto::serve_in_process(nowhere.clone(), server.local_service());
+    let client = test_client(vec![nowhere.clone()]);
+    let created = client
+        .create_collection(collection_spec("docs", 1, 1))
+        .await?;
+    assert!(created.created);
+    let listed = client.list_collections(true).await?;
+    assert_eq!(listed.len(), 1, "a linearizable read in process");
+    drop(registration);
+    let refused =
+        tokio::time::timeout(Duration::from_secs(30), client.cluster_status_of(&nowhere)).await?;
+    assert!(
+        refused.is_err(),
+        "no registration: the call goes to the network"
+    );
+    server.shutdown().await?;
+    Ok(())
+}

@@ -103,6 +103,7 @@ async fn fixture_with_cache(storage: Storage, capacity_bytes: u64, region_bytes:
         flush_rows: 1_000_000,
         max_unflushed_rows: 1_000_000,
         merge_factor: 1000,
+        codebook_refresh: false,
         ..IndexerConfig::default()
     };
     let writer = ShardWriter::open(

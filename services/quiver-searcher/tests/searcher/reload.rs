@@ -18,6 +18,7 @@ pub(crate) fn manual_config() -> quiver_indexer::IndexerConfig {
         flush_rows: 1_000_000,
         max_unflushed_rows: 1_000_000,
         merge_factor: 1000,
+        codebook_refresh: false,
         ..quiver_indexer::IndexerConfig::default()
     }
 }

@@ -562,7 +562,7 @@ async fn a_long_compaction_answers_202_and_goes_on() {
     // upload, a commit); flush every 200 ms; no background merges.
     std::fs::write(
         &config,
-        "[gateway]\ncompact_wait_ms = 1\n\n[indexer]\nflush_interval_ms = 200\nmerge_factor = 1000\n",
+        "[gateway]\ncompact_wait_ms = 1\n\n[indexer]\nflush_interval_ms = 200\nmerge_factor = 1000\ncodebook_refresh = false\n",
     )
     .unwrap();
     let server = Standalone::start_with(

@@ -1,0 +1,165 @@
+//! In-process calls: a role's gRPC service called directly by clients in the
+//! same process — `quiver standalone` runs every role in one — instead of over
+//! a loopback socket. The same messages, handlers and limits; no socket, no
+//! HTTP/2 framing, no hand-off between connection tasks.
+//!
+//! Like gRPC's in-process transports (grpc-java's `InProcessServerBuilder`,
+//! grpc-go's `bufconn`), a server registers its service under the address its
+//! peers know it by ([`serve_in_process`]); a client that builds an
+//! [`RpcChannel`] for that address gets the service, any other address gets a
+//! network channel. The registration lasts as long as its guard.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tonic::body::Body;
+use tonic::codegen::{Service, StdError, http};
+use tonic::transport::Channel;
+
+/// A gRPC service to call in this process: an encoded gRPC request in, its
+/// encoded answer out (errors are answers too, with a `grpc-status`).
+pub type LocalService = Arc<
+    dyn Fn(http::Request<Body>) -> Pin<Box<dyn Future<Output = http::Response<Body>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Wraps a generated tonic server (`FooServer::new(handler)`, or tonic
+/// `Routes` of several) as a [`LocalService`].
+pub fn local_service<S>(service: S) -> LocalService
+where
+    S: Service<
+            http::Request<Body>,
+            Response = http::Response<Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    Arc::new(move |request| {
+        let mut service = service.clone();
+        Box::pin(async move {
+            match service.call(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        })
+    })
+}
+
+static SERVICES: LazyLock<RwLock<HashMap<String, LocalService>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+
+/// Keeps a service registered under its address; dropping it unregisters.
+#[must_use = "the service is unregistered when the guard is dropped"]
+pub struct InProcessRegistration {
+    address: String,
+}
+
+impl Drop for InProcessRegistration {
+    fn drop(&mut self) {
+        SERVICES
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.address);
+    }
+}
+
+/// Makes `service` what [`RpcChannel`]s to `address` in this process call.
+pub fn serve_in_process(
+    address: impl Into<String>,
+    service: LocalService,
+) -> InProcessRegistration {
+    let address = address.into();
+    SERVICES
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(address.clone(), service);
+    InProcessRegistration { address }
+}
+
+fn in_process(address: &str) -> Option<LocalService> {
+    SERVICES
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(address)
+        .cloned()
+}
+
+/// The way to a gRPC server: over the network, or in this process. A `tower`
+/// service, so every generated client works over it.
+#[derive(Clone)]
+pub enum RpcChannel {
+    /// Over the network.
+    Remote(Channel),
+    /// In this process; a call gives up after the timeout, as a channel's does.
+    Local(LocalService, Duration),
+}
+
+impl RpcChannel {
+    /// Returns the service registered in this process for `address`, else the
+    /// network channel `remote` makes. In-process calls time out after `timeout`.
+    pub fn to<E>(
+        address: &str,
+        timeout: Duration,
+        remote: impl FnOnce() -> Result<Channel, E>,
+    ) -> Result<RpcChannel, E> {
+        match in_process(address) {
+            Some(service) => Ok(RpcChannel::Local(service, timeout)),
+            None => remote().map(RpcChannel::Remote),
+        }
+    }
+
+    /// Tells whether calls stay in this process.
+    pub fn is_local(&self) -> bool {
+        matches!(self, RpcChannel::Local(..))
+    }
+}
+
+type ResponseFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, StdError>> + Send>>;
+
+impl Service<http::Request<Body>> for RpcChannel {
+    type Response = http::Response<Body>;
+    type Error = StdError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, context: &mut Context<'_>) -> Poll<Result<(), StdError>> {
+        match self {
+            RpcChannel::Remote(channel) => channel.poll_ready(context).map_err(Into::into),
+            RpcChannel::Local(..) => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> ResponseFuture {
+        match self {
+            RpcChannel::Remote(channel) => {
+                let call = channel.call(request);
+                Box::pin(async move { call.await.map_err(Into::into) })
+            }
+            RpcChannel::Local(service, timeout) => {
+                // The span a server opens for each call (request id, path).
+                let span = {
+                    let mut head = http::Request::new(());
+                    *head.uri_mut() = request.uri().clone();
+                    *head.headers_mut() = request.headers().clone();
+                    crate::request_span(&head)
+                };
+                let call = tracing::Instrument::instrument(service(request), span);
+                let timeout = *timeout;
+                Box::pin(async move {
+                    tokio::time::timeout(timeout, call).await.map_err(|_| {
+                        Box::new(tonic::Status::deadline_exceeded(format!(
+                            "the in-process call did not answer within {timeout:?}"
+                        ))) as StdError
+                    })
+                })
+            }
+        }
+    }
+}
