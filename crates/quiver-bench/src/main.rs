@@ -41,6 +41,16 @@ enum MetricArg {
     L2,
 }
 
+impl MetricArg {
+    fn metric(self) -> Metric {
+        match self {
+            MetricArg::Cosine => Metric::Cosine,
+            MetricArg::Dot => Metric::Dot,
+            MetricArg::L2 => Metric::L2,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum PrecisionArg {
     F32,
@@ -382,12 +392,7 @@ fn main() -> Result<()> {
                 collection,
                 load,
                 base,
-                metric: match metric {
-                    MetricArg::Cosine => "cosine",
-                    MetricArg::Dot => "dot",
-                    MetricArg::L2 => "l2",
-                }
-                .to_string(),
+                metric: metric.metric().name().to_string(),
                 shards,
                 queries,
                 ground_truth: gt,
@@ -426,12 +431,7 @@ fn main() -> Result<()> {
                 api_key,
                 collection_prefix,
                 base,
-                metric: match metric {
-                    MetricArg::Cosine => "cosine",
-                    MetricArg::Dot => "dot",
-                    MetricArg::L2 => "l2",
-                }
-                .to_string(),
+                metric: metric.metric().name().to_string(),
                 shards,
                 batch,
                 concurrency,
@@ -464,12 +464,7 @@ fn main() -> Result<()> {
                 collection,
                 load,
                 base,
-                metric: match metric {
-                    MetricArg::Cosine => "cosine",
-                    MetricArg::Dot => "dot",
-                    MetricArg::L2 => "l2",
-                }
-                .to_string(),
+                metric: metric.metric().name().to_string(),
                 shards,
                 queries,
                 k,
@@ -535,11 +530,7 @@ fn main() -> Result<()> {
                 base,
                 queries,
                 ground_truth: gt,
-                metric: match metric {
-                    MetricArg::Cosine => Metric::Cosine,
-                    MetricArg::Dot => Metric::Dot,
-                    MetricArg::L2 => Metric::L2,
-                },
+                metric: metric.metric(),
                 k,
                 nprobes: nprobe,
                 rescores: rescore,
