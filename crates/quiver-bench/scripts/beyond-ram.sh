@@ -19,12 +19,7 @@ if [ $# -lt 4 ]; then
     exit 2
 fi
 base=$1 queries=$2 gt=$3 out=$4 limit=${5:-1073741824}
-here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../../.." && pwd)
-target=${CARGO_TARGET_DIR:-$repo/target}
-bench=${QUIVER_BENCH:-$target/release/quiver-bench}
-quiver=${QUIVER_BIN:-$target/release/quiver}
-max_queries=${MAX_QUERIES:-1000}
+source "$(dirname "$0")/common.sh"
 name=beyond
 port=7960
 endpoint=http://127.0.0.1:$port
@@ -40,11 +35,6 @@ cleanup() {
     [ -z "${WORK_DIR:-}" ] && rm -rf "$work"
 }
 trap cleanup EXIT
-
-wait_ready() {
-    for _ in $(seq 1 1200); do curl -fs -o /dev/null "$1/readyz" && return 0; sleep 0.1; done
-    echo "$1 not ready"; exit 1
-}
 
 # Samples RssAnon and RssFile (kB) of $1 every second into $2.
 sample_memory() {
@@ -64,7 +54,7 @@ if [ ! -d "$work/standalone" ]; then
     pid=$!
     sample_memory "$pid" "$out/load-memory.tsv" &
     sampler=$!
-    wait_ready "$endpoint"
+    wait_ready "$endpoint" 1200
     started=$SECONDS
     # Loads (a payload on every point), waits until flushes and merges are done
     # (segment count unchanged for a minute), then a short settled search.
@@ -89,7 +79,7 @@ sh -c "echo \$\$ > $cgroup/cgroup.procs; exec \"$quiver\" standalone --data-dir 
 pid=$!
 sample_memory "$pid" "$out/search-memory.tsv" &
 sampler=$!
-wait_ready "$endpoint"
+wait_ready "$endpoint" 1200
 for pass in cold warm; do
     "$bench" cluster --endpoint "$endpoint" --collection "$name" --queries "$queries" --gt "$gt" \
         --k 10 --concurrency 1,16,64 --max-queries "$max_queries" --include-payload --server-pid "$pid" \

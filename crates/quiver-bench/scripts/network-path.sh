@@ -16,12 +16,7 @@ if [ $# -lt 4 ]; then
     exit 2
 fi
 base=$1 queries=$2 gt=$3 out=$4 name=${5:-net}
-here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../../.." && pwd)
-target=${CARGO_TARGET_DIR:-$repo/target}
-bench=${QUIVER_BENCH:-$target/release/quiver-bench}
-quiver=${QUIVER_BIN:-$target/release/quiver}
-max_queries=${MAX_QUERIES:-1000}
+source "$(dirname "$0")/common.sh"
 mkdir -p "$out"
 work=$(mktemp -d -t quiver-netpath.XXXXXX)
 standalone_pid=""
@@ -31,11 +26,6 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-
-wait_ready() {
-    for _ in $(seq 1 600); do curl -fs -o /dev/null "$1/readyz" && return 0; sleep 0.1; done
-    echo "$1 not ready"; exit 1
-}
 
 echo "== standalone"
 "$quiver" standalone --data-dir "$work/standalone" --http-listen 127.0.0.1:7900 --grpc-listen 127.0.0.1:7901 \
