@@ -162,6 +162,53 @@ async fn wait_for_crash(run: &mut Run, holder: usize, point: &str) -> anyhow::Re
     }
 }
 
+/// Waits until every shard of the collection is leased by an indexer other
+/// than `dead` under a newer epoch than in `previous`, and returns the leases.
+/// The standby may reach its own crash point while it takes the shards over
+/// (its fate can be the 5th WAL commit): once its leases expire nobody would
+/// hold them, so it is restarted with its next fate; the second value says so.
+async fn wait_for_takeover(
+    run: &mut Run,
+    dead: usize,
+    previous: &BTreeMap<u64, (String, u64)>,
+    plan: &mut Vec<Kill>,
+    fates: &mut [Option<Kill>],
+) -> anyhow::Result<(BTreeMap<u64, (String, u64)>, bool)> {
+    let standby = 1 - dead;
+    let dead_name = run.cluster.indexers[dead].name.clone();
+    let timeout = Duration::from_secs(60);
+    let mut deadline = Instant::now() + timeout;
+    let mut restarted = false;
+    loop {
+        if let Ok(leases) = run.cluster.leases(COLLECTION).await
+            && leases.iter().all(|(shard, (owner, epoch))| {
+                *owner != dead_name
+                    && !owner.is_empty()
+                    && previous.get(shard).is_none_or(|(_, before)| epoch > before)
+            })
+        {
+            return Ok((leases, restarted));
+        }
+        if !run.cluster.indexers[standby].is_running() {
+            eprintln!(
+                "indexer_kills: the standby {} died while taking over; restarting it",
+                run.cluster.indexers[standby].name
+            );
+            run.cluster.indexers[standby].kill9();
+            start_with_fate(&mut run.cluster, standby, plan, fates).await?;
+            restarted = true;
+            deadline = Instant::now() + timeout;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the shards of {dead_name} not taken over within {timeout:?}; leases: {:?}; processes:\n{}",
+            run.cluster.leases(COLLECTION).await.ok(),
+            run.cluster.describe_processes()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Returns the indexer holding every shard of the collection.
 fn sole_holder(cluster: &Cluster, leases: &BTreeMap<u64, (String, u64)>) -> anyhow::Result<usize> {
     let holders: BTreeSet<&String> = leases.values().map(|(holder, _)| holder).collect();
@@ -262,32 +309,20 @@ async fn indexer_kill_points_with_takeover_lose_nothing() -> anyhow::Result<()> 
             }
         };
         // Another indexer takes every shard over under a newer epoch.
-        let dead_name = run.cluster.indexers[holder].name.clone();
+        let (taken, standby_restarted) =
+            wait_for_takeover(&mut run, holder, &epochs, &mut plan, &mut fates).await?;
         let standby_name = run.cluster.indexers[standby].name.clone();
-        let previous = epochs.clone();
-        let cluster = &run.cluster;
-        epochs = eventually(
-            &format!("the shards of {dead_name} taken over"),
-            Duration::from_secs(60),
-            || async {
-                let leases = cluster.leases(COLLECTION).await.ok()?;
-                leases
-                    .iter()
-                    .all(|(shard, (owner, epoch))| {
-                        *owner != dead_name && !owner.is_empty() && *epoch > previous[shard].1
-                    })
-                    .then_some(leases)
-            },
-        )
-        .await?;
-        for (shard, (owner, epoch)) in &epochs {
-            let (_, before) = &previous[shard];
+        for (shard, (owner, epoch)) in &taken {
+            let (_, before) = &epochs[shard];
+            // One takeover is one epoch; a standby that died at its own crash
+            // point mid-takeover and came back took the shard twice.
             anyhow::ensure!(
-                *owner != standby_name || *epoch == before + 1,
+                *owner != standby_name || *epoch == before + 1 || standby_restarted,
                 "shard {shard}: epoch {before} became {epoch} on takeover by {owner}, expected {}",
                 before + 1
             );
         }
+        epochs = taken;
         if matches!(kill, Kill::Freeze) {
             // The zombie wakes up with writes in hand: meta must refuse them.
             run.cluster.indexers[holder].resume();
