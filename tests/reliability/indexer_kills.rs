@@ -94,7 +94,7 @@ fn plan(rng: &mut StdRng) -> Vec<Kill> {
 }
 
 /// Gives indexer `index` its next fate from `plan` (armed through the
-/// environment when it is a crash point) and starts it.
+/// environment when it is a crash point) and starts (or restarts) it.
 async fn start_with_fate(
     run_cluster: &mut Cluster,
     index: usize,
@@ -104,6 +104,8 @@ async fn start_with_fate(
     let fate = plan.pop();
     let arming = fate.as_ref().and_then(Kill::arming);
     let process = &mut run_cluster.indexers[index];
+    // Reaps an ended earlier run (a no-op on a first start).
+    process.kill9();
     process.set_env(quiver_indexer::FAILPOINTS_VARIABLE, arming.as_deref());
     process.start()?;
     let http = run_cluster.http.clone();
@@ -194,7 +196,6 @@ async fn wait_for_takeover(
                 "indexer_kills: the standby {} died while taking over; restarting it",
                 run.cluster.indexers[standby].name
             );
-            run.cluster.indexers[standby].kill9();
             start_with_fate(&mut run.cluster, standby, plan, fates).await?;
             restarted = true;
             deadline = Instant::now() + timeout;
@@ -284,7 +285,6 @@ async fn indexer_kill_points_with_takeover_lose_nothing() -> anyhow::Result<()> 
         let standby = 1 - holder;
         if !run.cluster.indexers[standby].is_running() {
             // It took the shards over and died at its own crash point already.
-            run.cluster.indexers[standby].kill9();
             start_with_fate(&mut run.cluster, standby, &mut plan, &mut fates).await?;
         }
         // (A process restarted after the plan ran out is killed at a random moment.)
@@ -347,7 +347,6 @@ async fn indexer_kill_points_with_takeover_lose_nothing() -> anyhow::Result<()> 
             }
         }
         if !run.cluster.indexers[holder].is_running() {
-            run.cluster.indexers[holder].kill9();
             start_with_fate(&mut run.cluster, holder, &mut plan, &mut fates).await?;
         }
         run.wait_recovered(fault_at, &when).await?;
