@@ -44,6 +44,8 @@ pub struct ClusterOptions {
     /// Also measure the engine alone on --base at the recall the server
     /// delivered (one segment, one thread) and print the CPU ratio.
     pub engine: bool,
+    /// Queries per request: 1 = single searches, more = `/search/batch`.
+    pub batch: usize,
     pub json: PathBuf,
 }
 
@@ -77,6 +79,8 @@ fn server_cpu_ms(pids: &[u32]) -> Result<f64> {
 #[derive(Serialize)]
 struct ClusterPoint {
     concurrency: usize,
+    /// Queries per request (1: single searches; latencies are per request).
+    batch: usize,
     nprobe: u32,
     rescore: u32,
     recall: f64,
@@ -228,13 +232,14 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
     }
     let described = client.describe(&options.collection).await?;
     println!(
-        "collection {}: {} points, {} segments, {} bytes; {} queries, k = {}",
+        "collection {}: {} points, {} segments, {} bytes; {} queries, k = {}, {} per request",
         options.collection,
         described.points,
         described.segments,
         described.bytes,
         queries.rows(),
-        options.k
+        options.k,
+        options.batch
     );
     // Warm up: every query once.
     for row in 0..queries.rows().min(50) {
@@ -266,22 +271,39 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             let name = options.collection.clone();
             let (k, nprobe, consistency) = (options.k, options.nprobe, options.consistency.clone());
             let include_payload = options.include_payload;
+            let batch = options.batch;
             workers.push(tokio::spawn(async move {
                 let mut answers = Vec::new();
                 let mut errors = 0;
                 loop {
-                    let row = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if row >= queries.rows() {
+                    let first = next.fetch_add(batch, std::sync::atomic::Ordering::Relaxed);
+                    if first >= queries.rows() {
                         break;
                     }
-                    let mut search = Search::new(queries.row(row).to_vec(), k);
-                    search.nprobe = nprobe;
-                    search.include_payload = include_payload;
-                    search.consistency = Some(consistency.clone());
+                    let rows = first..(first + batch).min(queries.rows());
+                    let searches: Vec<Search> = rows
+                        .clone()
+                        .map(|row| {
+                            let mut search = Search::new(queries.row(row).to_vec(), k);
+                            search.nprobe = nprobe;
+                            search.include_payload = include_payload;
+                            search.consistency = Some(consistency.clone());
+                            search
+                        })
+                        .collect();
                     let begun = Instant::now();
-                    match client.search(&name, &search).await {
-                        Ok(result) => {
-                            answers.push((row, result, begun.elapsed().as_secs_f64() * 1e3))
+                    let outcome = if batch == 1 {
+                        client.search(&name, &searches[0]).await.map(|answer| vec![answer])
+                    } else {
+                        client.search_batch(&name, &searches).await
+                    };
+                    match outcome {
+                        Ok(results) => {
+                            let latency = begun.elapsed().as_secs_f64() * 1e3;
+                            for (index, (row, result)) in rows.zip(results).enumerate() {
+                                // One latency per request.
+                                answers.push((row, result, (index == 0).then_some(latency)));
+                            }
                         }
                         Err(_) => errors += 1,
                     }
@@ -290,6 +312,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             }));
         }
         let mut latencies = Vec::new();
+        let mut answered = 0usize;
         let (mut found, mut wanted, mut errors) = (0usize, 0usize, 0usize);
         let mut costs = (0u64, 0u64, 0u64, 0f64, 0usize);
         for worker in workers {
@@ -307,7 +330,8 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
                     })
                     .count();
                 wanted += expected.len();
-                latencies.push(latency);
+                answered += 1;
+                latencies.extend(latency);
                 if let Some(cost) = &result.cost {
                     costs.0 += cost.rows_scanned;
                     costs.1 += cost.tail_rows_scored;
@@ -320,10 +344,10 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         let elapsed = started.elapsed().as_secs_f64();
         let cpu_ms = server_cpu_ms(&options.server_pids)? - cpu_before;
         latencies.sort_by(f64::total_cmp);
-        let answered = latencies.len().max(1) as f64;
         let costed = costs.4.max(1) as f64;
         let point = ClusterPoint {
             concurrency,
+            batch: options.batch,
             nprobe: options.nprobe.unwrap_or(0),
             rescore: 0,
             recall: if wanted == 0 {
@@ -331,11 +355,11 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             } else {
                 found as f64 / wanted as f64
             },
-            qps: latencies.len() as f64 / elapsed,
+            qps: answered as f64 / elapsed,
             p50_ms: percentile_or_zero(&latencies, 0.5),
             p99_ms: percentile_or_zero(&latencies, 0.99),
             errors,
-            server_cpu_ms_per_query: cpu_ms / answered,
+            server_cpu_ms_per_query: cpu_ms / answered.max(1) as f64,
             rows_scanned: costs.0 as f64 / costed,
             tail_rows_scored: costs.1 as f64 / costed,
             segments: costs.2 as f64 / costed,

@@ -157,6 +157,10 @@ enum Command {
         /// print the server's CPU per query as a ratio to it.
         #[arg(long, requires = "base")]
         engine: bool,
+        /// Send the queries as batch searches of this many (`/search/batch`): QPS
+        /// and server CPU are per query, latencies per batch. 1 = single searches.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
         /// JSON report path; the latency plot is written beside it as .png.
         #[arg(long)]
         json: PathBuf,
@@ -381,10 +385,11 @@ fn main() -> Result<()> {
             load_payloads,
             server_pid,
             engine,
+            batch,
             json,
         } => {
-            if k == 0 || concurrency.is_empty() || concurrency.contains(&0) {
-                bail!("--k and --concurrency must be positive");
+            if k == 0 || batch == 0 || concurrency.is_empty() || concurrency.contains(&0) {
+                bail!("--k, --batch and --concurrency must be positive");
             }
             let options = cluster::ClusterOptions {
                 endpoint,
@@ -407,6 +412,7 @@ fn main() -> Result<()> {
                 load_payloads,
                 server_pids: server_pid,
                 engine,
+                batch,
                 json,
             };
             tokio::runtime::Builder::new_multi_thread()

@@ -34,7 +34,8 @@ pub use params::{
 };
 pub use reader::Segment;
 pub use search::{
-    Hit, RowFilter, SearchScratch, SearchStats, SharedProbe, merge_hits, search_shared,
+    Hit, RowFilter, SearchScratch, SearchStats, SharedProbe, SharedSearch, merge_hits,
+    search_shared,
 };
 pub use source::{
     AccessPattern, ByteSource, DirectSession, MemorySource, MmapSource, ReadAhead, ReadSession,

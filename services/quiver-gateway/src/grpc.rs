@@ -388,15 +388,13 @@ impl Quiver for ClientApi {
                             .map_err(|error| error.with_context(format!("searches[{index}]")))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                let mut results = Vec::with_capacity(inputs.len());
-                for (index, input) in inputs.into_iter().enumerate() {
-                    let (hits, took_ms) = self
-                        .gateway
-                        .search(&message.collection, input)
-                        .await
-                        .map_err(|error| error.with_context(format!("searches[{index}]")))?;
-                    results.push(hits_of(hits, took_ms));
-                }
+                let results = self
+                    .gateway
+                    .search_batch(&message.collection, inputs)
+                    .await?
+                    .into_iter()
+                    .map(|(hits, took_ms, _)| hits_of(hits, took_ms))
+                    .collect();
                 Ok(api::SearchBatchResponse { results })
             },
         )

@@ -20,7 +20,7 @@ use crate::error::SearcherError;
 use crate::metrics::METRICS;
 use crate::node::NodeState;
 use crate::reload::{ReloadTarget, ServedShard, note_read_error, reload};
-use crate::shard::{SearchRequest, ShardView};
+use crate::shard::{QueryCost, SearchRequest, ShardHit, ShardView};
 
 fn shard_ref(shard: &pb::ShardRef) -> ShardRef {
     ShardRef {
@@ -127,6 +127,51 @@ impl SearcherGrpc {
     }
 }
 
+/// The shard search a wire request asks for (its filter parsed).
+fn search_of(request: data::SearchRequest) -> Result<SearchRequest, Status> {
+    let filter = if request.filter.is_empty() {
+        None
+    } else {
+        Some(
+            Filter::parse(&request.filter)
+                .map_err(|error| Status::invalid_argument(error.to_string()))?,
+        )
+    };
+    Ok(SearchRequest {
+        vector: request.vector,
+        k: request.k as usize,
+        nprobe: (request.nprobe > 0).then_some(request.nprobe as usize),
+        rescore: (request.rescore > 0).then_some(request.rescore as usize),
+        filter,
+        include_payload: request.include_payload,
+        include_vector: request.include_vector,
+    })
+}
+
+/// The wire answer of one search.
+fn answer_of(hits: Vec<ShardHit>, cost: QueryCost, manifest_version: u64) -> data::SearchResponse {
+    data::SearchResponse {
+        hits: hits
+            .into_iter()
+            .map(|hit| wire_hit(&hit.id, hit.score, hit.payload.as_ref(), hit.vector))
+            .collect(),
+        manifest_version,
+        cost: Some(data::SearchCost {
+            segments: cost.segments,
+            rows_scanned: cost.rows_scanned,
+            rows_rescored: cost.rows_rescored,
+            tail_rows_scored: cost.tail_rows_scored,
+            search_ms: cost.search_ms,
+            cache_regions_hit: cost.cache_regions_hit,
+            cache_regions_missed: cost.cache_regions_missed,
+            bytes_fetched: cost.bytes_fetched,
+            row_reads_local: cost.row_reads_local,
+            row_reads_remote: cost.row_reads_remote,
+            store_wait_ms: cost.store_wait_ms,
+        }),
+    }
+}
+
 #[tonic::async_trait]
 impl Searcher for SearcherGrpc {
     async fn search(
@@ -138,27 +183,12 @@ impl Searcher for SearcherGrpc {
         let view = self
             .view(request.shard.as_ref(), request.min_manifest_version)
             .await?;
-        let filter = if request.filter.is_empty() {
-            None
-        } else {
-            Some(
-                Filter::parse(&request.filter)
-                    .map_err(|error| Status::invalid_argument(error.to_string()))?,
-            )
-        };
-        let search = SearchRequest {
-            vector: request.vector,
-            k: request.k as usize,
-            nprobe: (request.nprobe > 0).then_some(request.nprobe as usize),
-            rescore: (request.rescore > 0).then_some(request.rescore as usize),
-            filter,
-            include_payload: request.include_payload,
-            include_vector: request.include_vector,
-        };
+        let shard = request.shard;
+        let search = search_of(request)?;
         let context = self.state.context.clone();
         let searched_view = view.clone();
         let (hits, cost) = self
-            .on_pool(request.shard.as_ref(), move || {
+            .on_pool(shard.as_ref(), move || {
                 SCRATCH.with(|scratch| {
                     searched_view.search_with_cost(&context, &search, &mut scratch.borrow_mut())
                 })
@@ -168,25 +198,52 @@ impl Searcher for SearcherGrpc {
         METRICS
             .query_seconds
             .observe(started.elapsed().as_secs_f64());
-        Ok(Response::new(data::SearchResponse {
-            hits: hits
+        Ok(Response::new(answer_of(hits, cost, view.manifest().version)))
+    }
+
+    /// A batch of searches of one shard: one view, one task on the search
+    /// pool, the batch run segment group by segment group
+    /// ([`ShardView::search_batch`]).
+    async fn search_batch(
+        &self,
+        request: Request<data::SearchBatchRequest>,
+    ) -> Result<Response<data::SearchBatchResponse>, Status> {
+        let started = Instant::now();
+        let request = request.into_inner();
+        let view = self
+            .view(request.shard.as_ref(), request.min_manifest_version)
+            .await?;
+        let searches = request
+            .searches
+            .into_iter()
+            .enumerate()
+            .map(|(index, search)| {
+                search_of(search).map_err(|status| {
+                    Status::new(status.code(), format!("searches[{index}]: {}", status.message()))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let count = searches.len();
+        let context = self.state.context.clone();
+        let searched_view = view.clone();
+        let answers = self
+            .on_pool(request.shard.as_ref(), move || {
+                SCRATCH.with(|scratch| {
+                    searched_view.search_batch(&context, &searches, &mut scratch.borrow_mut())
+                })
+            })
+            .await?;
+        METRICS.queries.inc_by(count as u64);
+        METRICS
+            .query_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let version = view.manifest().version;
+        Ok(Response::new(data::SearchBatchResponse {
+            results: answers
                 .into_iter()
-                .map(|hit| wire_hit(&hit.id, hit.score, hit.payload.as_ref(), hit.vector))
+                .map(|(hits, cost)| answer_of(hits, cost, version))
                 .collect(),
-            manifest_version: view.manifest().version,
-            cost: Some(data::SearchCost {
-                segments: cost.segments,
-                rows_scanned: cost.rows_scanned,
-                rows_rescored: cost.rows_rescored,
-                tail_rows_scored: cost.tail_rows_scored,
-                search_ms: cost.search_ms,
-                cache_regions_hit: cost.cache_regions_hit,
-                cache_regions_missed: cost.cache_regions_missed,
-                bytes_fetched: cost.bytes_fetched,
-                row_reads_local: cost.row_reads_local,
-                row_reads_remote: cost.row_reads_remote,
-                store_wait_ms: cost.store_wait_ms,
-            }),
+            manifest_version: version,
         }))
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use quiver_blobcache::{CachedObject, ReadCounts};
 use quiver_index::{
     Filter, Metric, PointId, RowFilter, SearchParams, SearchScratch, Segment, SegmentSpec,
-    SharedProbe, search_shared,
+    SharedProbe, SharedSearch, search_shared,
 };
 use quiver_storage::manifest::{Manifest, SegmentEntry};
 use roaring::RoaringBitmap;
@@ -311,18 +311,45 @@ impl ShardView {
         request: &SearchRequest,
         scratch: &mut SearchScratch,
     ) -> SearcherResult<(Vec<ShardHit>, QueryCost)> {
-        counted(self.search_counting(context, request, scratch))
+        self.check(request)?;
+        let mut answers = counted(self.search_checked(
+            context,
+            std::slice::from_ref(request),
+            scratch,
+        ))?;
+        answers
+            .pop()
+            .ok_or_else(|| SearcherError::Internal("a search of one query gave no answer".into()))
     }
 
-    fn search_counting(
+    /// Answers several searches together (blocking: run off the async
+    /// workers), in order, each with what it cost. The batch goes through the
+    /// shard segment group by segment group: a group's segments are opened for
+    /// the whole batch (one read session per segment, so each segment's code
+    /// regions are pinned once, and one set of deletion masks), and every
+    /// search of the batch runs against them before the next group. Each
+    /// search's cost counts its own work (its `search_ms` the time spent on
+    /// it). An invalid search refuses the whole batch, naming it
+    /// (`searches[i]`).
+    pub fn search_batch(
         &self,
         context: &ReadContext,
-        request: &SearchRequest,
+        requests: &[SearchRequest],
         scratch: &mut SearchScratch,
-    ) -> SearcherResult<(Vec<ShardHit>, QueryCost)> {
-        let started = std::time::Instant::now();
-        let reads_before = ReadCounts::of_this_thread();
-        let mut cost = QueryCost::default();
+    ) -> SearcherResult<Vec<(Vec<ShardHit>, QueryCost)>> {
+        for (index, request) in requests.iter().enumerate() {
+            self.check(request).map_err(|error| match error {
+                SearcherError::InvalidArgument(message) => {
+                    SearcherError::InvalidArgument(format!("searches[{index}]: {message}"))
+                }
+                other => other,
+            })?;
+        }
+        counted(self.search_checked(context, requests, scratch))
+    }
+
+    /// Refuses a search this shard cannot answer, naming what is wrong.
+    fn check(&self, request: &SearchRequest) -> SearcherResult<()> {
         if request.k == 0 {
             return Err(SearcherError::InvalidArgument(
                 "k must be at least 1".into(),
@@ -340,100 +367,146 @@ impl ShardView {
                 "query vector has a non-finite value at position {position}"
             )));
         }
-        let to_key = |score: f32| {
-            if self.metric.higher_is_better() {
-                -score
-            } else {
-                score
-            }
-        };
-        let mut best = Best::new(request.k);
+        Ok(())
+    }
+
+    /// Smaller-is-better key of a user-facing score, and back.
+    fn key_of(&self, score: f32) -> f32 {
+        if self.metric.higher_is_better() {
+            -score
+        } else {
+            score
+        }
+    }
+
+    /// Runs checked searches: every codebook group for the whole batch, then
+    /// each search's WAL tail and hits.
+    fn search_checked(
+        &self,
+        context: &ReadContext,
+        requests: &[SearchRequest],
+        scratch: &mut SearchScratch,
+    ) -> SearcherResult<Vec<(Vec<ShardHit>, QueryCost)>> {
+        let mut costs = vec![QueryCost::default(); requests.len()];
+        let mut best: Vec<Best> = requests
+            .iter()
+            .map(|request| Best::new(request.k))
+            .collect();
         for group in &self.groups {
-            for (index, hit) in self.search_group(context, group, request, scratch, &mut cost)? {
+            self.search_group(context, group, requests, scratch, &mut costs, &mut best)?;
+        }
+        let mut answers = Vec::with_capacity(requests.len());
+        for ((request, mut best), mut cost) in requests.iter().zip(best).zip(costs) {
+            let hits = measured(&mut cost, |cost| {
+                cost.tail_rows_scored += self.tail.search(
+                    &request.vector,
+                    self.metric,
+                    request.filter.as_ref(),
+                    &mut best,
+                );
+                std::mem::take(&mut best.heap)
+                    .into_sorted_vec()
+                    .into_iter()
+                    .map(|ranked| self.hit_of(ranked.source, self.key_of(ranked.key), request))
+                    .collect::<SearcherResult<Vec<_>>>()
+            })?;
+            answers.push((hits, cost));
+        }
+        Ok(answers)
+    }
+
+    /// Searches the segments of one codebook group for every request, adding
+    /// each one's hits (with the index of their segment in `self.segments`) to
+    /// its `best`. Unfiltered requests share the group's sessions and masks.
+    fn search_group(
+        &self,
+        context: &ReadContext,
+        group: &[usize],
+        requests: &[SearchRequest],
+        scratch: &mut SearchScratch,
+        costs: &mut [QueryCost],
+        best: &mut [Best],
+    ) -> SearcherResult<()> {
+        let views: Vec<&SegmentView> = group.iter().map(|&index| &self.segments[index]).collect();
+        // The group's lists are the codebook's: every segment of it records
+        // the nprobe calibrated for the codebook (the largest is the safest).
+        let default_nprobe = views
+            .iter()
+            .filter_map(|view| view.entry.default_nprobe)
+            .max()
+            .map(|nprobe| nprobe as usize);
+        let params_of = |request: &SearchRequest| {
+            let mut params = SearchParams::new(request.k);
+            params.nprobe = request.nprobe.or(default_nprobe);
+            if let Some(rescore) = request.rescore {
+                params.rescore = rescore;
+            }
+            params
+        };
+        let masks: Vec<NotIn<'_>> = views.iter().map(|view| NotIn(&view.blocked)).collect();
+        let probes: Vec<SharedProbe<'_, CachedObject>> = views
+            .iter()
+            .zip(&masks)
+            .map(|(view, mask)| SharedProbe {
+                segment: view.segment.as_ref(),
+                filter: (!view.blocked.is_empty()).then_some(mask as &dyn RowFilter),
+            })
+            .collect();
+        // Opened once the first unfiltered request needs it.
+        let mut shared: Option<SharedSearch<'_, '_, CachedObject>> = None;
+        for ((request, cost), best) in requests.iter().zip(costs.iter_mut()).zip(best) {
+            let params = params_of(request);
+            let hits = measured(cost, |cost| {
+                cost.segments += views.len() as u64;
+                match &request.filter {
+                    None => {
+                        let search = match &mut shared {
+                            Some(search) => search,
+                            None => shared.insert(SharedSearch::open(&probes)?),
+                        };
+                        let hits = search.search(&request.vector, &params, scratch)?;
+                        cost.rows_scanned += scratch.stats.rows_scanned as u64;
+                        cost.rows_rescored += scratch.stats.rows_rescored as u64;
+                        Ok(hits)
+                    }
+                    Some(filter) => {
+                        self.search_group_filtered(context, &views, request, filter, params, scratch, cost)
+                    }
+                }
+            })?;
+            for (member, hit) in hits {
                 best.push(
-                    to_key(hit.score),
+                    self.key_of(hit.score),
                     HitSource::Segment {
-                        index,
+                        index: group[member],
                         row: hit.row,
                     },
                 );
             }
         }
-        cost.tail_rows_scored += self.tail.search(
-            &request.vector,
-            self.metric,
-            request.filter.as_ref(),
-            &mut best,
-        );
-        let hits = best
-            .heap
-            .into_sorted_vec()
-            .into_iter()
-            .map(|ranked| {
-                let score = to_key(ranked.key);
-                self.hit_of(ranked.source, score, request)
-            })
-            .collect::<SearcherResult<Vec<_>>>()?;
-        // The search ran on this thread, and so did every region fill it caused.
-        let reads = ReadCounts::of_this_thread().since(reads_before);
-        cost.cache_regions_hit = reads.region_hits;
-        cost.cache_regions_missed = reads.region_misses;
-        cost.bytes_fetched = reads.bytes_fetched;
-        cost.row_reads_local = reads.row_hits;
-        cost.row_reads_remote = reads.row_misses;
-        cost.store_wait_ms = reads.store_wait_nanos as f64 / 1e6;
-        cost.search_ms = started.elapsed().as_secs_f64() * 1e3;
-        Ok((hits, cost))
+        Ok(())
     }
 
-    /// Searches the segments of one codebook group; hits carry the index of
-    /// their segment in `self.segments`.
-    fn search_group(
+    /// Searches one group's segments for a filtered request; hits carry the
+    /// index of their segment in `views`. A filter keeping few rows is
+    /// answered exactly from those rows; a looser one widens the probe.
+    #[allow(clippy::too_many_arguments)]
+    fn search_group_filtered(
         &self,
         context: &ReadContext,
-        group: &[usize],
+        views: &[&SegmentView],
         request: &SearchRequest,
+        filter: &Filter,
+        mut params: SearchParams,
         scratch: &mut SearchScratch,
         cost: &mut QueryCost,
     ) -> SearcherResult<Vec<(usize, quiver_index::Hit)>> {
-        let views: Vec<&SegmentView> = group.iter().map(|&index| &self.segments[index]).collect();
-        let mut params = SearchParams::new(request.k);
-        // The group's lists are the codebook's: every segment of it records
-        // the nprobe calibrated for the codebook (the largest is the safest).
-        params.nprobe = request.nprobe.or_else(|| {
-            views
-                .iter()
-                .filter_map(|view| view.entry.default_nprobe)
-                .max()
-                .map(|nprobe| nprobe as usize)
-        });
-        if let Some(rescore) = request.rescore {
-            params.rescore = rescore;
-        }
-        cost.segments += views.len() as u64;
         let mut account = |stats: quiver_index::SearchStats| {
             cost.rows_scanned += stats.rows_scanned as u64;
             cost.rows_rescored += stats.rows_rescored as u64;
         };
-        let Some(filter) = &request.filter else {
-            let masks: Vec<NotIn<'_>> = views.iter().map(|view| NotIn(&view.blocked)).collect();
-            let probes: Vec<SharedProbe<'_, CachedObject>> = views
-                .iter()
-                .zip(&masks)
-                .map(|(view, mask)| SharedProbe {
-                    segment: view.segment.as_ref(),
-                    filter: (!view.blocked.is_empty()).then_some(mask as &dyn RowFilter),
-                })
-                .collect();
-            let hits = search_shared(&probes, &request.vector, &params, scratch)?;
-            account(scratch.stats);
-            return Ok(hits
-                .into_iter()
-                .map(|(member, hit)| (group[member], hit))
-                .collect());
-        };
         let mut allowed = Vec::with_capacity(views.len());
-        for view in &views {
+        for view in views {
             let matching = context.filter_rows(&view.entry.key, &view.segment, filter)?;
             allowed.push(&*matching - &view.blocked);
         }
@@ -452,7 +525,7 @@ impl ShardView {
         if kept <= EXACT_FILTER_ROWS || kept.saturating_mul(EXACT_ROW_COST_IN_CODE_ROWS) <= scanned
         {
             let mut hits = Vec::new();
-            for ((view, rows), &index) in views.iter().zip(&allowed).zip(group) {
+            for (member, (view, rows)) in views.iter().zip(&allowed).enumerate() {
                 if rows.is_empty() {
                     continue;
                 }
@@ -460,7 +533,7 @@ impl ShardView {
                     view.segment
                         .search_rows(&request.vector, rows.iter(), request.k, scratch)?;
                 account(scratch.stats);
-                hits.extend(found.into_iter().map(|hit| (index, hit)));
+                hits.extend(found.into_iter().map(|hit| (member, hit)));
             }
             return Ok(hits);
         }
@@ -476,10 +549,7 @@ impl ShardView {
             .collect();
         let hits = search_shared(&probes, &request.vector, &params, scratch)?;
         account(scratch.stats);
-        Ok(hits
-            .into_iter()
-            .map(|(member, hit)| (group[member], hit))
-            .collect())
+        Ok(hits)
     }
 
     /// Reads what `request` wants of one hit: its id, payload and vector.
@@ -587,6 +657,26 @@ fn codebook_groups(segments: &[SegmentView]) -> Vec<Vec<usize>> {
         }
     }
     groups
+}
+
+/// Runs one search's share of a batch, adding the time it took and the
+/// region-cache reads it made (on this thread) to its cost.
+fn measured<T>(
+    cost: &mut QueryCost,
+    work: impl FnOnce(&mut QueryCost) -> SearcherResult<T>,
+) -> SearcherResult<T> {
+    let started = std::time::Instant::now();
+    let before = ReadCounts::of_this_thread();
+    let result = work(cost);
+    let reads = ReadCounts::of_this_thread().since(before);
+    cost.cache_regions_hit += reads.region_hits;
+    cost.cache_regions_missed += reads.region_misses;
+    cost.bytes_fetched += reads.bytes_fetched;
+    cost.row_reads_local += reads.row_hits;
+    cost.row_reads_remote += reads.row_misses;
+    cost.store_wait_ms += reads.store_wait_nanos as f64 / 1e6;
+    cost.search_ms += started.elapsed().as_secs_f64() * 1e3;
+    result
 }
 
 /// Counts a damaged object (segment, bitmap, WAL object) met by a read: the

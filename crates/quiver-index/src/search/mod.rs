@@ -18,7 +18,7 @@ use crate::source::{ByteSource, ReadSession};
 mod shared;
 
 use shared::finish_shared;
-pub use shared::{SharedProbe, search_shared};
+pub use shared::{SharedProbe, SharedSearch, search_shared};
 
 /// Lists scored exactly beyond 1.5 × `nprobe`, so the 1-bit list estimates only
 /// have to put the right lists in a generous shortlist.

@@ -1,6 +1,7 @@
 //! Search over the segments of one codebook ([`search_shared`]): the query is
 //! ranked against the shared centroids once, and every probed list is scanned in
-//! every member against one top-k.
+//! every member against one top-k. A batch of queries opens the members once
+//! ([`SharedSearch`]).
 
 use std::collections::BinaryHeap;
 
@@ -26,7 +27,8 @@ pub struct SharedProbe<'a, S: ByteSource> {
 /// lists is then scanned in every member against one top-k, one reserve and one
 /// error-bound threshold, so the cost is that of one segment holding every
 /// member's rows: `nprobe` means lists of the shard, not of each segment. One
-/// member is [`Segment::search`].
+/// member is [`Segment::search`]. Several queries over the same members share
+/// one [`SharedSearch`].
 pub fn search_shared<S: ByteSource>(
     members: &[SharedProbe<'_, S>],
     query: &[f32],
@@ -36,66 +38,98 @@ pub fn search_shared<S: ByteSource>(
     if params.k == 0 {
         return Err(IndexError::InvalidArgument("k must be at least 1".into()));
     }
-    let Some(lead) = members.first().map(|member| member.segment) else {
-        return Ok(Vec::new());
-    };
-    for member in &members[1..] {
-        member.segment.check_shares_lists_with(lead)?;
-    }
-    lead.prepare_query(query, scratch)?;
-    // The codes of this query are read through one session per member: a cache
-    // pins each region once for the whole query instead of once per read. Raw
-    // vectors are read row by row outside it (see `Segment::rescore_row`).
-    let sessions: Vec<_> = members
-        .iter()
-        .map(|member| member.segment.source.session())
-        .collect();
-    let nlist = lead.header.nlist;
-    let nprobe = params
-        .nprobe
-        .unwrap_or_else(|| default_nprobe(nlist))
-        .clamp(1, nlist);
-    scratch.stats = SearchStats::default();
-    let encoded = lead.encode_query(scratch);
-    lead.choose_lists(&encoded, nprobe, scratch);
-    let mut ranking = Ranking {
-        top: TopK::new(params.k, std::mem::take(&mut scratch.heap)),
-        reserve: TopK::new(
-            params.k * params.rescore.max(1),
-            std::mem::take(&mut scratch.reserve),
-        ),
-        rescored: 0,
-    };
-    for probe in 0..scratch.list_keys.len() {
-        let list = scratch.list_keys[probe].1 as usize;
-        for (index, member) in members.iter().enumerate() {
-            member.segment.probe_list(
-                index,
-                &sessions[index],
-                list,
-                &encoded,
-                params,
-                member.filter,
-                scratch,
-                &mut ranking,
-            )?;
+    SharedSearch::open(members)?.search(query, params, scratch)
+}
+
+/// The members of one codebook opened for a batch of queries: checked to share
+/// their lists once, and read through one session per member, so a batch pins
+/// each member's code regions once instead of once per query.
+pub struct SharedSearch<'m, 'a, S: ByteSource> {
+    members: &'m [SharedProbe<'a, S>],
+    sessions: Vec<S::Session<'a>>,
+}
+
+impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
+    /// Checks that `members` share one codebook and opens their read sessions.
+    pub fn open(members: &'m [SharedProbe<'a, S>]) -> IndexResult<Self> {
+        if let Some(lead) = members.first().map(|member| member.segment) {
+            for member in &members[1..] {
+                member.segment.check_shares_lists_with(lead)?;
+            }
         }
+        // The codes are read through one session per member: a cache pins each
+        // region once for the whole batch instead of once per read. Raw vectors
+        // are read row by row outside it (see `Segment::rescore_row`).
+        let sessions = members
+            .iter()
+            .map(|member| member.segment.source.session())
+            .collect();
+        Ok(SharedSearch { members, sessions })
     }
-    // The guard: the best ruled-out rows by estimate are rescored as well.
-    let Ranking {
-        mut top,
-        mut reserve,
-        mut rescored,
-    } = ranking;
-    for ranked in reserve.heap.drain() {
-        let (index, row) = unhandle(ranked.handle);
-        let segment = members[index].segment;
-        top.push(segment.rescore_row(&scratch.query, row)?, ranked.handle);
-        rescored += 1;
+
+    /// Returns the approximate top-`k` of one query over the members, as
+    /// `(member index, hit)`, best first (see [`search_shared`]).
+    pub fn search(
+        &self,
+        query: &[f32],
+        params: &SearchParams,
+        scratch: &mut SearchScratch,
+    ) -> IndexResult<Vec<(usize, Hit)>> {
+        if params.k == 0 {
+            return Err(IndexError::InvalidArgument("k must be at least 1".into()));
+        }
+        let members = self.members;
+        let Some(lead) = members.first().map(|member| member.segment) else {
+            return Ok(Vec::new());
+        };
+        lead.prepare_query(query, scratch)?;
+        let nlist = lead.header.nlist;
+        let nprobe = params
+            .nprobe
+            .unwrap_or_else(|| default_nprobe(nlist))
+            .clamp(1, nlist);
+        scratch.stats = SearchStats::default();
+        let encoded = lead.encode_query(scratch);
+        lead.choose_lists(&encoded, nprobe, scratch);
+        let mut ranking = Ranking {
+            top: TopK::new(params.k, std::mem::take(&mut scratch.heap)),
+            reserve: TopK::new(
+                params.k * params.rescore.max(1),
+                std::mem::take(&mut scratch.reserve),
+            ),
+            rescored: 0,
+        };
+        for probe in 0..scratch.list_keys.len() {
+            let list = scratch.list_keys[probe].1 as usize;
+            for (index, member) in members.iter().enumerate() {
+                member.segment.probe_list(
+                    index,
+                    &self.sessions[index],
+                    list,
+                    &encoded,
+                    params,
+                    member.filter,
+                    scratch,
+                    &mut ranking,
+                )?;
+            }
+        }
+        // The guard: the best ruled-out rows by estimate are rescored as well.
+        let Ranking {
+            mut top,
+            mut reserve,
+            mut rescored,
+        } = ranking;
+        for ranked in reserve.heap.drain() {
+            let (index, row) = unhandle(ranked.handle);
+            let segment = members[index].segment;
+            top.push(segment.rescore_row(&scratch.query, row)?, ranked.handle);
+            rescored += 1;
+        }
+        scratch.reserve = reserve.heap;
+        scratch.stats.rows_rescored = rescored;
+        Ok(finish_shared(lead.header.metric, top, scratch))
     }
-    scratch.reserve = reserve.heap;
-    scratch.stats.rows_rescored = rescored;
-    Ok(finish_shared(lead.header.metric, top, scratch))
 }
 
 /// Turns the final top-k into `(member, hit)`, best first, and keeps the

@@ -168,71 +168,194 @@ impl Gateway {
         let spec = Self::spec_of(&route)?;
         let filter = prepare_search(&spec, name, &input)?;
         let calls = route.shards.iter().map(|placement| {
-            let request = data::SearchRequest {
-                shard: Some(pb::ShardRef {
-                    collection_id: route.collection.collection_id,
-                    shard: placement.shard,
-                }),
-                min_manifest_version: if input.consistency == Consistency::Strong {
-                    placement.manifest_version
-                } else {
-                    0
-                },
-                vector: input.vector.clone(),
-                k: input.k as u32,
-                nprobe: input.nprobe.unwrap_or(0),
-                rescore: input.rescore.unwrap_or(0),
-                filter: filter.clone(),
-                include_payload: input.include_payload,
-                include_vector: input.include_vector,
-            };
+            let request = shard_search(&route, placement, &input, &filter);
             self.on_searchers(placement, move |mut client| {
                 let request = request.clone();
                 async move { client.search(outgoing(request)).await }
             })
         });
-        let mut hits = Vec::new();
-        let mut cost = SearchCost::default();
-        for answer in join_all(calls).await {
-            let answer = answer?;
-            if let Some(shard_cost) = &answer.cost {
-                cost.shards += 1;
-                cost.segments += shard_cost.segments;
-                cost.rows_scanned += shard_cost.rows_scanned;
-                cost.rows_rescored += shard_cost.rows_rescored;
-                cost.tail_rows_scored += shard_cost.tail_rows_scored;
-                cost.cache_regions_hit += shard_cost.cache_regions_hit;
-                cost.cache_regions_missed += shard_cost.cache_regions_missed;
-                cost.bytes_fetched += shard_cost.bytes_fetched;
-                cost.row_reads_local += shard_cost.row_reads_local;
-                cost.row_reads_remote += shard_cost.row_reads_remote;
-                cost.store_wait_ms = cost.store_wait_ms.max(shard_cost.store_wait_ms);
-                cost.search_ms = cost.search_ms.max(shard_cost.search_ms);
-            }
-            for hit in answer.hits {
-                let Some(id) = hit.id.as_ref().and_then(point_id) else {
-                    continue;
-                };
-                hits.push(Hit {
-                    id,
-                    score: hit.score,
-                    payload: if input.include_payload {
-                        parse_payload(&hit.payload_json)
-                    } else {
-                        None
-                    },
-                    vector: input.include_vector.then_some(hit.vector),
-                });
-            }
-        }
-        if spec.metric == Metric::L2 {
-            hits.sort_by(|a, b| a.score.total_cmp(&b.score));
-        } else {
-            hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        }
-        hits.truncate(input.k);
+        let answers = join_all(calls)
+            .await
+            .into_iter()
+            .collect::<GatewayResult<Vec<_>>>()?;
+        let (hits, cost) = merge_shard_answers(spec.metric, &input, answers);
         let took_ms = started.elapsed().as_secs_f64() * 1e3;
-        METRICS.search_hits.observe(hits.len() as f64);
         Ok((hits, took_ms, cost))
     }
+
+    /// Runs several searches of one collection together, answering each in
+    /// order: one routing round for the batch (linearizable when any search is
+    /// strong), one call per shard carrying every search (the searcher runs
+    /// the batch segment group by segment group, see its
+    /// `ShardView::search_batch`), then each search's shard answers merged.
+    /// An invalid search refuses the batch, naming it (`searches[i]`); each
+    /// answer's `took_ms` is the batch's.
+    pub async fn search_batch(
+        &self,
+        name: &str,
+        inputs: Vec<SearchInput>,
+    ) -> GatewayResult<Vec<(Vec<Hit>, f64, SearchCost)>> {
+        let started = Instant::now();
+        validate_name(name)?;
+        let named = |index: usize| move |error: GatewayError| error.with_context(format!("searches[{index}]"));
+        for (index, input) in inputs.iter().enumerate() {
+            check_search_options(&self.limits, input).map_err(named(index))?;
+        }
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let consistency = if inputs
+            .iter()
+            .any(|input| input.consistency == Consistency::Strong)
+        {
+            Consistency::Strong
+        } else {
+            Consistency::Eventual
+        };
+        let route = self.read_route(name, consistency).await?;
+        let spec = Self::spec_of(&route)?;
+        let filters = inputs
+            .iter()
+            .enumerate()
+            .map(|(index, input)| prepare_search(&spec, name, input).map_err(named(index)))
+            .collect::<GatewayResult<Vec<_>>>()?;
+        let calls = route.shards.iter().map(|placement| {
+            let searches: Vec<data::SearchRequest> = inputs
+                .iter()
+                .zip(&filters)
+                .map(|(input, filter)| shard_search(&route, placement, input, filter))
+                .collect();
+            let request = data::SearchBatchRequest {
+                shard: searches[0].shard.clone(),
+                min_manifest_version: searches
+                    .iter()
+                    .map(|search| search.min_manifest_version)
+                    .max()
+                    .unwrap_or(0),
+                searches,
+            };
+            self.on_searchers(placement, move |mut client| {
+                let request = request.clone();
+                async move {
+                    match client.search_batch(outgoing(request.clone())).await {
+                        // A searcher from before batch search: one at a time.
+                        Err(status) if status.code() == tonic::Code::Unimplemented => {
+                            let mut results = Vec::with_capacity(request.searches.len());
+                            for search in request.searches {
+                                results.push(client.search(outgoing(search)).await?.into_inner());
+                            }
+                            Ok(tonic::Response::new(data::SearchBatchResponse {
+                                results,
+                                manifest_version: 0,
+                            }))
+                        }
+                        answer => answer,
+                    }
+                }
+            })
+        });
+        let mut per_search: Vec<Vec<data::SearchResponse>> = inputs
+            .iter()
+            .map(|_| Vec::with_capacity(route.shards.len()))
+            .collect();
+        for answer in join_all(calls).await {
+            let answer = answer?;
+            if answer.results.len() != inputs.len() {
+                return Err(GatewayError::internal(format!(
+                        "a searcher answered {} of a batch of {} searches",
+                        answer.results.len(),
+                        inputs.len()
+                )));
+            }
+            for (answers, result) in per_search.iter_mut().zip(answer.results) {
+                answers.push(result);
+            }
+        }
+        let took_ms = started.elapsed().as_secs_f64() * 1e3;
+        Ok(inputs
+            .iter()
+            .zip(per_search)
+            .map(|(input, answers)| {
+                let (hits, cost) = merge_shard_answers(spec.metric, input, answers);
+                (hits, took_ms, cost)
+            })
+            .collect())
+    }
+}
+
+/// The search of one shard a collection search sends.
+fn shard_search(
+    route: &CollectionRoute,
+    placement: &ShardPlacement,
+    input: &SearchInput,
+    filter: &str,
+) -> data::SearchRequest {
+    data::SearchRequest {
+        shard: Some(pb::ShardRef {
+            collection_id: route.collection.collection_id,
+            shard: placement.shard,
+        }),
+        min_manifest_version: if input.consistency == Consistency::Strong {
+            placement.manifest_version
+        } else {
+            0
+        },
+        vector: input.vector.clone(),
+        k: input.k as u32,
+        nprobe: input.nprobe.unwrap_or(0),
+        rescore: input.rescore.unwrap_or(0),
+        filter: filter.to_string(),
+        include_payload: input.include_payload,
+        include_vector: input.include_vector,
+    }
+}
+
+/// Merges the shards' answers to one search: the best `k` hits and the summed
+/// cost (times of the slowest shard).
+fn merge_shard_answers(
+    metric: Metric,
+    input: &SearchInput,
+    answers: Vec<data::SearchResponse>,
+) -> (Vec<Hit>, SearchCost) {
+    let mut hits = Vec::new();
+    let mut cost = SearchCost::default();
+    for answer in answers {
+        if let Some(shard_cost) = &answer.cost {
+            cost.shards += 1;
+            cost.segments += shard_cost.segments;
+            cost.rows_scanned += shard_cost.rows_scanned;
+            cost.rows_rescored += shard_cost.rows_rescored;
+            cost.tail_rows_scored += shard_cost.tail_rows_scored;
+            cost.cache_regions_hit += shard_cost.cache_regions_hit;
+            cost.cache_regions_missed += shard_cost.cache_regions_missed;
+            cost.bytes_fetched += shard_cost.bytes_fetched;
+            cost.row_reads_local += shard_cost.row_reads_local;
+            cost.row_reads_remote += shard_cost.row_reads_remote;
+            cost.store_wait_ms = cost.store_wait_ms.max(shard_cost.store_wait_ms);
+            cost.search_ms = cost.search_ms.max(shard_cost.search_ms);
+        }
+        for hit in answer.hits {
+            let Some(id) = hit.id.as_ref().and_then(point_id) else {
+                continue;
+            };
+            hits.push(Hit {
+                id,
+                score: hit.score,
+                payload: if input.include_payload {
+                    parse_payload(&hit.payload_json)
+                } else {
+                    None
+                },
+                vector: input.include_vector.then_some(hit.vector),
+            });
+        }
+    }
+    if metric == Metric::L2 {
+        hits.sort_by(|a, b| a.score.total_cmp(&b.score));
+    } else {
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    }
+    hits.truncate(input.k);
+    METRICS.search_hits.observe(hits.len() as f64);
+    (hits, cost)
 }

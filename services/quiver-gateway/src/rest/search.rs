@@ -51,17 +51,12 @@ pub(super) async fn search_batch(
     let gateway = state.gateway.clone();
     handle(&state, &headers, "search_batch", Access::Read, async move {
         let inputs = decode_batch(body_bytes(&body, gateway.limits())?, gateway.limits())?;
-        let searches = inputs.into_iter().map(|input| gateway.search(&name, input));
-        let mut results = Vec::new();
-        for (index, outcome) in futures_util::future::join_all(searches)
-            .await
+        let results = gateway
+            .search_batch(&name, inputs)
+            .await?
             .into_iter()
-            .enumerate()
-        {
-            let (hits, took_ms) =
-                outcome.map_err(|error| error.with_context(format!("searches[{index}]")))?;
-            results.push(search_response(hits, took_ms, None));
-        }
+            .map(|(hits, took_ms, cost)| search_response(hits, took_ms, Some(cost)))
+            .collect();
         Ok(Json(BatchSearchResponse { results }))
     })
     .await

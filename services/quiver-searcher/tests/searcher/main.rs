@@ -314,6 +314,38 @@ async fn check(fixture: Fixture) {
             let recall = found as f64 / wanted as f64;
             assert!(recall >= 0.95, "recall {recall:.3} with filter {filter:?}");
         }
+        // A batch answers exactly what its searches answer one by one, in
+        // order, each with its own cost (filters, k and nprobe mixed).
+        let filters = [None, Some(r#"tag = "even""#), Some("group = 42")];
+        let batch: Vec<SearchRequest> = queries
+            .iter()
+            .take(24)
+            .enumerate()
+            .map(|(index, query)| {
+                let mut search = request(query, 1 + index % 12, filters[index % filters.len()]);
+                search.nprobe = (index % 4 == 3).then_some(7);
+                search.include_vector = index % 5 == 0;
+                search
+            })
+            .collect();
+        let answers = view.search_batch(&context, &batch, &mut scratch).unwrap();
+        assert_eq!(answers.len(), batch.len());
+        for (index, (search, (hits, cost))) in batch.iter().zip(&answers).enumerate() {
+            let (single, single_cost) = view.search_with_cost(&context, search, &mut scratch).unwrap();
+            assert_eq!(hits, &single, "searches[{index}] answered differently in a batch");
+            assert_eq!(cost.rows_scanned, single_cost.rows_scanned, "searches[{index}]");
+            assert_eq!(cost.rows_rescored, single_cost.rows_rescored, "searches[{index}]");
+            assert_eq!(cost.tail_rows_scored, single_cost.tail_rows_scored, "searches[{index}]");
+            assert_eq!(cost.segments, 2, "searches[{index}]");
+            assert!(cost.search_ms > 0.0, "searches[{index}]");
+        }
+        assert!(view.search_batch(&context, &[], &mut scratch).unwrap().is_empty());
+        // One bad search refuses the batch and is named.
+        let mut bad_batch = batch[..3].to_vec();
+        bad_batch[2].vector.push(1.0);
+        let error = view.search_batch(&context, &bad_batch, &mut scratch).unwrap_err();
+        assert_eq!(error.error_code(), ErrorCode::InvalidArgument);
+        assert!(error.to_string().contains("searches[2]: query vector has dimension 33"), "{error}");
         // Reads by id: tail, segments, deleted (absent), unknown (absent).
         let ids = [
             PointId::U64(97),

@@ -131,6 +131,88 @@ async fn the_rest_api_end_to_end() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["results"][0]["hits"][0]["id"], 8);
     assert_eq!(body["results"][1]["hits"].as_array().unwrap().len(), 2);
+    // A batch (run together on each shard's searcher) answers what its
+    // searches answer one by one, with a cost block each.
+    let searches: Vec<Value> = (0..12u64)
+        .map(|id| {
+            let mut search = json!({"vector": vector(id * 3 + 1, DIM), "k": 1 + id % 5});
+            if id % 3 == 0 {
+                search["filter"] = json!("lang = \"en\"");
+            }
+            search
+        })
+        .collect();
+    // A flush between the batch and the single searches changes rows scanned
+    // (tail rows become segment rows): compare only when the same batch sent
+    // before and after the single searches answered the same.
+    let run_batch = || async {
+        let (status, batch) = server
+            .call(
+                "POST",
+                "/v1/collections/docs/search/batch",
+                Some(json!({ "searches": searches })),
+            )
+            .await;
+        assert_eq!(status, 200, "{batch}");
+        assert_eq!(batch["results"].as_array().unwrap().len(), searches.len());
+        let shape: Vec<(Value, Value, Value)> = batch["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|result| {
+                assert_eq!(result["cost"]["shards"], 2, "{result}");
+                (
+                    result["hits"].clone(),
+                    result["cost"]["rows_scanned"].clone(),
+                    result["cost"]["tail_rows_scored"].clone(),
+                )
+            })
+            .collect();
+        shape
+    };
+    let mut compared = false;
+    for _ in 0..5 {
+        let before = run_batch().await;
+        let mut singles = Vec::new();
+        for search in &searches {
+            let (status, single) = server
+                .call("POST", "/v1/collections/docs/search", Some(search.clone()))
+                .await;
+            assert_eq!(status, 200, "{single}");
+            singles.push((
+                single["hits"].clone(),
+                single["cost"]["rows_scanned"].clone(),
+                single["cost"]["tail_rows_scored"].clone(),
+            ));
+        }
+        if run_batch().await != before {
+            continue;
+        }
+        for (index, (batched, single)) in before.iter().zip(&singles).enumerate() {
+            assert_eq!(batched, single, "searches[{index}] answered differently in a batch");
+        }
+        compared = true;
+        break;
+    }
+    assert!(compared, "the shards changed under every one of 5 batch comparisons");
+    let (status, body) = server
+        .call(
+            "POST",
+            "/v1/collections/docs/search/batch",
+            Some(json!({"searches": [
+                {"vector": vector(1, DIM), "k": 3},
+                {"vector": vector(2, DIM), "k": 3, "filter": "size = 3"}
+            ]})),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("searches[1]: filter field \"size\""),
+        "{body}"
+    );
 
     // Get, delete, replace.
     let (status, body) = server
