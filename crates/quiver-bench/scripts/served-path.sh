@@ -7,7 +7,8 @@
 #      WAL tail and L0 segments), payloads returned;
 #   2. wait until settled (nothing unflushed, segments unchanged for 20 s), with and
 #      without payloads, and the engine alone on BASE at the recall the server
-#      delivered (one segment, one thread): server CPU per query ÷ the engine's.
+#      delivered (one segment, one thread): server CPU per query ÷ the engine's;
+#   3. settled, the same queries as batch searches of 64 (/search/batch).
 # Concurrency 1, 16, 64. Server CPU counts every quiver process of the deployment.
 #
 #   crates/quiver-bench/scripts/served-path.sh BASE.fvecs QUERIES.fvecs GT.ivecs OUT_DIR [METRIC]
@@ -15,7 +16,7 @@
 # Needs release builds of quiver and quiver-bench (cargo build --release -p quiver -p quiver-bench).
 set -euo pipefail
 if [ $# -lt 4 ]; then
-    sed -n '2,15p' "$0"
+    sed -n '2,16p' "$0"
     exit 2
 fi
 base=$1 queries=$2 gt=$3 out=$4 metric=${5:-cosine}
@@ -45,6 +46,9 @@ measure() {
     echo "== $name: settled, no payloads"
     "$bench" cluster "${common[@]}" --json "$out/$name-settled-nopayload.json" \
         | tee "$out/$name-settled-nopayload.txt"
+    echo "== $name: settled, payloads, batch searches of 64"
+    "$bench" cluster "${common[@]}" --include-payload --batch 64 \
+        --json "$out/$name-settled-batch64.json" | tee "$out/$name-settled-batch64.txt"
 }
 
 "$quiver" standalone --data-dir "$work/standalone" --http-listen 127.0.0.1:7900 \
