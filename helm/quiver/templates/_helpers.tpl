@@ -64,6 +64,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* Image of the `helm test` Pod (tests.image). */}}
+{{- define "quiver.testImage" -}}
+{{- $image := .Values.tests.image }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository $image.tag }}
+{{- end }}
+{{- end }}
+
 {{/* Headless Service of the meta StatefulSet; it gives every meta pod a stable DNS name. */}}
 {{- define "quiver.metaService" -}}
 {{- printf "%s-meta" (include "quiver.fullname" .) }}
