@@ -98,22 +98,39 @@ impl BlobCacheConfig {
         })
     }
 
-    /// Splits the capacity: (hot bytes, row-tier bytes). One tier (row bytes 0)
-    /// when the row tier is off or either tier would be too small to be useful
-    /// (under [`Self::MIN_HOT_REGIONS`] or [`Self::MIN_ROW_REGIONS`]).
-    fn split(&self) -> (u64, u64) {
+    /// The smallest region the hot tier shrinks to so that a cache under
+    /// [`Self::MIN_HOT_REGIONS`] × `region_bytes` of hot bytes still splits.
+    pub const MIN_HOT_REGION_BYTES: u64 = 1 << 20;
+
+    /// Splits the capacity: (hot bytes, hot region bytes, row-tier bytes). The hot
+    /// tier keeps `region_bytes` regions when it holds [`Self::MIN_HOT_REGIONS`]
+    /// of them; a smaller cache shrinks them (halving a power-of-two size, down
+    /// to [`Self::MIN_HOT_REGION_BYTES`]) until it does, so a 256 MiB cache still
+    /// reads raw vectors in 64 KiB row regions instead of 16 MiB fills. One tier
+    /// (row bytes 0, `region_bytes` regions) when the row tier is off or either
+    /// tier would still be too small to be useful (under
+    /// [`Self::MIN_HOT_REGIONS`] or [`Self::MIN_ROW_REGIONS`]).
+    fn split(&self) -> (u64, u64, u64) {
+        let one_tier = (self.capacity_bytes, self.region_bytes, 0);
         if self.row_region_bytes == 0 {
-            return (self.capacity_bytes, 0);
+            return one_tier;
         }
         let rows = self.capacity_bytes / 100 * Self::ROW_TIER_PERCENT / self.row_region_bytes
             * self.row_region_bytes;
         let hot = self.capacity_bytes - rows;
-        if hot < Self::MIN_HOT_REGIONS * self.region_bytes
+        let mut hot_region = self.region_bytes;
+        while hot < Self::MIN_HOT_REGIONS * hot_region
+            && hot_region.is_power_of_two()
+            && hot_region / 2 >= Self::MIN_HOT_REGION_BYTES
+        {
+            hot_region /= 2;
+        }
+        if hot < Self::MIN_HOT_REGIONS * hot_region
             || rows < Self::MIN_ROW_REGIONS * self.row_region_bytes
         {
-            (self.capacity_bytes, 0)
+            one_tier
         } else {
-            (hot, rows)
+            (hot, hot_region, rows)
         }
     }
 
@@ -153,8 +170,8 @@ impl BlobCache {
     /// Creates the cache files under `config.directory` and maps them. `runtime`
     /// drives the object-store fetches of synchronous reads.
     pub fn new(config: &BlobCacheConfig, storage: Storage, runtime: Handle) -> CacheResult<Self> {
-        let (hot_bytes, row_bytes) = config.split();
-        let regions = BlobCacheConfig::regions(hot_bytes, config.region_bytes)?;
+        let (hot_bytes, hot_region_bytes, row_bytes) = config.split();
+        let regions = BlobCacheConfig::regions(hot_bytes, hot_region_bytes)?;
         let row_regions = if row_bytes > 0 {
             Some(BlobCacheConfig::regions(
                 row_bytes,
@@ -191,7 +208,7 @@ impl BlobCache {
                 map_local_files: config.map_local_files,
             }))
         };
-        let inner = tier(CACHE_FILE_NAME, HOT_TIER, regions, config.region_bytes)?;
+        let inner = tier(CACHE_FILE_NAME, HOT_TIER, regions, hot_region_bytes)?;
         let rows = match row_regions {
             Some(row_regions) => Some(tier(
                 ROW_CACHE_FILE_NAME,

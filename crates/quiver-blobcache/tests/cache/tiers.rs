@@ -122,3 +122,25 @@ fn a_cache_too_small_to_split_keeps_one_tier() {
     assert_eq!(cache.row_region_bytes(), None);
     assert_eq!(cache.stats().total_regions, 2);
 }
+
+#[test]
+fn a_small_cache_shrinks_its_hot_regions_to_keep_a_row_tier() {
+    let runtime = runtime();
+    let directory = tempfile::tempdir().unwrap();
+    // 128 MiB with the default 16 MiB regions: a 32 MiB hot share would hold
+    // 2 of them, so the hot tier takes 16 regions of 2 MiB instead and raw
+    // vectors keep their 64 KiB row regions.
+    let config = BlobCacheConfig::new(directory.path(), 128 << 20);
+    assert_eq!(config.region_bytes, 16 << 20);
+    let cache = BlobCache::new(&config, memory_storage(), runtime.handle().clone()).unwrap();
+    assert_eq!(cache.row_region_bytes(), Some(64 << 10));
+    assert_eq!(cache.region_bytes(), 2 << 20);
+    let (hot, rows) = cache.stats_by_tier();
+    assert_eq!(hot.total_regions, 16, "{hot:?}");
+    assert!(rows.unwrap().total_regions >= 1500);
+    // Under 64 MiB even 1 MiB hot regions would be too few: one tier.
+    let small = BlobCacheConfig::new(directory.path().join("small"), 32 << 20);
+    let cache = BlobCache::new(&small, memory_storage(), runtime.handle().clone()).unwrap();
+    assert_eq!(cache.row_region_bytes(), None);
+    assert_eq!(cache.region_bytes(), 16 << 20);
+}
