@@ -293,7 +293,10 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
                         .collect();
                     let begun = Instant::now();
                     let outcome = if batch == 1 {
-                        client.search(&name, &searches[0]).await.map(|answer| vec![answer])
+                        client
+                            .search(&name, &searches[0])
+                            .await
+                            .map(|answer| vec![answer])
                     } else {
                         client.search_batch(&name, &searches).await
                     };

@@ -198,7 +198,11 @@ impl Searcher for SearcherGrpc {
         METRICS
             .query_seconds
             .observe(started.elapsed().as_secs_f64());
-        Ok(Response::new(answer_of(hits, cost, view.manifest().version)))
+        Ok(Response::new(answer_of(
+            hits,
+            cost,
+            view.manifest().version,
+        )))
     }
 
     /// A batch of searches of one shard: one view, one task on the search
@@ -219,7 +223,10 @@ impl Searcher for SearcherGrpc {
             .enumerate()
             .map(|(index, search)| {
                 search_of(search).map_err(|status| {
-                    Status::new(status.code(), format!("searches[{index}]: {}", status.message()))
+                    Status::new(
+                        status.code(),
+                        format!("searches[{index}]: {}", status.message()),
+                    )
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;

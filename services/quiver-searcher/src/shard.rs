@@ -312,11 +312,8 @@ impl ShardView {
         scratch: &mut SearchScratch,
     ) -> SearcherResult<(Vec<ShardHit>, QueryCost)> {
         self.check(request)?;
-        let mut answers = counted(self.search_checked(
-            context,
-            std::slice::from_ref(request),
-            scratch,
-        ))?;
+        let mut answers =
+            counted(self.search_checked(context, std::slice::from_ref(request), scratch))?;
         answers
             .pop()
             .ok_or_else(|| SearcherError::Internal("a search of one query gave no answer".into()))
@@ -469,9 +466,9 @@ impl ShardView {
                         cost.rows_rescored += scratch.stats.rows_rescored as u64;
                         Ok(hits)
                     }
-                    Some(filter) => {
-                        self.search_group_filtered(context, &views, request, filter, params, scratch, cost)
-                    }
+                    Some(filter) => self.search_group_filtered(
+                        context, &views, request, filter, params, scratch, cost,
+                    ),
                 }
             })?;
             for (member, hit) in hits {

@@ -197,7 +197,9 @@ impl Gateway {
     ) -> GatewayResult<Vec<(Vec<Hit>, f64, SearchCost)>> {
         let started = Instant::now();
         validate_name(name)?;
-        let named = |index: usize| move |error: GatewayError| error.with_context(format!("searches[{index}]"));
+        let named = |index: usize| {
+            move |error: GatewayError| error.with_context(format!("searches[{index}]"))
+        };
         for (index, input) in inputs.iter().enumerate() {
             check_search_options(&self.limits, input).map_err(named(index))?;
         }
@@ -262,9 +264,9 @@ impl Gateway {
             let answer = answer?;
             if answer.results.len() != inputs.len() {
                 return Err(GatewayError::internal(format!(
-                        "a searcher answered {} of a batch of {} searches",
-                        answer.results.len(),
-                        inputs.len()
+                    "a searcher answered {} of a batch of {} searches",
+                    answer.results.len(),
+                    inputs.len()
                 )));
             }
             for (answers, result) in per_search.iter_mut().zip(answer.results) {

@@ -331,21 +331,46 @@ async fn check(fixture: Fixture) {
         let answers = view.search_batch(&context, &batch, &mut scratch).unwrap();
         assert_eq!(answers.len(), batch.len());
         for (index, (search, (hits, cost))) in batch.iter().zip(&answers).enumerate() {
-            let (single, single_cost) = view.search_with_cost(&context, search, &mut scratch).unwrap();
-            assert_eq!(hits, &single, "searches[{index}] answered differently in a batch");
-            assert_eq!(cost.rows_scanned, single_cost.rows_scanned, "searches[{index}]");
-            assert_eq!(cost.rows_rescored, single_cost.rows_rescored, "searches[{index}]");
-            assert_eq!(cost.tail_rows_scored, single_cost.tail_rows_scored, "searches[{index}]");
+            let (single, single_cost) = view
+                .search_with_cost(&context, search, &mut scratch)
+                .unwrap();
+            assert_eq!(
+                hits, &single,
+                "searches[{index}] answered differently in a batch"
+            );
+            assert_eq!(
+                cost.rows_scanned, single_cost.rows_scanned,
+                "searches[{index}]"
+            );
+            assert_eq!(
+                cost.rows_rescored, single_cost.rows_rescored,
+                "searches[{index}]"
+            );
+            assert_eq!(
+                cost.tail_rows_scored, single_cost.tail_rows_scored,
+                "searches[{index}]"
+            );
             assert_eq!(cost.segments, 2, "searches[{index}]");
             assert!(cost.search_ms > 0.0, "searches[{index}]");
         }
-        assert!(view.search_batch(&context, &[], &mut scratch).unwrap().is_empty());
+        assert!(
+            view.search_batch(&context, &[], &mut scratch)
+                .unwrap()
+                .is_empty()
+        );
         // One bad search refuses the batch and is named.
         let mut bad_batch = batch[..3].to_vec();
         bad_batch[2].vector.push(1.0);
-        let error = view.search_batch(&context, &bad_batch, &mut scratch).unwrap_err();
+        let error = view
+            .search_batch(&context, &bad_batch, &mut scratch)
+            .unwrap_err();
         assert_eq!(error.error_code(), ErrorCode::InvalidArgument);
-        assert!(error.to_string().contains("searches[2]: query vector has dimension 33"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("searches[2]: query vector has dimension 33"),
+            "{error}"
+        );
         // Reads by id: tail, segments, deleted (absent), unknown (absent).
         let ids = [
             PointId::U64(97),

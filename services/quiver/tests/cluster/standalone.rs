@@ -189,12 +189,18 @@ async fn the_rest_api_end_to_end() {
             continue;
         }
         for (index, (batched, single)) in before.iter().zip(&singles).enumerate() {
-            assert_eq!(batched, single, "searches[{index}] answered differently in a batch");
+            assert_eq!(
+                batched, single,
+                "searches[{index}] answered differently in a batch"
+            );
         }
         compared = true;
         break;
     }
-    assert!(compared, "the shards changed under every one of 5 batch comparisons");
+    assert!(
+        compared,
+        "the shards changed under every one of 5 batch comparisons"
+    );
     let (status, body) = server
         .call(
             "POST",
