@@ -228,7 +228,7 @@ impl Gateway {
                 .map(|(input, filter)| shard_search(&route, placement, input, filter))
                 .collect();
             let request = data::SearchBatchRequest {
-                shard: searches[0].shard.clone(),
+                shard: searches[0].shard,
                 min_manifest_version: searches
                     .iter()
                     .map(|search| search.min_manifest_version)
