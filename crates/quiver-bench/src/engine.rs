@@ -1,6 +1,9 @@
 //! `quiver-bench engine`: builds real segment files with the real writer, searches
 //! them through the real file reader (mmap byte source), sweeps nprobe × rescore,
-//! and reports recall@k, QPS and latency percentiles.
+//! and reports recall@k, QPS and latency percentiles. (Over 700 lines: the
+//! build, the sweep, the region-cache mode and `at_recall` — the engine alone at a
+//! given recall, which `cluster --engine` uses — share the dataset and segment
+//! setup; each is a function of its own.)
 
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};

@@ -9,6 +9,7 @@
 //! always retried; a call whose outcome is unknown (timed out after it was sent) is
 //! retried only if it is idempotent — every catalog write is, except dropping a
 //! collection and a manifest change that adds no segment. Each attempt has a timeout.
+//! (About 700 lines: one short method per metadata call, all on the one retry loop.)
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -1,25 +1,17 @@
-//! One shard as a searcher serves it ([`ShardView`]): the manifest's segments
-//! opened through the region cache, each with the rows it must not return
-//! (deleted, or replaced by a newer copy in the WAL tail), plus the WAL tail's
-//! points scored exactly.
-
-use std::collections::HashMap;
-use std::sync::Arc;
+//! Searching a [`ShardView`]: one search, or a batch run together segment
+//! group by segment group; filters answered exactly or by a widened probe; the
+//! hits' ids, payloads and vectors read at the end.
 
 use quiver_blobcache::{CachedObject, ReadCounts};
 use quiver_index::{
-    Filter, Metric, PointId, RowFilter, SearchParams, SearchScratch, Segment, SegmentSpec,
-    SharedProbe, SharedSearch, search_shared,
+    Filter, RowFilter, SearchParams, SearchScratch, SharedProbe, SharedSearch, search_shared,
 };
-use quiver_storage::manifest::{Manifest, SegmentEntry};
 use roaring::RoaringBitmap;
-use serde_json::Value;
 
+use super::{QueryCost, SearchRequest, SegmentView, ShardHit, ShardView, counted};
 use crate::context::ReadContext;
 use crate::error::{SearcherError, SearcherResult};
 use crate::ranking::{Best, HitSource};
-use crate::tail::Tail;
-use quiver_proto::{ErrorCode, ServiceError};
 
 /// A filter keeping at most this many of a segment's rows is always answered by
 /// scoring exactly the rows it keeps (recall does not depend on the lists).
@@ -31,106 +23,6 @@ const EXACT_FILTER_ROWS: u64 = 2048;
 /// list through the codes instead of gathering 10k full vectors, and a 1% filter on a
 /// 1M segment gathers its 10k rows instead of scanning most lists.
 const EXACT_ROW_COST_IN_CODE_ROWS: u64 = 16;
-
-/// One search against a shard.
-#[derive(Clone, Debug)]
-pub struct SearchRequest {
-    /// The query vector.
-    pub vector: Vec<f32>,
-    /// Hits wanted.
-    pub k: usize,
-    /// Lists probed per codebook group of segments (`None`: the calibrated default).
-    pub nprobe: Option<usize>,
-    /// Rescoring guard multiplier (`None`: the default).
-    pub rescore: Option<usize>,
-    /// Rows must satisfy this filter.
-    pub filter: Option<Filter>,
-    /// Return each hit's payload.
-    pub include_payload: bool,
-    /// Return each hit's vector.
-    pub include_vector: bool,
-}
-
-/// One hit of a shard.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ShardHit {
-    /// Point id.
-    pub id: PointId,
-    /// Cosine similarity, inner product, or squared distance (by metric).
-    pub score: f32,
-    /// Payload, when asked for and present.
-    pub payload: Option<Value>,
-    /// Vector, when asked for.
-    pub vector: Option<Vec<f32>>,
-}
-
-/// What one shard search cost.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct QueryCost {
-    /// Segments searched.
-    pub segments: u64,
-    /// Rows whose quantized codes were scored.
-    pub rows_scanned: u64,
-    /// Rows scored with their full vectors (rescoring, or exact filtered search).
-    pub rows_rescored: u64,
-    /// WAL-tail rows scored exactly.
-    pub tail_rows_scored: u64,
-    /// Cache regions the search found in the cache.
-    pub cache_regions_hit: u64,
-    /// Cache regions the search had to fetch from object storage.
-    pub cache_regions_missed: u64,
-    /// Bytes the search fetched from object storage.
-    pub bytes_fetched: u64,
-    /// Row-tier reads (raw vectors, payloads) served from the local cache file.
-    pub row_reads_local: u64,
-    /// Row-tier reads fetched from object storage.
-    pub row_reads_remote: u64,
-    /// Time the search waited for object storage, milliseconds.
-    pub store_wait_ms: f64,
-    /// Time spent, milliseconds.
-    pub search_ms: f64,
-}
-
-/// A point read by id.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PointRecord {
-    /// Point id.
-    pub id: PointId,
-    /// Payload, if any.
-    pub payload: Option<Value>,
-    /// Vector, when asked for (unit length for cosine collections).
-    pub vector: Option<Vec<f32>>,
-}
-
-struct SegmentView {
-    entry: SegmentEntry,
-    segment: Arc<Segment<CachedObject>>,
-    /// Rows never returned: deleted, or replaced/deleted in the WAL tail.
-    blocked: RoaringBitmap,
-}
-
-/// A shard at one manifest version, ready to answer.
-pub struct ShardView {
-    manifest: Manifest,
-    metric: Metric,
-    dimension: usize,
-    segments: Vec<SegmentView>,
-    /// Segments that share a codebook, searched together (indexes into
-    /// `segments`); a segment without a codebook is a group of its own.
-    groups: Vec<Vec<usize>>,
-    tail: Tail,
-}
-
-/// What building a [`ShardView`] did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LoadStats {
-    /// Segments opened (new to this shard's view).
-    pub segments_opened: u64,
-    /// Segments kept open from the previous view.
-    pub segments_reused: u64,
-    /// WAL-tail objects read into the view (only the new ones when the tail grew).
-    pub wal_batches_applied: u64,
-}
 
 /// Rows of a segment a search may return: those not in the bitmap.
 struct NotIn<'a>(&'a RoaringBitmap);
@@ -149,150 +41,7 @@ impl RowFilter for In<'_> {
         self.0.contains(row)
     }
 }
-
 impl ShardView {
-    /// Opens everything `manifest` lists (blocking: run off the async workers).
-    pub fn load(
-        context: &ReadContext,
-        spec: &SegmentSpec,
-        manifest: Manifest,
-    ) -> SearcherResult<ShardView> {
-        counted(Self::build(context, spec, manifest, None)).map(|(view, _)| view)
-    }
-
-    /// Returns the view of `manifest`, a newer manifest of the shard `previous`
-    /// answers from, built incrementally: segments both list stay open (only new
-    /// ones are opened), a tail that only grew gets just its new WAL objects
-    /// applied, and rows are re-masked only where a deletion bitmap changed or the
-    /// tail was trimmed. Blocking: run off the async workers.
-    pub fn reload(
-        previous: &ShardView,
-        context: &ReadContext,
-        spec: &SegmentSpec,
-        manifest: Manifest,
-    ) -> SearcherResult<(ShardView, LoadStats)> {
-        counted(Self::build(context, spec, manifest, Some(previous)))
-    }
-
-    fn build(
-        context: &ReadContext,
-        spec: &SegmentSpec,
-        manifest: Manifest,
-        previous: Option<&ShardView>,
-    ) -> SearcherResult<(ShardView, LoadStats)> {
-        let mut stats = LoadStats::default();
-        // The tail grew (same prefix) or was rebuilt (trimmed by a flush).
-        let tail_grew = previous.is_some_and(|previous| {
-            let old = &previous.manifest.wal_tail;
-            manifest.wal_tail.len() >= old.len() && manifest.wal_tail[..old.len()] == old[..]
-        });
-        let (mut tail, first_new_entry) = match previous {
-            Some(previous) if tail_grew => {
-                (previous.tail.clone(), previous.manifest.wal_tail.len())
-            }
-            _ => (Tail::default(), 0),
-        };
-        let mut new_tail_ids: Vec<PointId> = Vec::new();
-        for entry in &manifest.wal_tail[first_new_entry..] {
-            let batch = context.wal_batch(&entry.key)?;
-            stats.wal_batches_applied += 1;
-            tail.apply(&entry.key, &batch.records, spec.metric, spec.dim)?;
-            new_tail_ids.extend(batch.records.iter().map(|record| record.id().clone()));
-        }
-        let previous_segments: HashMap<&str, &SegmentView> = previous
-            .map(|previous| {
-                previous
-                    .segments
-                    .iter()
-                    .map(|view| (view.entry.key.as_str(), view))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut segments = Vec::with_capacity(manifest.segments.len());
-        for entry in &manifest.segments {
-            let view = match previous_segments.get(entry.key.as_str()) {
-                Some(old) => {
-                    stats.segments_reused += 1;
-                    let same_deletes = old.entry.deletes.as_ref().map(|deletes| &deletes.key)
-                        == entry.deletes.as_ref().map(|deletes| &deletes.key);
-                    let blocked = if same_deletes && tail_grew {
-                        let mut blocked = old.blocked.clone();
-                        block_rows(&old.segment, &new_tail_ids, &mut blocked)?;
-                        blocked
-                    } else {
-                        masked_rows(context, entry, &old.segment, tail.newest.keys())?
-                    };
-                    SegmentView {
-                        entry: entry.clone(),
-                        segment: old.segment.clone(),
-                        blocked,
-                    }
-                }
-                None => {
-                    stats.segments_opened += 1;
-                    let segment = context.open_segment(entry)?;
-                    let blocked = masked_rows(context, entry, &segment, tail.newest.keys())?;
-                    SegmentView {
-                        entry: entry.clone(),
-                        segment,
-                        blocked,
-                    }
-                }
-            };
-            segments.push(view);
-        }
-        let groups = codebook_groups(&segments);
-        let view = ShardView {
-            manifest,
-            metric: spec.metric,
-            dimension: spec.dim,
-            segments,
-            groups,
-            tail,
-        };
-        Ok((view, stats))
-    }
-
-    /// Returns the opened segments.
-    pub fn segments(&self) -> impl Iterator<Item = &Segment<CachedObject>> {
-        self.segments.iter().map(|view| view.segment.as_ref())
-    }
-
-    /// Returns how many groups of segments a search ranks centroids for (one
-    /// per codebook, plus one per segment without a codebook).
-    pub fn codebook_groups(&self) -> usize {
-        self.groups.len()
-    }
-
-    /// Returns the manifest this view answers from.
-    pub fn manifest(&self) -> &Manifest {
-        &self.manifest
-    }
-
-    /// Returns the live points (deletions and replacements applied).
-    pub fn live_points(&self) -> u64 {
-        let in_segments: u64 = self
-            .segments
-            .iter()
-            .map(|view| view.segment.rows() - view.blocked.len())
-            .sum();
-        in_segments + self.tail.live_rows()
-    }
-
-    /// Returns the rows of the WAL tail (not yet in a segment).
-    pub fn wal_tail_rows(&self) -> u64 {
-        self.manifest
-            .wal_tail
-            .iter()
-            .map(|entry| entry.rows as u64)
-            .sum()
-    }
-
-    /// Returns the bytes of the live segments.
-    pub fn segment_bytes(&self) -> u64 {
-        self.segments.iter().map(|view| view.entry.size_bytes).sum()
-    }
-
     /// Answers `request` (blocking: run off the async workers).
     pub fn search(
         &self,
@@ -591,69 +340,6 @@ impl ShardView {
             }
         }
     }
-
-    /// Reads points by id; ids that do not exist are left out.
-    pub fn get(&self, ids: &[PointId], include_vector: bool) -> SearcherResult<Vec<PointRecord>> {
-        counted(self.get_counting(ids, include_vector))
-    }
-
-    fn get_counting(
-        &self,
-        ids: &[PointId],
-        include_vector: bool,
-    ) -> SearcherResult<Vec<PointRecord>> {
-        let mut found = Vec::new();
-        for id in ids {
-            if let Some(newest) = self.tail.get(id) {
-                if let Some((vector, payload)) = newest {
-                    found.push(PointRecord {
-                        id: id.clone(),
-                        payload: payload.cloned(),
-                        vector: include_vector.then(|| vector.to_vec()),
-                    });
-                }
-                continue;
-            }
-            for view in &self.segments {
-                let Some(row) = view.segment.row_of(id)? else {
-                    continue;
-                };
-                if view.blocked.contains(row) {
-                    continue;
-                }
-                found.push(PointRecord {
-                    id: id.clone(),
-                    payload: view.segment.payload(row)?,
-                    vector: if include_vector {
-                        Some(view.segment.vector(row)?)
-                    } else {
-                        None
-                    },
-                });
-                break;
-            }
-        }
-        Ok(found)
-    }
-}
-
-/// Groups segments by the codebook they were built with, in manifest order.
-fn codebook_groups(segments: &[SegmentView]) -> Vec<Vec<usize>> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut by_codebook: HashMap<u64, usize> = HashMap::new();
-    for (index, view) in segments.iter().enumerate() {
-        match view.segment.header().codebook {
-            Some(codebook) => match by_codebook.get(&codebook.id) {
-                Some(&group) => groups[group].push(index),
-                None => {
-                    by_codebook.insert(codebook.id, groups.len());
-                    groups.push(vec![index]);
-                }
-            },
-            None => groups.push(vec![index]),
-        }
-    }
-    groups
 }
 
 /// Runs one search's share of a batch, adding the time it took and the
@@ -674,49 +360,4 @@ fn measured<T>(
     cost.store_wait_ms += reads.store_wait_nanos as f64 / 1e6;
     cost.search_ms += started.elapsed().as_secs_f64() * 1e3;
     result
-}
-
-/// Counts a damaged object (segment, bitmap, WAL object) met by a read: the
-/// error names it, and no answer is served from it.
-fn counted<T>(result: SearcherResult<T>) -> SearcherResult<T> {
-    if let Err(error) = &result
-        && error.error_code() == ErrorCode::DataLoss
-    {
-        crate::metrics::METRICS.corrupted_objects.inc();
-    }
-    result
-}
-
-/// Rows of `segment` never to return: its deletion bitmap, plus the rows of ids
-/// the WAL tail holds a newer copy (or a delete) of.
-fn masked_rows<'i>(
-    context: &ReadContext,
-    entry: &SegmentEntry,
-    segment: &Segment<CachedObject>,
-    tail_ids: impl Iterator<Item = &'i PointId>,
-) -> SearcherResult<RoaringBitmap> {
-    let mut blocked = match &entry.deletes {
-        Some(deletes) => (*context.bitmap(&deletes.key)?).clone(),
-        None => RoaringBitmap::new(),
-    };
-    for id in tail_ids {
-        if let Some(row) = segment.row_of(id)? {
-            blocked.insert(row);
-        }
-    }
-    Ok(blocked)
-}
-
-/// Adds the rows of `ids` in `segment` to `blocked`.
-fn block_rows(
-    segment: &Segment<CachedObject>,
-    ids: &[PointId],
-    blocked: &mut RoaringBitmap,
-) -> SearcherResult<()> {
-    for id in ids {
-        if let Some(row) = segment.row_of(id)? {
-            blocked.insert(row);
-        }
-    }
-    Ok(())
 }
