@@ -35,9 +35,6 @@ pub fn search_shared<S: ByteSource>(
     params: &SearchParams,
     scratch: &mut SearchScratch,
 ) -> IndexResult<Vec<(usize, Hit)>> {
-    if params.k == 0 {
-        return Err(IndexError::InvalidArgument("k must be at least 1".into()));
-    }
     SharedSearch::open(members)?.search(query, params, scratch)
 }
 
