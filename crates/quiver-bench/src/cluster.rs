@@ -8,12 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use plotters::prelude::*;
-use quiver_client::{Client, CollectionConfig, Point, PointId, Search};
+use quiver_client::{Client, CollectionConfig, Search};
 use quiver_common::stats::percentile_or_zero;
 use quiver_common::vecs::{read_fvecs, read_ivecs};
 use serde::Serialize;
-
-use crate::progress::bar;
 
 /// Options of `quiver-bench cluster`.
 pub struct ClusterOptions {
@@ -128,45 +126,13 @@ async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
         }
         Err(error) => return Err(error.into()),
     }
-    let rows = base.rows();
-    let progress = bar("load", rows as u64);
     let started = Instant::now();
-    let base = Arc::new(base);
-    let semaphore = Arc::new(tokio::sync::Semaphore::new(4));
-    let mut tasks = Vec::new();
-    for start in (0..rows).step_by(1000) {
-        let permit = semaphore.clone().acquire_owned().await?;
-        let (client, base, progress) = (client.clone(), base.clone(), progress.clone());
-        let name = options.collection.clone();
-        let with_payloads = options.load_payloads;
-        tasks.push(tokio::spawn(async move {
-            let _permit = permit;
-            let end = (start + 1000).min(base.rows());
-            let points: Vec<Point> = (start..end)
-                .map(|row| Point {
-                    id: PointId::U64(row as u64),
-                    vector: base.row(row).to_vec(),
-                    payload: with_payloads
-                        .then(|| serde_json::json!({"row": row, "bucket": row % 100})),
-                })
-                .collect();
-            client.upsert(&name, &points).await?;
-            progress.inc((end - start) as u64);
-            Ok::<(), quiver_client::Error>(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    progress.finish();
-    // Searchable once every point is counted (strong read).
-    loop {
-        let described = client.describe(&options.collection).await?;
-        if described.points == rows as u64 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let payload: fn(usize) -> Option<serde_json::Value> = if options.load_payloads {
+        |row| Some(serde_json::json!({"row": row, "bucket": row % 100}))
+    } else {
+        |_| None
+    };
+    crate::load::upsert_rows(client, &options.collection, &Arc::new(base), payload).await?;
     Ok(started.elapsed().as_secs_f64())
 }
 

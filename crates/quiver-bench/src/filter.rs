@@ -8,17 +8,15 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use plotters::prelude::*;
-use quiver_client::{Client, CollectionConfig, Point, PointId, Search};
+use quiver_client::{Client, CollectionConfig, Search};
 use quiver_common::stats::percentile_or_zero;
 use quiver_common::vecs::{Matrix, read_fvecs};
 use rayon::prelude::*;
 use serde::Serialize;
-
-use crate::progress::bar;
 
 /// Distinct `tag` values; selectivities are multiples of 1/TAGS.
 const TAGS: usize = 1000;
@@ -125,40 +123,10 @@ async fn load(client: &Client, base: &Arc<Matrix<f32>>, options: &FilterOptions)
         }
         Err(error) => return Err(error.into()),
     }
-    let rows = base.rows();
-    let progress = bar("load", rows as u64);
-    let semaphore = Arc::new(tokio::sync::Semaphore::new(4));
-    let mut tasks = Vec::new();
-    for start in (0..rows).step_by(1000) {
-        let permit = semaphore.clone().acquire_owned().await?;
-        let (client, base, progress) = (client.clone(), base.clone(), progress.clone());
-        let name = options.collection.clone();
-        tasks.push(tokio::spawn(async move {
-            let _permit = permit;
-            let end = (start + 1000).min(base.rows());
-            let points: Vec<Point> = (start..end)
-                .map(|row| Point {
-                    id: PointId::U64(row as u64),
-                    vector: base.row(row).to_vec(),
-                    payload: Some(serde_json::json!({"tag": row % TAGS})),
-                })
-                .collect();
-            client.upsert(&name, &points).await?;
-            progress.inc((end - start) as u64);
-            Ok::<(), quiver_client::Error>(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    progress.finish();
-    loop {
-        let described = client.describe(&options.collection).await?;
-        if described.points == rows as u64 {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::load::upsert_rows(client, &options.collection, base, |row| {
+        Some(serde_json::json!({"tag": row % TAGS}))
+    })
+    .await
 }
 
 /// Runs the benchmark.

@@ -5,6 +5,7 @@ mod engine;
 mod filter;
 mod generate;
 mod ingest;
+mod load;
 mod meta;
 mod peers;
 mod plot;
