@@ -51,7 +51,8 @@ async fn run_without_read_errors(run: &Run, duration: Duration, phase: &str) -> 
         let (_, read_errors) = run.workload.as_ref().expect("running").errors();
         if read_errors > 0 {
             run.cluster.dump_logs(40);
-            anyhow::bail!("{read_errors} reads failed {phase}");
+            let kinds = run.workload.as_ref().expect("running").error_kinds();
+            anyhow::bail!("{read_errors} reads failed {phase}: {kinds:?}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -48,12 +48,17 @@ impl Gateway {
                 Ok(response) => return Ok(response.into_inner()),
                 Err(status) => {
                     let error = GatewayError::from_status(&status);
+                    // Another replica may well answer: this one is down, damaged,
+                    // slow, shutting down (cancelled) or full (its search queue).
+                    // The last error is the answer when none does.
                     if !matches!(
                         error.code,
                         ErrorCode::Unavailable
                             | ErrorCode::Internal
                             | ErrorCode::DataLoss
                             | ErrorCode::DeadlineExceeded
+                            | ErrorCode::Cancelled
+                            | ErrorCode::ResourceExhausted
                     ) {
                         return Err(error);
                     }
