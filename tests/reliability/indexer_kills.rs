@@ -352,7 +352,18 @@ async fn indexer_kill_points_with_takeover_lose_nothing() -> anyhow::Result<()> 
         run.wait_recovered(fault_at, &when).await?;
         let checkpoint = run.checkpoint(true, &when).await?;
         if let Some(scan) = checkpoint.scan {
-            let newest = epochs.values().map(|(_, epoch)| *epoch).max().unwrap_or(0);
+            // Leases read after the scan: a takeover after the one awaited above
+            // (the new holder dying at its own crash point, the other taking the
+            // shards back) may have written its epoch into the tail by then, and
+            // epochs only grow, so what the tail holds must be at most these.
+            let newest = run
+                .cluster
+                .leases(COLLECTION)
+                .await?
+                .values()
+                .map(|(_, epoch)| *epoch)
+                .max()
+                .unwrap_or(0);
             anyhow::ensure!(
                 scan.max_tail_epoch <= newest,
                 "the WAL tail holds epoch {} beyond the newest lease epoch {newest}",
