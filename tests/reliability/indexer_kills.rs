@@ -322,7 +322,6 @@ async fn indexer_kill_points_with_takeover_lose_nothing() -> anyhow::Result<()> 
                 before + 1
             );
         }
-        epochs = taken;
         if matches!(kill, Kill::Freeze) {
             // The zombie wakes up with writes in hand: meta must refuse them.
             run.cluster.indexers[holder].resume();
