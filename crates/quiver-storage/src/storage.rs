@@ -47,6 +47,51 @@ impl std::fmt::Debug for Storage {
     }
 }
 
+/// The S3 client for `bucket`: credentials from the environment first (web identity
+/// / IRSA, container or instance credentials are found the usual way), the explicit
+/// settings override; timeouts and retries from `options`.
+pub(crate) fn s3_store(
+    settings: &S3Settings,
+    bucket: &str,
+    options: &StorageOptions,
+) -> object_store::Result<object_store::aws::AmazonS3> {
+    let retry = object_store::RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: options.initial_backoff,
+            ..Default::default()
+        },
+        max_retries: options.max_retries,
+        retry_timeout: options.operation_timeout,
+    };
+    let client = object_store::ClientOptions::new()
+        .with_timeout(options.request_timeout)
+        .with_connect_timeout(options.connect_timeout)
+        .with_allow_http(
+            settings
+                .endpoint
+                .as_deref()
+                .is_some_and(|e| e.starts_with("http://")),
+        );
+    let mut builder = object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_region(settings.region_or_default())
+        .with_virtual_hosted_style_request(settings.virtual_hosted_style)
+        .with_retry(retry)
+        .with_client_options(client);
+    if let Some(endpoint) = &settings.endpoint {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let (Some(id), Some(secret)) = (&settings.access_key_id, &settings.secret_access_key) {
+        builder = builder
+            .with_access_key_id(id)
+            .with_secret_access_key(secret);
+    }
+    if let Some(token) = &settings.session_token {
+        builder = builder.with_token(token);
+    }
+    builder.build()
+}
+
 impl Storage {
     /// Opens the store at `url` (creating the directory of a `file://` store).
     pub fn open(
@@ -69,47 +114,7 @@ impl Storage {
                 local
             }
             StoreUrl::S3 { bucket, prefix } => {
-                let retry = object_store::RetryConfig {
-                    backoff: object_store::BackoffConfig {
-                        init_backoff: options.initial_backoff,
-                        ..Default::default()
-                    },
-                    max_retries: options.max_retries,
-                    retry_timeout: options.operation_timeout,
-                };
-                let client = object_store::ClientOptions::new()
-                    .with_timeout(options.request_timeout)
-                    .with_connect_timeout(options.connect_timeout)
-                    .with_allow_http(
-                        settings
-                            .endpoint
-                            .as_deref()
-                            .is_some_and(|e| e.starts_with("http://")),
-                    );
-                // From the environment first, so credentials the explicit settings do
-                // not give (web identity / IRSA, container or instance credentials)
-                // are found the usual way; explicit settings override.
-                let mut builder = object_store::aws::AmazonS3Builder::from_env()
-                    .with_bucket_name(bucket)
-                    .with_region(settings.region_or_default())
-                    .with_virtual_hosted_style_request(settings.virtual_hosted_style)
-                    .with_retry(retry)
-                    .with_client_options(client);
-                if let Some(endpoint) = &settings.endpoint {
-                    builder = builder.with_endpoint(endpoint);
-                }
-                if let (Some(id), Some(secret)) =
-                    (&settings.access_key_id, &settings.secret_access_key)
-                {
-                    builder = builder
-                        .with_access_key_id(id)
-                        .with_secret_access_key(secret);
-                }
-                if let Some(token) = &settings.session_token {
-                    builder = builder.with_token(token);
-                }
-                let s3 = builder
-                    .build()
+                let s3 = s3_store(settings, bucket, &options)
                     .map_err(|error| StorageError::Config(format!("{url}: {error}")))?;
                 if prefix.is_empty() {
                     Arc::new(s3)

@@ -206,3 +206,40 @@ async fn reads_through_a_faulty_server_are_whole_or_errors() {
         "{stats:?}"
     );
 }
+
+#[tokio::test]
+async fn a_bucket_is_created_outside_the_default_region_too() {
+    let Some(server) = S3TestServer::from_env("bucket creation in eu-west-1") else {
+        return;
+    };
+    let settings = S3Settings {
+        region: Some("eu-west-1".into()),
+        ..server.settings()
+    };
+    let bucket = fresh_bucket_name("quiver-storage-region");
+    // The PUT names the region in its body (S3 refuses it without, outside us-east-1).
+    ensure_bucket(&settings, &bucket).await.unwrap();
+    ensure_bucket(&settings, &bucket).await.unwrap();
+    let url: StoreUrl = format!("s3://{bucket}/p").parse().unwrap();
+    let store = Storage::open(&url, &settings, StorageOptions::default()).unwrap();
+    store.put("k", Bytes::from_static(b"v")).await.unwrap();
+    assert_eq!(store.get("k").await.unwrap().as_ref(), b"v");
+}
+
+#[tokio::test]
+async fn creating_a_bucket_on_a_closed_port_names_the_bucket_and_the_cause() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let settings = S3TestServer::settings_via(&format!("http://127.0.0.1:{port}"));
+    let error = ensure_bucket(&settings, "quiver-nowhere")
+        .await
+        .expect_err("nothing listens there");
+    assert_eq!(error.kind(), StorageErrorKind::Unavailable);
+    let message = error.to_string();
+    assert!(message.contains("quiver-nowhere"), "{message}");
+    assert!(message.contains("HEAD"), "{message}");
+}
