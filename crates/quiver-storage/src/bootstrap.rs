@@ -12,7 +12,7 @@ use reqwest::{Method, StatusCode};
 
 use crate::error::{StorageError, StorageResult};
 use crate::settings::{S3Settings, StorageOptions};
-use crate::storage::s3_store;
+use crate::storage::{ca_bundle_error, ca_bundle_pem, s3_store};
 
 /// How long the presigned bucket requests stay valid.
 const SIGNATURE_VALIDITY: Duration = Duration::from_secs(300);
@@ -24,12 +24,16 @@ pub async fn ensure_bucket(settings: &S3Settings, bucket: &str) -> StorageResult
         reason,
     };
     let options = StorageOptions::default();
-    let store = s3_store(settings, bucket, &options).map_err(|error| fail(error.to_string()))?;
-    let http = reqwest::Client::builder()
+    let store = s3_store(settings, bucket, &options)?;
+    let mut http = reqwest::Client::builder()
         .timeout(options.request_timeout)
-        .connect_timeout(options.connect_timeout)
-        .build()
-        .map_err(|error| fail(error_chain(&error)))?;
+        .connect_timeout(options.connect_timeout);
+    if let Some(pem) = ca_bundle_pem(settings)? {
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|error| ca_bundle_error(settings, &error_chain(&error)))?;
+        http = http.tls_certs_merge(certificates);
+    }
+    let http = http.build().map_err(|error| fail(error_chain(&error)))?;
     // The bucket itself: an empty key is the bucket's URL (`…/bucket/`).
     let bucket_path = Path::from("");
     let send = |method: Method, body: Option<String>| {

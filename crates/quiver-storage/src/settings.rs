@@ -4,7 +4,10 @@ use std::time::Duration;
 
 /// How to reach an S3-compatible server. Filled from the usual AWS variables
 /// (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-/// `AWS_SESSION_TOKEN`) or from configuration. `Debug` never prints secrets.
+/// `AWS_SESSION_TOKEN`, `AWS_CA_BUNDLE`) or from configuration. Without keys, the
+/// store finds credentials the usual AWS way: web identity (`AWS_WEB_IDENTITY_TOKEN_FILE`
+/// and `AWS_ROLE_ARN`: EKS IRSA), container credentials, then the instance profile.
+/// `Debug` never prints secrets.
 #[derive(Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct S3Settings {
@@ -21,6 +24,9 @@ pub struct S3Settings {
     /// Use virtual-hosted-style requests (`bucket.host`); the default is path
     /// style, which every S3-compatible server accepts.
     pub virtual_hosted_style: bool,
+    /// A PEM file of CA certificates trusted besides the system's, for an S3 (or
+    /// STS) endpoint whose certificate a private CA signed.
+    pub ca_bundle: Option<String>,
 }
 
 impl std::fmt::Debug for S3Settings {
@@ -34,6 +40,7 @@ impl std::fmt::Debug for S3Settings {
             .field("secret_access_key", &redacted(&self.secret_access_key))
             .field("session_token", &redacted(&self.session_token))
             .field("virtual_hosted_style", &self.virtual_hosted_style)
+            .field("ca_bundle", &self.ca_bundle)
             .finish()
     }
 }
@@ -49,6 +56,7 @@ impl S3Settings {
             secret_access_key: self.secret_access_key.or(fallback.secret_access_key),
             session_token: self.session_token.or(fallback.session_token),
             virtual_hosted_style: self.virtual_hosted_style || fallback.virtual_hosted_style,
+            ca_bundle: self.ca_bundle.or(fallback.ca_bundle),
         }
     }
 
@@ -63,6 +71,7 @@ impl S3Settings {
             session_token: var("AWS_SESSION_TOKEN"),
             virtual_hosted_style: var("AWS_VIRTUAL_HOSTED_STYLE_REQUEST")
                 .is_some_and(|v| v == "true"),
+            ca_bundle: var("AWS_CA_BUNDLE"),
         }
     }
 

@@ -49,12 +49,15 @@ impl std::fmt::Debug for Storage {
 
 /// The S3 client for `bucket`: credentials from the environment first (web identity
 /// / IRSA, container or instance credentials are found the usual way), the explicit
-/// settings override; timeouts and retries from `options`.
+/// settings override; timeouts and retries from `options`; the CA bundle's
+/// certificates trusted besides the system's (for S3 and STS).
 pub(crate) fn s3_store(
     settings: &S3Settings,
     bucket: &str,
     options: &StorageOptions,
-) -> object_store::Result<object_store::aws::AmazonS3> {
+) -> StorageResult<object_store::aws::AmazonS3> {
+    let config_error =
+        |error: object_store::Error| StorageError::Config(format!("s3://{bucket}: {error}"));
     let retry = object_store::RetryConfig {
         backoff: object_store::BackoffConfig {
             init_backoff: options.initial_backoff,
@@ -63,7 +66,7 @@ pub(crate) fn s3_store(
         max_retries: options.max_retries,
         retry_timeout: options.operation_timeout,
     };
-    let client = object_store::ClientOptions::new()
+    let mut client = object_store::ClientOptions::new()
         .with_timeout(options.request_timeout)
         .with_connect_timeout(options.connect_timeout)
         .with_allow_http(
@@ -72,6 +75,13 @@ pub(crate) fn s3_store(
                 .as_deref()
                 .is_some_and(|e| e.starts_with("http://")),
         );
+    if let Some(pem) = ca_bundle_pem(settings)? {
+        for certificate in object_store::Certificate::from_pem_bundle(&pem)
+            .map_err(|error| ca_bundle_error(settings, &error.to_string()))?
+        {
+            client = client.with_root_certificate(certificate);
+        }
+    }
     let mut builder = object_store::aws::AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
         .with_region(settings.region_or_default())
@@ -89,7 +99,33 @@ pub(crate) fn s3_store(
     if let Some(token) = &settings.session_token {
         builder = builder.with_token(token);
     }
-    builder.build()
+    builder.build().map_err(config_error)
+}
+
+/// The CA bundle's PEM text, when one is configured; an unreadable or empty file
+/// is an error naming it.
+pub(crate) fn ca_bundle_pem(settings: &S3Settings) -> StorageResult<Option<Vec<u8>>> {
+    let Some(path) = &settings.ca_bundle else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(path).map_err(|error| ca_bundle_error(settings, &error.to_string()))?;
+    if !pem
+        .windows(b"-----BEGIN CERTIFICATE-----".len())
+        .any(|window| window == b"-----BEGIN CERTIFICATE-----")
+    {
+        return Err(ca_bundle_error(
+            settings,
+            "holds no `BEGIN CERTIFICATE` block",
+        ));
+    }
+    Ok(Some(pem))
+}
+
+pub(crate) fn ca_bundle_error(settings: &S3Settings, reason: &str) -> StorageError {
+    StorageError::Config(format!(
+        "CA bundle {} (AWS_CA_BUNDLE or [storage] ca_bundle): {reason}",
+        settings.ca_bundle.as_deref().unwrap_or_default()
+    ))
 }
 
 impl Storage {
@@ -114,8 +150,7 @@ impl Storage {
                 local
             }
             StoreUrl::S3 { bucket, prefix } => {
-                let s3 = s3_store(settings, bucket, &options)
-                    .map_err(|error| StorageError::Config(format!("{url}: {error}")))?;
+                let s3 = s3_store(settings, bucket, &options)?;
                 if prefix.is_empty() {
                     Arc::new(s3)
                 } else {

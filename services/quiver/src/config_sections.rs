@@ -75,6 +75,8 @@ pub struct StorageFileConfig {
     /// Virtual-hosted-style requests instead of path style.
     #[serde(default)]
     pub virtual_hosted_style: bool,
+    /// PEM file of CA certificates trusted besides the system's (`AWS_CA_BUNDLE`).
+    pub ca_bundle: Option<String>,
     /// Bound on one HTTP request, body included (ms; default 30000).
     pub request_timeout_ms: Option<u64>,
     /// Bound on connecting (ms; default 5000).
@@ -111,6 +113,7 @@ impl StorageFileConfig {
             secret_access_key: self.secret_access_key.clone(),
             session_token: self.session_token.clone(),
             virtual_hosted_style: self.virtual_hosted_style,
+            ca_bundle: self.ca_bundle.clone(),
         }
     }
 

@@ -243,3 +243,26 @@ async fn creating_a_bucket_on_a_closed_port_names_the_bucket_and_the_cause() {
     assert!(message.contains("quiver-nowhere"), "{message}");
     assert!(message.contains("HEAD"), "{message}");
 }
+
+#[test]
+fn a_missing_or_empty_ca_bundle_is_refused_naming_the_file() {
+    let directory = tempfile::tempdir().unwrap();
+    let url: StoreUrl = "s3://quiver-ca/p".parse().unwrap();
+    let missing = directory.path().join("nowhere.pem");
+    let empty = directory.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    for (path, reason) in [(&missing, "No such file"), (&empty, "BEGIN CERTIFICATE")] {
+        let settings = S3Settings {
+            endpoint: Some("https://127.0.0.1:1".into()),
+            ca_bundle: Some(path.display().to_string()),
+            ..S3Settings::default()
+        };
+        let error =
+            Storage::open(&url, &settings, StorageOptions::default()).expect_err("a bad CA bundle");
+        let message = error.to_string();
+        assert!(
+            message.contains(&path.display().to_string()) && message.contains(reason),
+            "{message}"
+        );
+    }
+}

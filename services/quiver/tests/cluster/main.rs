@@ -15,3 +15,4 @@ mod security;
 mod standalone;
 mod support;
 mod tls;
+mod workload_identity;
