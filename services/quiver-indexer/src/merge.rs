@@ -12,6 +12,14 @@
 //! for the recall one 100k-row codebook reaches scanning a seventh. The shard
 //! is rewritten once per doubling (twice its final size in all), and every
 //! later flush and merge shares the new codebook.
+//!
+//! And one more keeps the shard under one codebook: segments built with an older
+//! codebook than the shard's (an L0 flushed while the merge that trained the new
+//! one ran, or a shard whose refresh left the rest behind) are merged together
+//! into one built with the current codebook. Searchers scan the segments of one
+//! codebook as one index (one centroid ranking, one `nprobe`, one top-k); each
+//! other codebook is another group, searched with its own `nprobe`, which scans
+//! more rows for the same recall.
 
 use crate::config::IndexerConfig;
 use crate::segments::{CODEBOOK_RETRAIN_GROWTH, ShardIndex};
@@ -93,6 +101,15 @@ pub(crate) fn plan_merges(
     if let Some(plan) = codebook_refresh(&segments, trained_rows, config) {
         return Some(plan);
     }
+    let current = index
+        .codebook
+        .as_ref()
+        .filter(|_| config.codebook_refresh)
+        .map(|codebook| codebook.codebook.id());
+    let codebook_of = |id: &str| index.segments.get(id).and_then(|live| live.codebook_id);
+    if let Some(plan) = stale_codebook_merge(&segments, current, codebook_of, config) {
+        return Some(plan);
+    }
 
     for tier_index in 0..=tier(max_rows, config) {
         let members: Vec<&(u64, u64, &str)> = segments
@@ -139,6 +156,34 @@ fn codebook_refresh(
     })
 }
 
+/// The merge of the segments `(live rows, rows, id)` not built with the shard's
+/// `current` codebook (smallest first, up to `max_segment_rows`): their rows are
+/// re-encoded with it, so the shard is searched as one codebook group.
+fn stale_codebook_merge(
+    segments: &[(u64, u64, &str)],
+    current: Option<u64>,
+    codebook_of: impl Fn(&str) -> Option<u64>,
+    config: &IndexerConfig,
+) -> Option<MergePlan> {
+    let current = current?;
+    let mut chosen = Vec::new();
+    let mut total = 0;
+    for &(live, _, id) in segments {
+        if codebook_of(id) == Some(current) {
+            continue;
+        }
+        if total + live > config.max_segment_rows as u64 {
+            break;
+        }
+        total += live;
+        chosen.push(id.to_string());
+    }
+    (!chosen.is_empty()).then(|| MergePlan {
+        level: tier(total, config),
+        segment_ids: chosen,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use roaring::RoaringBitmap;
@@ -161,7 +206,7 @@ mod tests {
                 }),
                 default_nprobe: None,
             };
-            index.add_segment(entry, RoaringBitmap::new(), Vec::new());
+            index.add_segment(entry, RoaringBitmap::new(), Vec::new(), None);
         }
         index
     }
@@ -214,6 +259,47 @@ mod tests {
         // Compaction takes as many as fit.
         let plan = plan_merges(&index_of(&[(1000, 0); 4]), &config, true).unwrap();
         assert_eq!(plan.segment_ids.len(), 3);
+    }
+
+    #[test]
+    fn segments_of_an_older_codebook_are_merged_into_the_current_one() {
+        let config = IndexerConfig {
+            max_segment_rows: 50_000,
+            ..config()
+        };
+        // The load this comes from: a merge trained codebook 2 on 54k rows while
+        // three L0s were flushed with codebook 1.
+        let segments = [
+            (3_000, 3_000, "l0-c"),
+            (20_000, 20_000, "l0-b"),
+            (23_000, 23_000, "l0-a"),
+            (54_000, 54_000, "m1"),
+        ];
+        let codebook_of = |id: &str| Some(if id == "m1" { 2 } else { 1 });
+        let plan = stale_codebook_merge(&segments, Some(2), codebook_of, &config)
+            .expect("three segments under codebook 1");
+        assert_eq!(plan.segment_ids, vec!["l0-c", "l0-b", "l0-a"]);
+        assert_eq!(plan.level, tier(46_000, &config));
+        // Every segment under the current codebook, or no codebook known: nothing.
+        assert_eq!(
+            stale_codebook_merge(&segments, Some(2), |_| Some(2), &config),
+            None
+        );
+        assert_eq!(
+            stale_codebook_merge(&segments, None, codebook_of, &config),
+            None
+        );
+        // One stale segment is re-encoded alone; a segment from before codebooks
+        // counts as stale; the merge stops at the maximum segment size.
+        let one = |id: &str| (id != "l0-b").then_some(2);
+        let plan = stale_codebook_merge(&segments, Some(2), one, &config).unwrap();
+        assert_eq!(plan.segment_ids, vec!["l0-b"]);
+        let tight = IndexerConfig {
+            max_segment_rows: 25_000,
+            ..config.clone()
+        };
+        let plan = stale_codebook_merge(&segments, Some(2), codebook_of, &tight).unwrap();
+        assert_eq!(plan.segment_ids, vec!["l0-c", "l0-b"]);
     }
 
     #[test]

@@ -22,6 +22,8 @@ use crate::error::{IndexerError, IndexerResult};
 pub(crate) struct LiveSegment {
     pub entry: SegmentEntry,
     pub deleted: RoaringBitmap,
+    /// Id of the codebook it was built with (`None`: written before codebooks).
+    pub codebook_id: Option<u64>,
 }
 
 /// Where the persisted copy of an id lives.
@@ -84,9 +86,16 @@ impl ShardCodebook {
 }
 
 impl ShardIndex {
-    /// Adds a segment whose row `row` holds `ids[row]`, skipping deleted rows.
-    /// An id already mapped elsewhere keeps the segment given later (the newer).
-    pub fn add_segment(&mut self, entry: SegmentEntry, deleted: RoaringBitmap, ids: Vec<PointId>) {
+    /// Adds a segment built with codebook `codebook_id` whose row `row` holds
+    /// `ids[row]`, skipping deleted rows. An id already mapped elsewhere keeps the
+    /// segment given later (the newer).
+    pub fn add_segment(
+        &mut self,
+        entry: SegmentEntry,
+        deleted: RoaringBitmap,
+        ids: Vec<PointId>,
+        codebook_id: Option<u64>,
+    ) {
         let segment_id: Arc<str> = Arc::from(entry.segment_id.as_str());
         for (row, id) in ids.into_iter().enumerate() {
             if deleted.contains(row as u32) {
@@ -100,8 +109,14 @@ impl ShardIndex {
                 },
             );
         }
-        self.segments
-            .insert(segment_id, LiveSegment { entry, deleted });
+        self.segments.insert(
+            segment_id,
+            LiveSegment {
+                entry,
+                deleted,
+                codebook_id,
+            },
+        );
     }
 
     /// Makes `candidate` the shard's codebook when it was trained on more rows

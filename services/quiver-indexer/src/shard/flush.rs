@@ -229,7 +229,10 @@ async fn flush_frozen(
         }
     }
     if let Some((entry, ids, codebook)) = new_segment {
-        state.index.add_segment(entry, RoaringBitmap::new(), ids);
+        let codebook_id = Some(codebook.codebook.id());
+        state
+            .index
+            .add_segment(entry, RoaringBitmap::new(), ids, codebook_id);
         state.index.offer_codebook(codebook);
     }
     state.manifest_version = manifest.version;

@@ -166,8 +166,11 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         shared,
         &sources,
         &merged.ids,
-        entry,
-        late_deleted,
+        (entry, late_deleted),
+        merged
+            .codebook
+            .as_ref()
+            .map(|codebook| codebook.codebook.id()),
         manifest_version,
     );
     if let Some(codebook) = merged.codebook {
@@ -353,8 +356,8 @@ fn apply_merge(
     shared: &Shared,
     sources: &[MergeSource],
     ids: &[PointId],
-    entry: SegmentEntry,
-    late_deleted: RoaringBitmap,
+    (entry, late_deleted): (SegmentEntry, RoaringBitmap),
+    codebook_id: Option<u64>,
     manifest_version: u64,
 ) {
     let mut state = shared.lock_state();
@@ -382,6 +385,7 @@ fn apply_merge(
             LiveSegment {
                 entry,
                 deleted: late_deleted,
+                codebook_id,
             },
         );
     }

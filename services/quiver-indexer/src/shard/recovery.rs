@@ -38,10 +38,12 @@ pub(super) async fn load_state(
         };
         let downloaded = download_segment(storage, &entry.key, scratch_dir).await?;
         let ids = tokio::task::block_in_place(|| downloaded.segment.ids())?;
-        if let Some(codebook) = ShardCodebook::of_segment(&downloaded.segment, entry) {
+        let codebook = ShardCodebook::of_segment(&downloaded.segment, entry);
+        let codebook_id = codebook.as_ref().map(|codebook| codebook.codebook.id());
+        if let Some(codebook) = codebook {
             index.offer_codebook(codebook);
         }
-        index.add_segment(entry.clone(), deleted, ids);
+        index.add_segment(entry.clone(), deleted, ids, codebook_id);
     }
     let mut active = Memtable::default();
     for wal in &manifest.wal_tail {

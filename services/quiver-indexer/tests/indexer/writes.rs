@@ -428,3 +428,70 @@ async fn flushes_share_the_shard_codebook_until_a_merge_outgrows_it() {
         "{after:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_left_under_an_older_codebook_are_merged_into_the_current_one() {
+    let storage = memory_storage();
+    let catalog = Arc::new(MemoryCatalog::default());
+    // Without codebook maintenance: a 300-row flush trains codebook 1, a 700-row
+    // flush (over twice 300) trains codebook 2 — two groups to search.
+    let writer = open_writer(&storage, &catalog, 1, manual_config()).await;
+    writer
+        .write((0..300).map(|id| upsert(id, 0)).collect())
+        .await
+        .unwrap();
+    assert!(writer.flush().await.unwrap());
+    writer
+        .write((0..700).map(|i| upsert(10_000 + i, 0)).collect())
+        .await
+        .unwrap();
+    assert!(writer.flush().await.unwrap());
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    let before = codebooks(&storage, &manifest).await;
+    assert_eq!(before.len(), 2);
+    assert_ne!(before[0].1.id, before[1].1.id, "{before:?}");
+    let current = before[1].1;
+    assert_eq!(current.trained_rows, 700);
+    drop(writer);
+
+    // The next holder maintains codebooks: 1,000 rows are not over twice the 700
+    // of the current codebook (no refresh), but the 300-row segment of the older
+    // codebook is re-encoded with the current one, in the background.
+    let config = IndexerConfig {
+        codebook_refresh: true,
+        // The merge loop looks at the shard at this interval.
+        flush_interval_ms: 200,
+        ..manual_config()
+    };
+    let writer = open_writer(&storage, &catalog, 2, config).await;
+    writer
+        .write((0..10).map(|i| upsert(20_000 + i, 0)).collect())
+        .await
+        .unwrap();
+    assert!(writer.flush().await.unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let manifest = catalog.manifest(&shard()).await.unwrap();
+        let found = codebooks(&storage, &manifest).await;
+        if found
+            .iter()
+            .all(|(_, codebook, _)| codebook.id == current.id)
+        {
+            let rows: u32 = found.iter().map(|(rows, _, _)| rows).sum();
+            assert_eq!(rows, 1_010, "{found:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still under several codebooks: {found:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    let expected: HashMap<u64, u32> = (0..300)
+        .chain(10_000..10_700)
+        .chain(20_000..20_010)
+        .map(|id| (id, 0))
+        .collect();
+    assert_contents(&storage, &manifest, &expected).await;
+}
