@@ -5,7 +5,9 @@
 #   2. cargo test --workspace (unit, integration, real `quiver` processes);
 #   3. the Helm chart tests (lint, render, Kubernetes schema validation);
 #   4. the Python SDK tests, including its integration tests against a real
-#      `quiver standalone` built in step 2.
+#      `quiver standalone` built in step 2;
+#   5. the OpenAPI document: validated, and every operation sent to a real
+#      `quiver standalone` (tests/openapi/run.sh).
 # Needs: cargo, python3 (3.10+) with venv/pip, network access to crates.io and PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,5 +46,8 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 export QUIVER_BIN="$(cd "$target_dir/debug" && pwd)/quiver"
 [ -x "$QUIVER_BIN" ] || { echo "quiver binary not found at $QUIVER_BIN"; exit 1; }
 bash sdk/python/tests/run.sh
+
+echo "== OpenAPI document (validator, and every operation against a real quiver standalone)"
+bash tests/openapi/run.sh
 
 echo "== all tests passed"

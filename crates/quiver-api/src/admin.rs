@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// A node of the cluster (an entry of the status, the answer to a drain).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Node {
     /// Node id.
     pub id: String,
@@ -21,6 +22,7 @@ pub struct Node {
 
 /// A member of the metadata service's Raft group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetaMember {
     /// Raft node id.
     pub id: u64,
@@ -32,6 +34,7 @@ pub struct MetaMember {
 
 /// The metadata service's part of the cluster status.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClusterMeta {
     /// Raft id of the leader.
     pub leader: u64,
@@ -49,6 +52,7 @@ pub struct ClusterMeta {
 
 /// A searcher assigned to a shard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SearcherState {
     /// Node id.
     pub id: String,
@@ -58,6 +62,7 @@ pub struct SearcherState {
 
 /// A shard in the cluster status.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClusterShard {
     /// The collection's id.
     pub collection_id: u64,
@@ -75,6 +80,7 @@ pub struct ClusterShard {
 
 /// `GET /admin/v1/cluster`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClusterStatus {
     /// The metadata service.
     pub meta: ClusterMeta,
@@ -88,6 +94,7 @@ pub struct ClusterStatus {
 
 /// The write lease of a shard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ShardLease {
     /// Node holding it.
     pub id: String,
@@ -99,6 +106,7 @@ pub struct ShardLease {
 
 /// A segment of a shard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SegmentStatus {
     /// Segment id.
     pub segment_id: String,
@@ -112,6 +120,7 @@ pub struct SegmentStatus {
 
 /// One shard of `GET /admin/v1/collections/{name}/shards`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ShardStatus {
     /// Shard number.
     pub shard: u32,
@@ -133,6 +142,7 @@ pub struct ShardStatus {
 
 /// `GET /admin/v1/collections/{name}/shards`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CollectionShards {
     /// The collection.
     pub collection: String,
@@ -144,6 +154,7 @@ pub struct CollectionShards {
 /// shard is compacted, or `202` with `done: false`, `running_shards` and a
 /// `message` when some still were after the gateway's wait (POST again to wait).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CompactResponse {
     /// The collection.
     pub collection: String,
@@ -161,6 +172,7 @@ pub struct CompactResponse {
 
 /// `POST /admin/v1/meta/members`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MetaMembersRequest {
     /// `"add"` (as a learner; needs `address`), `"promote"` (to voter) or `"remove"`.
@@ -174,6 +186,7 @@ pub struct MetaMembersRequest {
 
 /// The answer to a membership change: the Raft group after it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetaMembersResponse {
     /// The members.
     pub members: Vec<MetaMember>,
@@ -181,6 +194,7 @@ pub struct MetaMembersResponse {
 
 /// An object in the bucket that nothing references.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Orphan {
     /// Object key.
     pub key: String,
@@ -196,6 +210,7 @@ pub struct Orphan {
 
 /// `GET /admin/v1/orphans`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OrphansResponse {
     /// The orphans.
     pub orphans: Vec<Orphan>,

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 /// `PUT /v1/collections/{name}`: the collection to create.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateCollectionRequest {
     /// Vector dimension, 1..=65536.
@@ -33,6 +34,7 @@ pub struct CreateCollectionRequest {
 
 /// The index options of a create request (`index`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct IndexOptions {
     /// Precision of the stored full vectors used for rescoring: `"f32"` (default)
@@ -43,6 +45,7 @@ pub struct IndexOptions {
 
 /// A collection's index settings, as its definition reports them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CollectionIndex {
     /// `"f32"` or `"bf16"`.
     pub raw_precision: String,
@@ -50,6 +53,7 @@ pub struct CollectionIndex {
 
 /// One declared payload field.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FieldSchema {
     /// The payload key.
     pub name: String,
@@ -60,6 +64,7 @@ pub struct FieldSchema {
 
 /// A collection's definition (the answer to create, an entry of list).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Collection {
     /// The collection's name.
     pub name: String,
@@ -85,6 +90,7 @@ pub struct Collection {
 
 /// Live statistics of a collection, deletions applied.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CollectionStats {
     /// Live points.
     pub points: u64,
@@ -99,6 +105,7 @@ pub struct CollectionStats {
 /// `GET /v1/collections/{name}`: the definition, the statistics at the top level
 /// (`points`, `segments`, `wal_tail_rows`, `bytes`) and again under `stats`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DescribeCollectionResponse {
     /// The definition (its fields sit at the top level of the JSON).
     #[serde(flatten)]
@@ -131,6 +138,7 @@ impl DescribeCollectionResponse {
 
 /// `GET /v1/collections`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ListCollectionsResponse {
     /// Every collection.
     pub collections: Vec<Collection>,
@@ -138,6 +146,7 @@ pub struct ListCollectionsResponse {
 
 /// `DELETE /v1/collections/{name}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DropCollectionResponse {
     /// The dropped collection.
     pub name: String,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// `{"error": {"code": "NOT_FOUND", "message": "collection `x` does not exist"}}`,
 /// sent with the HTTP status of the code ([`ErrorCode::http_status`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
@@ -13,6 +14,7 @@ pub struct ErrorBody {
 
 /// The code and message of a failed request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorDetail {
     /// The code's wire name (`"INVALID_ARGUMENT"`, …). A string, not an
     /// [`ErrorCode`], so that a client reads codes newer than itself; see

@@ -10,6 +10,7 @@ use serde_json::Value;
 /// A point id: an unsigned 64-bit integer or a string (1–128 bytes), as the
 /// collection's `id_type` says. On the wire a JSON number or string.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum PointId {
     /// A numeric id.
@@ -143,6 +144,7 @@ impl<'de> Deserialize<'de> for PointId {
 
 /// One point to upsert.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Point {
     /// The point's id (an existing point with it is replaced).
@@ -156,6 +158,7 @@ pub struct Point {
 
 /// `POST /v1/collections/{name}/points`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct UpsertRequest {
     /// The points (at most the gateway's batch limit).
@@ -165,6 +168,7 @@ pub struct UpsertRequest {
 /// `POST /v1/collections/{name}/points/get` and `…/points/delete`: the ids, and
 /// for a get whether to return vectors and how fresh the read must be.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PointIdsRequest {
     /// The ids.
@@ -179,6 +183,7 @@ pub struct PointIdsRequest {
 
 /// The answer to an upsert or a delete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WriteResponse {
     /// The write's sequence: `(epoch << 40) | seq`, the largest over the shards
     /// written; later writes have larger sequences.
@@ -187,6 +192,7 @@ pub struct WriteResponse {
 
 /// A point read by id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PointRecord {
     /// The id.
     pub id: PointId,
@@ -201,6 +207,7 @@ pub struct PointRecord {
 /// The answer to a get: the points found, in the order asked (missing ids are
 /// left out).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GetPointsResponse {
     /// The points found.
     pub points: Vec<PointRecord>,

@@ -18,6 +18,7 @@ fn default_true() -> bool {
 
 /// One search (the body of `…/search`, an entry of a batch).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
     /// The query vector, of the collection's dimension.
@@ -65,6 +66,7 @@ impl SearchRequest {
 
 /// `POST /v1/collections/{name}/search/batch`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BatchSearchRequest {
     /// The searches, answered in this order.
@@ -73,6 +75,7 @@ pub struct BatchSearchRequest {
 
 /// One hit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SearchHit {
     /// The point's id.
     pub id: PointId,
@@ -89,6 +92,7 @@ pub struct SearchHit {
 
 /// What a search cost, summed over shards (`search_ms`: the slowest shard).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SearchCost {
     /// Shards that answered.
     pub shards: u64,
@@ -123,6 +127,7 @@ pub struct SearchCost {
 /// The answer to a search (with `cost`), or one entry of a batch's `results`
 /// (without).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SearchResponse {
     /// The hits, best first.
     pub hits: Vec<SearchHit>,
@@ -135,6 +140,7 @@ pub struct SearchResponse {
 
 /// The answer to a batch search.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BatchSearchResponse {
     /// One answer per search, in order.
     pub results: Vec<SearchResponse>,

@@ -72,6 +72,12 @@ fn searchers_of(searchers: &[pb::SearcherAssignment]) -> Vec<SearcherState> {
         .collect()
 }
 
+#[utoipa::path(get, path = "/admin/v1/cluster", tag = "admin",
+    responses(
+        (status = 200, description = "Nodes, metadata members, shard placement", body = quiver_api::ClusterStatus),
+        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
+        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+    ))]
 pub(super) async fn cluster_status(State(state): Shared, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
     handle(
@@ -117,6 +123,13 @@ pub(super) async fn cluster_status(State(state): Shared, headers: HeaderMap) -> 
     .await
 }
 
+#[utoipa::path(get, path = "/admin/v1/collections/{name}/shards", tag = "admin",
+    params(("name" = String, Path, description = "Collection name")),
+    responses(
+        (status = 200, description = "Each shard's lease, searchers, segments and WAL tail", body = quiver_api::CollectionShards),
+        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
+        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+    ))]
 pub(super) async fn collection_shards(
     State(state): Shared,
     Segment(name): Segment,
@@ -190,6 +203,14 @@ pub(super) async fn collection_shards(
 /// `200 {"done": true, "merges": n}` once every shard is compacted, or `202
 /// {"done": false, "running_shards": [...]}` when some are still compacting
 /// after the wait: the compaction goes on, and POSTing again waits for it.
+#[utoipa::path(post, path = "/admin/v1/collections/{name}/compact", tag = "admin",
+    params(("name" = String, Path, description = "Collection name")),
+    responses(
+        (status = 200, description = "Every shard compacted", body = quiver_api::CompactResponse),
+        (status = 202, description = "Some shard still compacting after the gateway's wait (about 24 s); POST again to wait for it", body = quiver_api::CompactResponse),
+        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
+        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+    ))]
 pub(super) async fn compact(
     State(state): Shared,
     Segment(name): Segment,
@@ -217,6 +238,13 @@ pub(super) async fn compact(
     .await
 }
 
+#[utoipa::path(post, path = "/admin/v1/nodes/{id}/drain", tag = "admin",
+    params(("id" = String, Path, description = "Node id")),
+    responses(
+        (status = 200, description = "The node, now draining", body = quiver_api::Node),
+        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
+        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+    ))]
 pub(super) async fn drain_node(
     State(state): Shared,
     Segment(id): Segment,
@@ -232,6 +260,12 @@ pub(super) async fn drain_node(
 
 /// Objects in the bucket that nothing references, as the indexers' sweep
 /// reported them (deleted once `delete_after_ms` has passed).
+#[utoipa::path(get, path = "/admin/v1/orphans", tag = "admin",
+    responses(
+        (status = 200, description = "Unreferenced objects found by the sweep, before they are deleted", body = quiver_api::OrphansResponse),
+        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
+        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+    ))]
 pub(super) async fn list_orphans(State(state): Shared, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
     handle(
@@ -261,6 +295,13 @@ pub(super) async fn list_orphans(State(state): Shared, headers: HeaderMap) -> Re
     .await
 }
 
+#[utoipa::path(post, path = "/admin/v1/meta/members", tag = "admin",
+    request_body = quiver_api::MetaMembersRequest,
+    responses(
+        (status = 200, description = "The members after the change", body = quiver_api::MetaMembersResponse),
+        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
+        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+    ))]
 pub(super) async fn meta_members(
     State(state): Shared,
     headers: HeaderMap,

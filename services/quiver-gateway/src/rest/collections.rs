@@ -75,6 +75,14 @@ pub(super) fn collection_of(collection: &pb::Collection) -> GatewayResult<Collec
     })
 }
 
+#[utoipa::path(put, path = "/v1/collections/{name}", tag = "collections",
+    params(("name" = String, Path, description = "Collection name")),
+    request_body = quiver_api::CreateCollectionRequest,
+    responses(
+        (status = 200, description = "The collection as created", body = quiver_api::Collection),
+        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
+        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+    ))]
 pub(super) async fn create_collection(
     State(state): Shared,
     Segment(name): Segment,
@@ -96,6 +104,12 @@ pub(super) async fn create_collection(
     .await
 }
 
+#[utoipa::path(get, path = "/v1/collections", tag = "collections",
+    responses(
+        (status = 200, description = "Every collection", body = quiver_api::ListCollectionsResponse),
+        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
+        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+    ))]
 pub(super) async fn list_collections(State(state): Shared, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
     handle(
@@ -116,6 +130,13 @@ pub(super) async fn list_collections(State(state): Shared, headers: HeaderMap) -
     .await
 }
 
+#[utoipa::path(get, path = "/v1/collections/{name}", tag = "collections",
+    params(("name" = String, Path, description = "Collection name")),
+    responses(
+        (status = 200, description = "Definition and statistics", body = quiver_api::DescribeCollectionResponse),
+        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
+        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+    ))]
 pub(super) async fn describe_collection(
     State(state): Shared,
     Segment(name): Segment,
@@ -138,6 +159,13 @@ pub(super) async fn describe_collection(
     .await
 }
 
+#[utoipa::path(delete, path = "/v1/collections/{name}", tag = "collections",
+    params(("name" = String, Path, description = "Collection name")),
+    responses(
+        (status = 200, description = "Dropped (its objects are deleted in the background)", body = quiver_api::DropCollectionResponse),
+        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
+        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+    ))]
 pub(super) async fn drop_collection(
     State(state): Shared,
     Segment(name): Segment,

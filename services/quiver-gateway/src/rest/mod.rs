@@ -13,6 +13,7 @@
 mod admin;
 mod collections;
 mod decode;
+mod openapi;
 mod points;
 mod response;
 mod search;
@@ -32,6 +33,7 @@ use tracing::Instrument;
 // The fuzz tests drive the decoders directly.
 #[cfg(test)]
 pub use decode::{decode_batch, decode_create, decode_ids, decode_search, decode_upsert};
+pub use openapi::openapi_json;
 pub use response::error_response_with_status;
 
 use crate::auth::{Access, ApiKeys, Denied};
@@ -87,6 +89,7 @@ pub fn router(state: Arc<RestState>) -> axum::Router {
         .route("/admin/v1/nodes/{id}/drain", post(admin::drain_node))
         .route("/admin/v1/meta/members", post(admin::meta_members))
         .route("/admin/v1/orphans", get(admin::list_orphans))
+        .route("/openapi.json", get(openapi_document))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .fallback(|| async {
@@ -99,6 +102,19 @@ pub fn router(state: Arc<RestState>) -> axum::Router {
         .layer(DefaultBodyLimit::max(max_request_bytes.saturating_add(1)))
         .layer(axum::middleware::from_fn(front_door))
         .with_state(state)
+}
+
+/// The OpenAPI document (no API key needed: it describes, it reveals no data).
+async fn openapi_document() -> Response {
+    static DOCUMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(openapi_json);
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        DOCUMENT.as_str(),
+    )
+        .into_response()
 }
 
 async fn readyz(State(state): Shared) -> Response {
