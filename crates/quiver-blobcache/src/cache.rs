@@ -339,6 +339,13 @@ impl BlobCache {
         self.rows.as_ref().map(|rows| rows.region_bytes as u64)
     }
 
+    /// Returns the row tier's capacity in bytes (0 without a row tier).
+    pub fn row_tier_bytes(&self) -> u64 {
+        self.rows.as_ref().map_or(0, |rows| {
+            rows.region_bytes as u64 * rows.slot_counters.len() as u64
+        })
+    }
+
     /// Tells whether objects of a `file://` store are mapped from their files.
     pub fn maps_local_files(&self) -> bool {
         self.inner.map_local_files && self.inner.storage.is_local()

@@ -126,6 +126,21 @@ impl CachedObject {
         Ok(())
     }
 
+    /// Brings the row-tier ranges under `range` (a segment's raw vectors or
+    /// payloads, once the segment is open on this object) into the row tier, up to
+    /// the fetch-ahead's helper threads at a time, and returns when they are in.
+    /// Nothing for a mapped file, a read-through cache, or a range the row tier
+    /// does not serve: warming rows into the hot tier would push codes out.
+    pub fn warm_rows(&self, range: Range<u64>) {
+        let end = range.end.min(self.identity.size);
+        if range.start >= end || self.mapped.is_some() {
+            return;
+        }
+        if let Some(rows) = self.row_tier(range.start, end) {
+            rows.fetch_missing(&[(range.start, (end - range.start) as usize)]);
+        }
+    }
+
     /// Returns the object's key.
     pub fn key(&self) -> &str {
         &self.identity.key

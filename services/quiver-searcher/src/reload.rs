@@ -17,7 +17,7 @@ use crate::error::SearcherError;
 use crate::metrics::METRICS;
 use crate::node::NodeState;
 use crate::shard::{LoadStats, ShardView};
-use crate::warm_up::warm_new_segments;
+use crate::warm_up::{warm_new_rows, warm_new_segments};
 
 /// One shard this node serves: its current view and the manifest to load next.
 pub(crate) struct ServedShard {
@@ -142,6 +142,7 @@ pub(crate) async fn reload(
     let first_load = current.is_none();
     let context = state.context.clone();
     let spec = served.spec.clone();
+    let previous = current.clone();
     let built =
         tokio::task::spawn_blocking(move || -> Result<(ShardView, LoadStats), SearcherError> {
             let (view, stats) = match &current {
@@ -167,6 +168,20 @@ pub(crate) async fn reload(
     let view = Arc::new(view);
     *served.view.write().unwrap_or_else(|p| p.into_inner()) = Some(view.clone());
     METRICS.manifest_reloads.with_label_values(&[trigger]).inc();
+    // The new segments' rows follow their codes, in the background: the view
+    // serves already.
+    if stats.segments_opened > 0 {
+        let context = state.context.clone();
+        let warmed_view = view.clone();
+        let shard_name = shard.to_string();
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let bytes = warm_new_rows(&context, &warmed_view, previous.as_deref());
+            if bytes > 0 {
+                tracing::debug!(shard = %shard_name, bytes, elapsed_ms = started.elapsed().as_millis() as u64, "new segments' rows warmed");
+            }
+        });
+    }
     tracing::debug!(
         %shard,
         manifest_version = view.manifest().version,

@@ -1,6 +1,9 @@
 //! Warm-up: a shard's new segments have their codes pulled into the cache before
 //! the shard is reported ready, so the first queries after an assignment (or a
-//! flush) do not wait on object storage for them.
+//! flush) do not wait on object storage for them. Their raw vectors and payloads
+//! follow in the background once the new view serves ([`warm_new_rows`]), when
+//! they fit the row tier comfortably: otherwise the first queries after a merge
+//! would each fetch their rescoring rows from the store, one cold row at a time.
 
 use std::collections::HashSet;
 
@@ -36,6 +39,68 @@ pub(crate) fn warm_new_segments(
             warm_codes(segment);
         }
     }
+}
+
+/// Share of the row tier one reload's new rows may take when warmed (more would
+/// evict the rows other segments' queries are reading).
+const ROW_WARM_SHARE: u64 = 4;
+
+/// Brings the raw vectors and payloads of the segments of `view` that `previous`
+/// did not have into the cache's row tier (codes first, then rows: this runs
+/// after [`warm_new_segments`]), when they take at most a quarter of it. Returns
+/// the bytes warmed.
+pub(crate) fn warm_new_rows(
+    context: &ReadContext,
+    view: &ShardView,
+    previous: Option<&ShardView>,
+) -> u64 {
+    let cache = context.cache();
+    let budget = cache.row_tier_bytes() / ROW_WARM_SHARE;
+    if budget == 0 || cache.is_read_through() {
+        return 0;
+    }
+    let known: HashSet<&str> = previous
+        .map(|previous| {
+            previous
+                .manifest()
+                .segments
+                .iter()
+                .map(|entry| entry.key.as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    let new_rows: Vec<(&Segment<CachedObject>, std::ops::Range<u64>)> = view
+        .manifest()
+        .segments
+        .iter()
+        .zip(view.segments())
+        .filter(|(entry, segment)| {
+            !known.contains(entry.key.as_str()) && !segment.source().is_mapped()
+        })
+        .flat_map(|(_, segment)| {
+            segment
+                .sections()
+                .iter()
+                .filter(|section| {
+                    matches!(
+                        section.kind,
+                        SectionKind::RawVectors | SectionKind::Payloads
+                    )
+                })
+                .map(move |section| (segment, section.offset..section.offset + section.length))
+        })
+        .collect();
+    let bytes: u64 = new_rows
+        .iter()
+        .map(|(_, range)| range.end - range.start)
+        .sum();
+    if bytes == 0 || bytes > budget {
+        return 0;
+    }
+    for (segment, range) in new_rows {
+        segment.source().warm_rows(range);
+    }
+    bytes
 }
 
 /// Pulls a segment's codes into memory (the cache's regions, or the page cache

@@ -144,3 +144,67 @@ fn a_small_cache_shrinks_its_hot_regions_to_keep_a_row_tier() {
     assert_eq!(cache.row_region_bytes(), None);
     assert_eq!(cache.region_bytes(), 16 << 20);
 }
+
+#[test]
+fn warming_rows_fills_the_row_tier_so_rescoring_reads_hit() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let dim = 64;
+    // 4k rows: 1 MB of raw vectors, a quarter of the 4 MiB row tier.
+    let (bytes, vectors) = segment_bytes(4_000, dim);
+    put(&runtime, &storage, "segments/warm.qseg", &bytes);
+    let directory = tempfile::tempdir().unwrap();
+    let config = BlobCacheConfig {
+        directory: directory.path().to_path_buf(),
+        capacity_bytes: 8 << 20,
+        region_bytes: 128 << 10,
+        row_region_bytes: 64 << 10,
+        map_local_files: true,
+    };
+    let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
+    assert!(cache.row_tier_bytes() >= 4 << 20, "{}", cache.row_tier_bytes());
+    let segment = Segment::open(cache.open_blocking("segments/warm.qseg").unwrap()).unwrap();
+    let raw = segment
+        .sections()
+        .iter()
+        .find(|section| section.kind == quiver_index::SectionKind::RawVectors)
+        .unwrap()
+        .clone();
+    let hot_before = cache.stats_by_tier().0;
+    segment
+        .source()
+        .warm_rows(raw.offset..raw.offset + raw.length);
+    let (hot, rows) = cache.stats_by_tier();
+    let rows = rows.expect("a row tier");
+    assert!(
+        rows.bytes_fetched >= raw.length,
+        "the raw vectors are in the row tier: {rows:?}"
+    );
+    assert_eq!(hot.misses, hot_before.misses, "the hot tier is left alone");
+    // A search now rescores from the row tier without fetching.
+    let params = SearchParams {
+        nprobe: Some(8),
+        ..SearchParams::new(10)
+    };
+    let mut scratch = SearchScratch::new();
+    let before = ReadCounts::of_this_thread();
+    let hits = segment
+        .search(&vectors[..dim], &params, None, &mut scratch)
+        .unwrap();
+    assert!(!hits.is_empty());
+    let reads = ReadCounts::of_this_thread().since(before);
+    assert!(reads.row_hits > 0, "{reads:?}");
+    assert_eq!(reads.row_misses, 0, "{reads:?}");
+    // A range the row tier does not serve (the codes) is not warmed there.
+    let codes = segment
+        .sections()
+        .iter()
+        .find(|section| section.kind == quiver_index::SectionKind::Codes)
+        .unwrap()
+        .clone();
+    let rows_before = cache.stats_by_tier().1.unwrap();
+    segment
+        .source()
+        .warm_rows(codes.offset..codes.offset + codes.length);
+    assert_eq!(cache.stats_by_tier().1.unwrap().misses, rows_before.misses);
+}
