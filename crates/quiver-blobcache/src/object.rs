@@ -18,6 +18,10 @@ use crate::slots::{remembered_fill, remembered_location};
 /// The most region fills one query's fetch-ahead runs at once.
 const FETCH_AHEAD_THREADS: usize = 16;
 
+/// Fills at a time when warming rows in the background: few, so that queries'
+/// own fetches are not queued behind the warm-up's.
+const WARM_THREADS: usize = 2;
+
 /// One object read through a [`BlobCache`](crate::BlobCache); implements the
 /// index's [`ByteSource`], so a segment in object storage is searched with no
 /// change.
@@ -127,8 +131,9 @@ impl CachedObject {
     }
 
     /// Brings the row-tier ranges under `range` (a segment's raw vectors or
-    /// payloads, once the segment is open on this object) into the row tier, up to
-    /// the fetch-ahead's helper threads at a time, and returns when they are in.
+    /// payloads, once the segment is open on this object) into the row tier, two
+    /// fills at a time (a background task: queries' fetches come first), and
+    /// returns when they are in.
     /// Nothing for a mapped file, a read-through cache, or a range the row tier
     /// does not serve: warming rows into the hot tier would push codes out.
     pub fn warm_rows(&self, range: Range<u64>) {
@@ -137,7 +142,7 @@ impl CachedObject {
             return;
         }
         if let Some(rows) = self.row_tier(range.start, end) {
-            rows.fetch_missing(&[(range.start, (end - range.start) as usize)]);
+            rows.fetch_missing_with(&[(range.start, (end - range.start) as usize)], WARM_THREADS);
         }
     }
 
@@ -307,6 +312,11 @@ impl CachedObject {
     /// [`FETCH_AHEAD_THREADS`] at a time, and returns when they are in (or
     /// failed: the reads that follow see the error).
     fn fetch_missing(&self, ranges: &[(u64, usize)]) {
+        self.fetch_missing_with(ranges, FETCH_AHEAD_THREADS);
+    }
+
+    /// [`Self::fetch_missing`] with at most `threads` fills at a time.
+    fn fetch_missing_with(&self, ranges: &[(u64, usize)], threads: usize) {
         let mut missing: Vec<u64> = Vec::new();
         for &(offset, length) in ranges {
             let end = offset.saturating_add(length as u64).min(self.identity.size);
@@ -332,7 +342,7 @@ impl CachedObject {
         let next = std::sync::atomic::AtomicUsize::new(0);
         let waiting = std::time::Instant::now();
         std::thread::scope(|scope| {
-            let helpers: Vec<_> = (0..missing.len().min(FETCH_AHEAD_THREADS))
+            let helpers: Vec<_> = (0..missing.len().min(threads.max(1)))
                 .map(|_| {
                     scope.spawn(|| {
                         let before = ReadCounts::of_this_thread();

@@ -162,7 +162,11 @@ fn warming_rows_fills_the_row_tier_so_rescoring_reads_hit() {
         map_local_files: true,
     };
     let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
-    assert!(cache.row_tier_bytes() >= 4 << 20, "{}", cache.row_tier_bytes());
+    assert!(
+        cache.row_tier_bytes() >= 4 << 20,
+        "{}",
+        cache.row_tier_bytes()
+    );
     let segment = Segment::open(cache.open_blocking("segments/warm.qseg").unwrap()).unwrap();
     let raw = segment
         .sections()
