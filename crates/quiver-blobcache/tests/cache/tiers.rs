@@ -172,8 +172,8 @@ fn warming_rows_fills_the_row_tier_so_rescoring_reads_hit() {
         .sections()
         .iter()
         .find(|section| section.kind == quiver_index::SectionKind::RawVectors)
-        .unwrap()
-        .clone();
+        .copied()
+        .unwrap();
     let hot_before = cache.stats_by_tier().0;
     segment
         .source()
@@ -204,8 +204,8 @@ fn warming_rows_fills_the_row_tier_so_rescoring_reads_hit() {
         .sections()
         .iter()
         .find(|section| section.kind == quiver_index::SectionKind::Codes)
-        .unwrap()
-        .clone();
+        .copied()
+        .unwrap();
     let rows_before = cache.stats_by_tier().1.unwrap();
     segment
         .source()
