@@ -24,21 +24,32 @@ pub(crate) fn warm_new_segments(
     if context.cache().is_read_through() {
         return;
     }
-    let known: HashSet<&str> = previous
+    for segment in new_segments(view, previous) {
+        warm_codes(segment);
+    }
+}
+
+/// The segments of `view` that `previous` did not have (all of them without one).
+fn new_segments<'a>(
+    view: &'a ShardView,
+    previous: Option<&ShardView>,
+) -> impl Iterator<Item = &'a Segment<CachedObject>> {
+    let known: HashSet<String> = previous
         .map(|previous| {
             previous
                 .manifest()
                 .segments
                 .iter()
-                .map(|entry| entry.key.as_str())
+                .map(|entry| entry.key.clone())
                 .collect()
         })
         .unwrap_or_default();
-    for (entry, segment) in view.manifest().segments.iter().zip(view.segments()) {
-        if !known.contains(entry.key.as_str()) {
-            warm_codes(segment);
-        }
-    }
+    view.manifest()
+        .segments
+        .iter()
+        .zip(view.segments())
+        .filter(move |(entry, _)| !known.contains(&entry.key))
+        .map(|(_, segment)| segment)
 }
 
 /// Share of the row tier one reload's new rows may take when warmed (more would
