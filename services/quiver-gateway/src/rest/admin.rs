@@ -75,8 +75,7 @@ fn searchers_of(searchers: &[pb::SearcherAssignment]) -> Vec<SearcherState> {
 #[utoipa::path(get, path = "/admin/v1/cluster", tag = "admin",
     responses(
         (status = 200, description = "Nodes, metadata members, shard placement", body = quiver_api::ClusterStatus),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn cluster_status(State(state): Shared, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
@@ -124,11 +123,10 @@ pub(super) async fn cluster_status(State(state): Shared, headers: HeaderMap) -> 
 }
 
 #[utoipa::path(get, path = "/admin/v1/collections/{name}/shards", tag = "admin",
-    params(("name" = String, Path, description = "Collection name")),
+    params(super::openapi::CollectionName),
     responses(
         (status = 200, description = "Each shard's lease, searchers, segments and WAL tail", body = quiver_api::CollectionShards),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn collection_shards(
     State(state): Shared,
@@ -204,12 +202,11 @@ pub(super) async fn collection_shards(
 /// {"done": false, "running_shards": [...]}` when some are still compacting
 /// after the wait: the compaction goes on, and POSTing again waits for it.
 #[utoipa::path(post, path = "/admin/v1/collections/{name}/compact", tag = "admin",
-    params(("name" = String, Path, description = "Collection name")),
+    params(super::openapi::CollectionName),
     responses(
         (status = 200, description = "Every shard compacted", body = quiver_api::CompactResponse),
         (status = 202, description = "Some shard still compacting after the gateway's wait (about 24 s); POST again to wait for it", body = quiver_api::CompactResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn compact(
     State(state): Shared,
@@ -242,8 +239,7 @@ pub(super) async fn compact(
     params(("id" = String, Path, description = "Node id")),
     responses(
         (status = 200, description = "The node, now draining", body = quiver_api::Node),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn drain_node(
     State(state): Shared,
@@ -263,8 +259,7 @@ pub(super) async fn drain_node(
 #[utoipa::path(get, path = "/admin/v1/orphans", tag = "admin",
     responses(
         (status = 200, description = "Unreferenced objects found by the sweep, before they are deleted", body = quiver_api::OrphansResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn list_orphans(State(state): Shared, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
@@ -299,8 +294,7 @@ pub(super) async fn list_orphans(State(state): Shared, headers: HeaderMap) -> Re
     request_body = quiver_api::MetaMembersRequest,
     responses(
         (status = 200, description = "The members after the change", body = quiver_api::MetaMembersResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn meta_members(
     State(state): Shared,

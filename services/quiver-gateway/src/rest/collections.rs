@@ -76,12 +76,11 @@ pub(super) fn collection_of(collection: &pb::Collection) -> GatewayResult<Collec
 }
 
 #[utoipa::path(put, path = "/v1/collections/{name}", tag = "collections",
-    params(("name" = String, Path, description = "Collection name")),
+    params(super::openapi::CollectionName),
     request_body = quiver_api::CreateCollectionRequest,
     responses(
         (status = 200, description = "The collection as created", body = quiver_api::Collection),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn create_collection(
     State(state): Shared,
@@ -107,8 +106,7 @@ pub(super) async fn create_collection(
 #[utoipa::path(get, path = "/v1/collections", tag = "collections",
     responses(
         (status = 200, description = "Every collection", body = quiver_api::ListCollectionsResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn list_collections(State(state): Shared, headers: HeaderMap) -> Response {
     let gateway = state.gateway.clone();
@@ -131,11 +129,10 @@ pub(super) async fn list_collections(State(state): Shared, headers: HeaderMap) -
 }
 
 #[utoipa::path(get, path = "/v1/collections/{name}", tag = "collections",
-    params(("name" = String, Path, description = "Collection name")),
+    params(super::openapi::CollectionName),
     responses(
         (status = 200, description = "Definition and statistics", body = quiver_api::DescribeCollectionResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn describe_collection(
     State(state): Shared,
@@ -160,11 +157,10 @@ pub(super) async fn describe_collection(
 }
 
 #[utoipa::path(delete, path = "/v1/collections/{name}", tag = "collections",
-    params(("name" = String, Path, description = "Collection name")),
+    params(super::openapi::CollectionName),
     responses(
         (status = 200, description = "Dropped (its objects are deleted in the background)", body = quiver_api::DropCollectionResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn drop_collection(
     State(state): Shared,

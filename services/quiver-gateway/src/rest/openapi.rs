@@ -34,6 +34,8 @@ use utoipa::{Modify, OpenApi};
         super::admin::meta_members,
         super::admin::list_orphans,
     ),
+    // Referenced by `ErrorResponses`, which does not collect schemas itself.
+    components(schemas(quiver_api::ErrorBody)),
     modifiers(&ApiKey),
     security((), ("api_key" = [])),
     tags(
@@ -44,6 +46,27 @@ use utoipa::{Modify, OpenApi};
     )
 )]
 pub struct ApiDoc;
+
+/// The error answers every operation may give (`{"error": {"code", "message"}}`).
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // a description for the document, never built
+pub(super) enum ErrorResponses {
+    /// Refused: the message names the field and the value; nothing of the request was written
+    #[response(status = "4XX")]
+    Refused(quiver_api::ErrorBody),
+    /// Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)
+    #[response(status = "5XX")]
+    Unavailable(quiver_api::ErrorBody),
+}
+
+/// The `{name}` path parameter of the collection routes.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // a description for the document, never built
+pub(super) struct CollectionName {
+    /// Collection name
+    name: String,
+}
 
 /// `Authorization: Bearer <key>` when the gateway has API keys (optional
 /// otherwise, hence the empty alternative in `security`).

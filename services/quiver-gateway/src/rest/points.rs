@@ -11,12 +11,11 @@ use super::{Segment, Shared, handle};
 use crate::auth::Access;
 
 #[utoipa::path(post, path = "/v1/collections/{name}/points", tag = "points",
-    params(("name" = String, Path, description = "Collection name")),
+    params(super::openapi::CollectionName),
     request_body = quiver_api::UpsertRequest,
     responses(
         (status = 200, description = "Durable: in the WAL, committed; visible to the next strong read", body = quiver_api::WriteResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn upsert(
     State(state): Shared,
@@ -34,12 +33,11 @@ pub(super) async fn upsert(
 }
 
 #[utoipa::path(post, path = "/v1/collections/{name}/points/delete", tag = "points",
-    params(("name" = String, Path, description = "Collection name")),
+    params(super::openapi::CollectionName),
     request_body = quiver_api::PointIdsRequest,
     responses(
         (status = 200, description = "Durable", body = quiver_api::WriteResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn delete_points(
     State(state): Shared,
@@ -57,12 +55,11 @@ pub(super) async fn delete_points(
 }
 
 #[utoipa::path(post, path = "/v1/collections/{name}/points/get", tag = "points",
-    params(("name" = String, Path, description = "Collection name")),
+    params(super::openapi::CollectionName),
     request_body = quiver_api::PointIdsRequest,
     responses(
         (status = 200, description = "The points found (missing ids are left out)", body = quiver_api::GetPointsResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn get_points(
     State(state): Shared,

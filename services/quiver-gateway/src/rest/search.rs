@@ -28,12 +28,11 @@ fn search_response(hits: Vec<Hit>, took_ms: f64, cost: Option<SearchCost>) -> Se
 }
 
 #[utoipa::path(post, path = "/v1/collections/{name}/search", tag = "search",
-    params(("name" = String, Path, description = "Collection name")),
+    params(super::openapi::CollectionName),
     request_body = quiver_api::SearchRequest,
     responses(
         (status = 200, description = "The top k, best first, with the query's cost", body = quiver_api::SearchResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn search(
     State(state): Shared,
@@ -51,12 +50,11 @@ pub(super) async fn search(
 }
 
 #[utoipa::path(post, path = "/v1/collections/{name}/search/batch", tag = "search",
-    params(("name" = String, Path, description = "Collection name")),
+    params(super::openapi::CollectionName),
     request_body = quiver_api::BatchSearchRequest,
     responses(
         (status = 200, description = "One answer per search, in order", body = quiver_api::BatchSearchResponse),
-        (status = "4XX", description = "Refused: the message names the field and the value; nothing of the request was written", body = quiver_api::ErrorBody),
-        (status = "5XX", description = "Unavailable or internal; UNAVAILABLE and RESOURCE_EXHAUSTED are retryable (`Retry-After`)", body = quiver_api::ErrorBody),
+        super::openapi::ErrorResponses,
     ))]
 pub(super) async fn search_batch(
     State(state): Shared,
