@@ -44,6 +44,8 @@ pub struct ClusterOptions {
     pub engine: bool,
     /// Queries per request: 1 = single searches, more = `/search/batch`.
     pub batch: usize,
+    /// Skip the 50 searches sent before measuring (a cold cache stays cold).
+    pub no_warm_up: bool,
     pub json: PathBuf,
 }
 
@@ -74,6 +76,30 @@ fn server_cpu_ms(pids: &[u32]) -> Result<f64> {
     Ok(ticks as f64 * 1e3 / ticks_per_second)
 }
 
+/// Peak resident memory (`VmHWM`) and current anonymous memory (`RssAnon`)
+/// of the processes `pids`, summed, in MiB, from `/proc/PID/status`.
+fn server_memory_mib(pids: &[u32]) -> Result<(f64, f64)> {
+    let (mut peak_kb, mut anon_kb) = (0u64, 0u64);
+    for pid in pids {
+        let path = format!("/proc/{pid}/status");
+        let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        for line in status.lines() {
+            let field = |name: &str| {
+                line.strip_prefix(name)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|kb| kb.parse::<u64>().ok())
+            };
+            if let Some(kb) = field("VmHWM:") {
+                peak_kb += kb;
+            }
+            if let Some(kb) = field("RssAnon:") {
+                anon_kb += kb;
+            }
+        }
+    }
+    Ok((peak_kb as f64 / 1024.0, anon_kb as f64 / 1024.0))
+}
+
 #[derive(Serialize)]
 struct ClusterPoint {
     concurrency: usize,
@@ -96,10 +122,55 @@ struct ClusterPoint {
     segments: f64,
     /// Mean time inside the searchers per query, milliseconds.
     search_ms: f64,
+    /// Share of the region-cache reads that hit (both tiers; 1 when nothing
+    /// was read through the cache, e.g. files mapped directly).
+    cache_hit_ratio: f64,
+    /// Mean bytes fetched from the object store per query.
+    bytes_fetched_per_query: f64,
+    /// Mean rescoring (row) reads per query served from local disk and fetched remotely.
+    row_reads_local: f64,
+    row_reads_remote: f64,
+    /// Mean time a query waited on the object store, milliseconds.
+    store_wait_ms: f64,
+    /// Peak resident memory (VmHWM) of the server processes so far, MiB, and
+    /// their anonymous memory (RssAnon) after the point (0 without --server-pid).
+    server_peak_rss_mib: f64,
+    server_rss_anon_mib: f64,
     /// Server CPU per query ÷ the engine alone's at the same recall (--engine
     /// with --server-pid).
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu_vs_engine: Option<f64>,
+}
+
+/// Region-cache counters of a point's answers (their cost blocks), summed.
+#[derive(Default)]
+struct CacheTotals {
+    regions_hit: u64,
+    regions_missed: u64,
+    bytes_fetched: u64,
+    row_reads_local: u64,
+    row_reads_remote: u64,
+    store_wait_ms: f64,
+}
+
+impl CacheTotals {
+    fn add(&mut self, cost: &quiver_client::SearchCost) {
+        self.regions_hit += cost.cache_regions_hit;
+        self.regions_missed += cost.cache_regions_missed;
+        self.bytes_fetched += cost.bytes_fetched;
+        self.row_reads_local += cost.row_reads_local;
+        self.row_reads_remote += cost.row_reads_remote;
+        self.store_wait_ms += cost.store_wait_ms;
+    }
+
+    fn hit_ratio(&self) -> f64 {
+        let reads = self.regions_hit + self.regions_missed;
+        if reads == 0 {
+            1.0
+        } else {
+            self.regions_hit as f64 / reads as f64
+        }
+    }
 }
 
 async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
@@ -207,13 +278,14 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         options.k,
         options.batch
     );
-    // Warm up: every query once.
-    for row in 0..queries.rows().min(50) {
+    // Warm up: the first 50 queries once (not with --no-warm-up).
+    let warm_up = if options.no_warm_up { 0 } else { 50 };
+    for row in 0..queries.rows().min(warm_up) {
         let search = Search::new(queries.row(row).to_vec(), options.k);
         client.search(&options.collection, &search).await?;
     }
     println!(
-        "{:>11} {:>8} {:>10} {:>8} {:>8} {:>7} {:>10} {:>9} {:>8} {:>6} {:>9}",
+        "{:>11} {:>8} {:>10} {:>8} {:>8} {:>7} {:>10} {:>9} {:>8} {:>6} {:>9} {:>6} {:>7} {:>9}",
         "concurrency",
         "recall",
         "qps",
@@ -224,7 +296,10 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         "scanned",
         "tail",
         "segs",
-        "search_ms"
+        "search_ms",
+        "hit%",
+        "MB/q",
+        "peak_MiB"
     );
     let mut points = Vec::new();
     for &concurrency in &options.concurrency {
@@ -284,6 +359,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         let mut answered = 0usize;
         let (mut found, mut wanted, mut errors) = (0usize, 0usize, 0usize);
         let mut costs = (0u64, 0u64, 0u64, 0f64, 0usize);
+        let mut cache = CacheTotals::default();
         for worker in workers {
             let (answers, worker_errors) = worker.await?;
             errors += worker_errors;
@@ -307,6 +383,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
                     costs.2 += cost.segments;
                     costs.3 += cost.search_ms;
                     costs.4 += 1;
+                    cache.add(cost);
                 }
             }
         }
@@ -314,6 +391,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         let cpu_ms = server_cpu_ms(&options.server_pids)? - cpu_before;
         latencies.sort_by(f64::total_cmp);
         let costed = costs.4.max(1) as f64;
+        let (peak_mib, anon_mib) = server_memory_mib(&options.server_pids)?;
         let point = ClusterPoint {
             concurrency,
             batch: options.batch,
@@ -333,10 +411,17 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             tail_rows_scored: costs.1 as f64 / costed,
             segments: costs.2 as f64 / costed,
             search_ms: costs.3 / costed,
+            cache_hit_ratio: cache.hit_ratio(),
+            bytes_fetched_per_query: cache.bytes_fetched as f64 / costed,
+            row_reads_local: cache.row_reads_local as f64 / costed,
+            row_reads_remote: cache.row_reads_remote as f64 / costed,
+            store_wait_ms: cache.store_wait_ms / costed,
+            server_peak_rss_mib: peak_mib,
+            server_rss_anon_mib: anon_mib,
             cpu_vs_engine: None,
         };
         println!(
-            "{:>11} {:>8.4} {:>10.0} {:>8.2} {:>8.2} {:>7} {:>10.3} {:>9.0} {:>8.0} {:>6.1} {:>9.3}",
+            "{:>11} {:>8.4} {:>10.0} {:>8.2} {:>8.2} {:>7} {:>10.3} {:>9.0} {:>8.0} {:>6.1} {:>9.3} {:>6.1} {:>7.2} {:>9.0}",
             point.concurrency,
             point.recall,
             point.qps,
@@ -347,7 +432,10 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             point.rows_scanned,
             point.tail_rows_scored,
             point.segments,
-            point.search_ms
+            point.search_ms,
+            point.cache_hit_ratio * 100.0,
+            point.bytes_fetched_per_query / 1e6,
+            point.server_peak_rss_mib
         );
         points.push(point);
     }

@@ -162,6 +162,10 @@ enum Command {
         /// and server CPU are per query, latencies per batch. 1 = single searches.
         #[arg(long, default_value_t = 1)]
         batch: usize,
+        /// Measure from the first query: skip the 50 searches otherwise sent before
+        /// measuring (a cold cache stays cold for the first concurrency).
+        #[arg(long)]
+        no_warm_up: bool,
         /// JSON report path; the latency plot is written beside it as .png.
         #[arg(long)]
         json: PathBuf,
@@ -387,6 +391,7 @@ fn main() -> Result<()> {
             server_pid,
             engine,
             batch,
+            no_warm_up,
             json,
         } => {
             if k == 0 || batch == 0 || concurrency.is_empty() || concurrency.contains(&0) {
@@ -414,6 +419,7 @@ fn main() -> Result<()> {
                 server_pids: server_pid,
                 engine,
                 batch,
+                no_warm_up,
                 json,
             };
             tokio::runtime::Builder::new_multi_thread()

@@ -18,6 +18,10 @@ use crate::slots::{remembered_fill, remembered_location};
 /// The most region fills one query's fetch-ahead runs at once.
 const FETCH_AHEAD_THREADS: usize = 16;
 
+/// Fills at a time when warming a new segment's codes (before its shard serves
+/// it): enough in flight that the warm-up runs at the store's bandwidth.
+const WARM_CODE_FILLS: usize = 4;
+
 /// Fills at a time when warming rows in the background: few, so that queries'
 /// own fetches are not queued behind the warm-up's.
 const WARM_THREADS: usize = 2;
@@ -101,11 +105,13 @@ impl CachedObject {
 
     /// Brings `range` into memory ahead of the reads that need it: for a mapped
     /// file, asks the kernel to read it in; through the cache, fills every region
-    /// it spans (blocking).
-    pub fn warm(&self, range: Range<u64>) -> CacheResult<()> {
+    /// it spans that is not resident, a few at a time (blocking). Returns the
+    /// bytes fetched from the store; stops early, without error, once every
+    /// region of the cache is pinned.
+    pub fn warm(&self, range: Range<u64>) -> CacheResult<u64> {
         let end = range.end.min(self.identity.size);
         if range.start >= end {
-            return Ok(());
+            return Ok(0);
         }
         if let Some(map) = &self.mapped {
             let _ = map.advise_range(
@@ -113,21 +119,59 @@ impl CachedObject {
                 range.start as usize,
                 (end - range.start) as usize,
             );
-            return Ok(());
+            return Ok(0);
         }
         if self.inner.is_read_through() {
-            return Ok(());
+            return Ok(0);
         }
-        for region in self.inner.region_of(range.start)..=self.inner.region_of(end - 1) {
-            match self.acquire(region) {
-                Ok(guard) => drop(guard),
-                // Every region is pinned: warming more would only evict what
-                // queries are reading.
-                Err(CacheError::Full { .. }) => return Ok(()),
-                Err(error) => return Err(error),
+        let missing: Vec<u64> = (self.inner.region_of(range.start)..=self.inner.region_of(end - 1))
+            .filter(|&region| !self.is_resident(region))
+            .collect();
+        // Several fills in flight: a warm-up is bounded by the store's
+        // bandwidth, not by one request's round trip after another.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let first_error: Mutex<Option<CacheError>> = Mutex::new(None);
+        let mut fetched = 0u64;
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (0..missing.len().min(WARM_CODE_FILLS))
+                .map(|_| {
+                    scope.spawn(|| {
+                        let before = ReadCounts::of_this_thread();
+                        while !stop.load(Ordering::Relaxed)
+                            && let Some(&region) = missing.get(next.fetch_add(1, Ordering::Relaxed))
+                        {
+                            match self.acquire(region) {
+                                Ok(guard) => drop(guard),
+                                // Every region is pinned: warming more would
+                                // only evict what queries are reading.
+                                Err(CacheError::Full { .. }) => stop.store(true, Ordering::Relaxed),
+                                Err(error) => {
+                                    stop.store(true, Ordering::Relaxed);
+                                    first_error
+                                        .lock()
+                                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                                        .get_or_insert(error);
+                                }
+                            }
+                        }
+                        ReadCounts::of_this_thread().since(before)
+                    })
+                })
+                .collect();
+            for helper in helpers {
+                if let Ok(reads) = helper.join() {
+                    fetched += reads.bytes_fetched;
+                }
             }
+        });
+        match first_error
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        {
+            Some(error) => Err(error),
+            None => Ok(fetched),
         }
-        Ok(())
     }
 
     /// Brings the row-tier ranges under `range` (a segment's raw vectors or

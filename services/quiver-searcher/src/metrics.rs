@@ -3,8 +3,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    Histogram, IntCounter, IntCounterVec, IntGauge, register_histogram, register_int_counter,
-    register_int_counter_vec, register_int_gauge,
+    CounterVec, Histogram, IntCounter, IntCounterVec, IntGauge, register_counter_vec,
+    register_histogram, register_int_counter, register_int_counter_vec, register_int_gauge,
 };
 
 pub(crate) struct SearcherMetrics {
@@ -22,6 +22,8 @@ pub(crate) struct SearcherMetrics {
     pub search_pool_wait_seconds: Histogram,
     pub search_pool_rejected: IntCounter,
     pub search_pool_abandoned: IntCounter,
+    pub warm_up_bytes: IntCounterVec,
+    pub warm_up_seconds: CounterVec,
 }
 
 pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
@@ -98,6 +100,18 @@ pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
     search_pool_abandoned: register_int_counter!(
         "quiver_searcher_search_pool_abandoned_total",
         "Queued jobs skipped because their request was cancelled before they started."
+    )
+    .expect("metric registers once"),
+    warm_up_bytes: register_int_counter_vec!(
+        "quiver_searcher_warm_up_bytes_total",
+        "Bytes new segments' warm-ups fetched from the object store, by what: codes (before the shard serves them) or rows (raw vectors and payloads, after).",
+        &["what"]
+    )
+    .expect("metric registers once"),
+    warm_up_seconds: register_counter_vec!(
+        "quiver_searcher_warm_up_seconds_total",
+        "Time spent in those warm-ups, by what; bytes / seconds is the warm-up throughput.",
+        &["what"]
     )
     .expect("metric registers once"),
 }

@@ -17,7 +17,7 @@ use crate::error::SearcherError;
 use crate::metrics::METRICS;
 use crate::node::NodeState;
 use crate::shard::{LoadStats, ShardView};
-use crate::warm_up::{warm_new_rows, warm_new_segments};
+use crate::warm_up::{record_warm_up, warm_new_rows, warm_new_segments};
 
 /// One shard this node serves: its current view and the manifest to load next.
 pub(crate) struct ServedShard {
@@ -143,6 +143,7 @@ pub(crate) async fn reload(
     let context = state.context.clone();
     let spec = served.spec.clone();
     let previous = current.clone();
+    let shard_name = shard.to_string();
     let built =
         tokio::task::spawn_blocking(move || -> Result<(ShardView, LoadStats), SearcherError> {
             let (view, stats) = match &current {
@@ -156,7 +157,9 @@ pub(crate) async fn reload(
                     (view, stats)
                 }
             };
-            warm_new_segments(&context, &view, current.as_deref());
+            let warming = Instant::now();
+            let bytes = warm_new_segments(&context, &view, current.as_deref());
+            record_warm_up(&shard_name, "codes", bytes, warming.elapsed());
             Ok((view, stats))
         })
         .await
@@ -177,9 +180,7 @@ pub(crate) async fn reload(
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();
             let bytes = warm_new_rows(&context, &warmed_view, previous.as_deref());
-            if bytes > 0 {
-                tracing::debug!(shard = %shard_name, bytes, elapsed_ms = started.elapsed().as_millis() as u64, "new segments' rows warmed");
-            }
+            record_warm_up(&shard_name, "rows", bytes, started.elapsed());
         });
     }
     tracing::debug!(

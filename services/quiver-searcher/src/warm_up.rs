@@ -7,26 +7,24 @@
 
 use std::collections::HashSet;
 
-use quiver_blobcache::CachedObject;
+use quiver_blobcache::{CachedObject, ReadCounts};
 use quiver_index::{SectionKind, Segment};
 
 use crate::context::ReadContext;
 use crate::shard::ShardView;
 
-/// Warms the segments of `view` that `previous` did not have (all of them on a
-/// first load); nothing when the cache reads through (there is nowhere to keep
-/// them).
+/// Warms the codes of the segments of `view` that `previous` did not have (all
+/// of them on a first load); nothing when the cache reads through (there is
+/// nowhere to keep them). Returns the bytes fetched from the store.
 pub(crate) fn warm_new_segments(
     context: &ReadContext,
     view: &ShardView,
     previous: Option<&ShardView>,
-) {
+) -> u64 {
     if context.cache().is_read_through() {
-        return;
+        return 0;
     }
-    for segment in new_segments(view, previous) {
-        warm_codes(segment);
-    }
+    new_segments(view, previous).map(warm_codes).sum()
 }
 
 /// The segments of `view` that `previous` did not have (all of them without one).
@@ -59,7 +57,7 @@ const ROW_WARM_SHARE: u64 = 4;
 /// Brings the raw vectors and payloads of the segments of `view` that `previous`
 /// did not have into the cache's row tier (codes first, then rows: this runs
 /// after [`warm_new_segments`]), when they take at most a quarter of it. Returns
-/// the bytes warmed.
+/// the bytes fetched from the store.
 pub(crate) fn warm_new_rows(
     context: &ReadContext,
     view: &ShardView,
@@ -108,23 +106,54 @@ pub(crate) fn warm_new_rows(
     if bytes == 0 || bytes > budget {
         return 0;
     }
+    let before = ReadCounts::of_this_thread();
     for (segment, range) in new_rows {
         segment.source().warm_rows(range);
     }
-    bytes
+    ReadCounts::of_this_thread().since(before).bytes_fetched
 }
 
 /// Pulls a segment's codes into memory (the cache's regions, or the page cache
-/// for a mapped file) before any query needs them.
-fn warm_codes(segment: &Segment<CachedObject>) {
+/// for a mapped file) before any query needs them; returns the bytes fetched.
+fn warm_codes(segment: &Segment<CachedObject>) -> u64 {
+    let mut fetched = 0;
     for section in segment.sections() {
         if section.kind != SectionKind::Codes {
             continue;
         }
         let range = section.offset..section.offset + section.length;
-        if let Err(error) = segment.source().warm(range) {
-            tracing::warn!(segment = segment.name(), %error, "warm-up read failed");
-            return;
+        match segment.source().warm(range) {
+            Ok(bytes) => fetched += bytes,
+            Err(error) => {
+                tracing::warn!(segment = segment.name(), %error, "warm-up read failed");
+                break;
+            }
         }
     }
+    fetched
+}
+
+/// Logs and counts one warm-up (`what`: codes or rows) of `bytes` fetched in
+/// `elapsed`, with its throughput.
+pub(crate) fn record_warm_up(shard: &str, what: &str, bytes: u64, elapsed: std::time::Duration) {
+    if bytes == 0 {
+        return;
+    }
+    let seconds = elapsed.as_secs_f64();
+    crate::metrics::METRICS
+        .warm_up_bytes
+        .with_label_values(&[what])
+        .inc_by(bytes);
+    crate::metrics::METRICS
+        .warm_up_seconds
+        .with_label_values(&[what])
+        .inc_by(seconds);
+    tracing::info!(
+        shard,
+        what,
+        mib = format!("{:.1}", bytes as f64 / (1 << 20) as f64),
+        elapsed_ms = elapsed.as_millis() as u64,
+        mib_per_s = format!("{:.0}", bytes as f64 / (1 << 20) as f64 / seconds.max(1e-9)),
+        "warm-up fetched"
+    );
 }

@@ -212,3 +212,73 @@ fn warming_rows_fills_the_row_tier_so_rescoring_reads_hit() {
         .warm_rows(codes.offset..codes.offset + codes.length);
     assert_eq!(cache.stats_by_tier().1.unwrap().misses, rows_before.misses);
 }
+
+#[test]
+fn warming_codes_fills_every_region_they_span_once_and_says_how_much_it_fetched() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let dim = 64;
+    let (bytes, vectors) = segment_bytes(20_000, dim);
+    put(&runtime, &storage, "segments/codes.qseg", &bytes);
+    let directory = tempfile::tempdir().unwrap();
+    let config = BlobCacheConfig {
+        directory: directory.path().to_path_buf(),
+        capacity_bytes: 8 << 20,
+        region_bytes: 128 << 10,
+        row_region_bytes: 64 << 10,
+        map_local_files: true,
+    };
+    let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
+    let segment = Segment::open(cache.open_blocking("segments/codes.qseg").unwrap()).unwrap();
+    let codes = segment
+        .sections()
+        .iter()
+        .find(|section| section.kind == quiver_index::SectionKind::Codes)
+        .copied()
+        .unwrap();
+    assert!(
+        codes.length > 4 * (128 << 10),
+        "the codes span several regions (several fills in flight): {codes:?}"
+    );
+    let before = cache.stats_by_tier().0;
+    let fetched = segment
+        .source()
+        .warm(codes.offset..codes.offset + codes.length)
+        .unwrap();
+    let hot = cache.stats_by_tier().0;
+    assert_eq!(
+        fetched,
+        hot.bytes_fetched - before.bytes_fetched,
+        "warm reports what it fetched"
+    );
+    // Every region the codes span is in: whole regions, the first and last
+    // possibly shared with a neighbouring section already read at open.
+    assert!(
+        fetched + (256 << 10) >= codes.length,
+        "{fetched} of {}",
+        codes.length
+    );
+    // Warm again: nothing is left to fetch.
+    assert_eq!(
+        segment
+            .source()
+            .warm(codes.offset..codes.offset + codes.length)
+            .unwrap(),
+        0
+    );
+    // And a search scans the codes without fetching any.
+    let params = SearchParams {
+        nprobe: Some(16),
+        ..SearchParams::new(10)
+    };
+    let mut scratch = SearchScratch::new();
+    let hot_before = cache.stats_by_tier().0.misses;
+    segment
+        .search(&vectors[..dim], &params, None, &mut scratch)
+        .unwrap();
+    assert_eq!(
+        cache.stats_by_tier().0.misses,
+        hot_before,
+        "codes were warm"
+    );
+}
