@@ -33,6 +33,7 @@ endpoint=http://127.0.0.1:$port
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=${WORK_DIR:-$(mktemp -d -t quiver-beyond-cluster.XXXXXX)}
+mkdir -p "$work"
 cluster_dir=$work/cluster
 cgroup=/sys/fs/cgroup/memory/quiver-beyond-cluster
 cluster_script="$repo/scripts/local-cluster.sh"
