@@ -46,6 +46,10 @@ pub struct ClusterOptions {
     pub batch: usize,
     /// Skip the 50 searches sent before measuring (a cold cache stays cold).
     pub no_warm_up: bool,
+    /// Prometheus endpoints of the indexers (default: the endpoint's own
+    /// `/metrics`, which `quiver standalone` serves for every role): settling
+    /// also waits for `quiver_indexer_merges_running` to be 0 there.
+    pub indexer_metrics: Vec<String>,
     pub json: PathBuf,
 }
 
@@ -216,6 +220,14 @@ async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
         return Ok(());
     }
     let started = Instant::now();
+    let metrics_urls: Vec<String> = if options.indexer_metrics.is_empty() {
+        vec![format!("{}/metrics", options.endpoint.trim_end_matches('/'))]
+    } else {
+        options.indexer_metrics.clone()
+    };
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
     let mut last: Option<(u64, u64)> = None;
     let mut unchanged_since = Instant::now();
     let mut reported = Instant::now();
@@ -223,12 +235,15 @@ async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
         let described = client.describe(&options.collection).await?;
         let shape = (described.segments, described.bytes);
         let flushed = described.wal_tail_rows == 0;
-        if last.as_ref() != Some(&shape) || !flushed {
+        // A merge of many rows can run longer than the settle window without
+        // changing the segment count: wait for it too, where it can be seen.
+        let merging = merges_running(&http, &metrics_urls).await;
+        if last.as_ref() != Some(&shape) || !flushed || merging > 0 {
             last = Some(shape);
             unchanged_since = Instant::now();
         } else if unchanged_since.elapsed() >= options.settle {
             println!(
-                "settled in {:.1} s: {} segments, nothing unflushed, unchanged for {} s",
+                "settled in {:.1} s: {} segments, nothing unflushed, no merge running, unchanged for {} s",
                 started.elapsed().as_secs_f64(),
                 described.segments,
                 options.settle.as_secs()
@@ -238,14 +253,36 @@ async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
         if reported.elapsed() >= Duration::from_secs(10) {
             reported = Instant::now();
             println!(
-                "settling: {} segments, {} rows in the WAL tail ({:.0} s)",
+                "settling: {} segments, {} rows in the WAL tail, {} merges running ({:.0} s)",
                 described.segments,
                 described.wal_tail_rows,
+                merging,
                 started.elapsed().as_secs_f64()
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Sums `quiver_indexer_merges_running` over `urls` (Prometheus text); an
+/// endpoint that does not answer or does not have it counts 0.
+async fn merges_running(http: &reqwest::Client, urls: &[String]) -> u64 {
+    let mut running = 0;
+    for url in urls {
+        let Ok(response) = http.get(url).send().await else {
+            continue;
+        };
+        let Ok(text) = response.text().await else {
+            continue;
+        };
+        running += text
+            .lines()
+            .filter_map(|line| line.strip_prefix("quiver_indexer_merges_running "))
+            .filter_map(|value| value.trim().parse::<f64>().ok())
+            .map(|value| value as u64)
+            .sum::<u64>();
+    }
+    running
 }
 
 /// Runs the benchmark.

@@ -166,6 +166,11 @@ enum Command {
         /// measuring (a cold cache stays cold for the first concurrency).
         #[arg(long)]
         no_warm_up: bool,
+        /// Indexers' Prometheus endpoints (http://HOST:PORT/metrics), comma-separated:
+        /// settling also waits until no merge runs there. Default: the endpoint's own
+        /// /metrics (quiver standalone serves every role's metrics there).
+        #[arg(long, value_delimiter = ',')]
+        indexer_metrics: Vec<String>,
         /// JSON report path; the latency plot is written beside it as .png.
         #[arg(long)]
         json: PathBuf,
@@ -392,6 +397,7 @@ fn main() -> Result<()> {
             engine,
             batch,
             no_warm_up,
+            indexer_metrics,
             json,
         } => {
             if k == 0 || batch == 0 || concurrency.is_empty() || concurrency.contains(&0) {
@@ -420,6 +426,7 @@ fn main() -> Result<()> {
                 engine,
                 batch,
                 no_warm_up,
+                indexer_metrics,
                 json,
             };
             tokio::runtime::Builder::new_multi_thread()

@@ -18,6 +18,7 @@ pub(crate) struct IndexerMetrics {
     pub flush_seconds: Histogram,
     pub merges: IntCounter,
     pub merge_seconds: Histogram,
+    pub merges_running: IntGauge,
     pub unflushed_rows: IntGaugeVec,
     pub segments: IntGaugeVec,
     pub gc_deleted: IntCounter,
@@ -85,6 +86,11 @@ pub(crate) static METRICS: LazyLock<IndexerMetrics> = LazyLock::new(|| {
         "quiver_indexer_merge_duration_seconds",
         "Duration of a merge, downloads, build and upload included.",
         JOB_BUCKETS.to_vec()
+    )
+    .expect("metric registers once"),
+    merges_running: register_int_gauge!(
+        "quiver_indexer_merges_running",
+        "Merges in progress now (0: the segments are settled until the next flush)."
     )
     .expect("metric registers once"),
     unflushed_rows: register_int_gauge_vec!(

@@ -81,6 +81,22 @@ pub(super) async fn compact_all(shared: &Shared) -> IndexerResult<usize> {
     Ok(merges)
 }
 
+/// Counts a merge in `quiver_indexer_merges_running` while it lives.
+struct MergeRunning;
+
+impl MergeRunning {
+    fn start() -> Self {
+        METRICS.merges_running.inc();
+        MergeRunning
+    }
+}
+
+impl Drop for MergeRunning {
+    fn drop(&mut self) {
+        METRICS.merges_running.dec();
+    }
+}
+
 /// A source segment of a merge as the merge read it: its id, its manifest
 /// entry, and its deletions when the merge started.
 type MergeSource = (Arc<str>, SegmentEntry, RoaringBitmap);
@@ -101,6 +117,7 @@ struct MergedRows {
 /// Returns Ok(false) when the plan no longer applies.
 async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
     let started = Instant::now();
+    let _running = MergeRunning::start();
     let Some(sources) = snapshot_sources(shared, &plan) else {
         return Ok(false);
     };
