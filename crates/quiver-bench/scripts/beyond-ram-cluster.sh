@@ -53,6 +53,7 @@ if ! curl -fs -o /dev/null "$endpoint/v1/collections/$name"; then
     started=$SECONDS
     "$bench" cluster --endpoint "$endpoint" --collection "$name" --load --base "$base" \
         --load-payloads --include-payload --settle-seconds 60 --queries "$queries" --gt "$gt" \
+        --indexer-metrics "http://127.0.0.1:$((port + 12))/metrics" \
         --k 10 --concurrency 1 --max-queries 200 --json "$out/load.json" | tee "$out/load.txt"
     echo "load + settle + 200 queries: $((SECONDS - started)) s" | tee -a "$out/load.txt"
 fi
