@@ -47,7 +47,7 @@ trap cleanup EXIT
 echo "== 1. cluster over S3, load with payloads, settle"
 # The searcher first starts with a cache larger than the data: the load is not
 # what is measured here.
-QUIVER_BIN="$quiver" SEARCHERS=1 HTTP_PORT=$port CACHE_SIZE=8GiB "$cluster_script" start "$cluster_dir"
+QUIVER_BIN="$quiver" SEARCHERS=1 HTTP_PORT=$port CACHE_SIZE=4GiB "$cluster_script" start "$cluster_dir"
 pids() { cat "$cluster_dir/pids/$1"; }
 if ! curl -fs -o /dev/null "$endpoint/v1/collections/$name"; then
     started=$SECONDS
