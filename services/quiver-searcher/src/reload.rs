@@ -22,7 +22,9 @@ use crate::warm_up::{record_warm_up, warm_new_rows, warm_new_segments};
 /// One shard this node serves: its current view and the manifest to load next.
 pub(crate) struct ServedShard {
     spec: SegmentSpec,
-    view: RwLock<Option<Arc<ShardView>>>,
+    /// Shared with the background row warm-up, which stops on segments a newer
+    /// view no longer has.
+    view: Arc<RwLock<Option<Arc<ShardView>>>>,
     /// One manifest reload at a time per shard.
     reload: tokio::sync::Mutex<()>,
     /// The newest manifest the watch announced and no reload has taken yet.
@@ -33,7 +35,7 @@ impl ServedShard {
     pub(crate) fn new(spec: SegmentSpec) -> Self {
         ServedShard {
             spec,
-            view: RwLock::new(None),
+            view: Arc::new(RwLock::new(None)),
             reload: tokio::sync::Mutex::new(()),
             wanted: Mutex::new(None),
         }
@@ -177,9 +179,23 @@ pub(crate) async fn reload(
         let context = state.context.clone();
         let warmed_view = view.clone();
         let shard_name = shard.to_string();
+        let served_view = served.view.clone();
         tokio::task::spawn_blocking(move || {
             let started = Instant::now();
-            let bytes = warm_new_rows(&context, &warmed_view, previous.as_deref());
+            let still_served = |key: &str| {
+                served_view
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .as_ref()
+                    .is_some_and(|current| {
+                        current
+                            .manifest()
+                            .segments
+                            .iter()
+                            .any(|entry| entry.key == key)
+                    })
+            };
+            let bytes = warm_new_rows(&context, &warmed_view, previous.as_deref(), &still_served);
             record_warm_up(&shard_name, "rows", bytes, started.elapsed());
         });
     }

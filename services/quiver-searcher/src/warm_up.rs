@@ -57,11 +57,15 @@ const ROW_WARM_SHARE: u64 = 4;
 /// Brings the raw vectors and payloads of the segments of `view` that `previous`
 /// did not have into the cache's row tier (codes first, then rows: this runs
 /// after [`warm_new_segments`]), when they take at most a quarter of it. Returns
-/// the bytes fetched from the store.
-pub(crate) fn warm_new_rows(
+/// the bytes fetched from the store. Stops warming a segment as soon as
+/// `still_served` says a newer view no longer has it (a merge retired it: its
+/// object will be deleted, and its rows would only evict live ones); checked
+/// every [`ROW_WARM_CHUNK`] bytes.
+pub fn warm_new_rows(
     context: &ReadContext,
     view: &ShardView,
     previous: Option<&ShardView>,
+    still_served: &dyn Fn(&str) -> bool,
 ) -> u64 {
     let cache = context.cache();
     let budget = cache.row_tier_bytes() / ROW_WARM_SHARE;
@@ -78,7 +82,7 @@ pub(crate) fn warm_new_rows(
                 .collect()
         })
         .unwrap_or_default();
-    let new_rows: Vec<(&Segment<CachedObject>, std::ops::Range<u64>)> = view
+    let new_rows: Vec<(&str, &Segment<CachedObject>, std::ops::Range<u64>)> = view
         .manifest()
         .segments
         .iter()
@@ -86,7 +90,7 @@ pub(crate) fn warm_new_rows(
         .filter(|(entry, segment)| {
             !known.contains(entry.key.as_str()) && !segment.source().is_mapped()
         })
-        .flat_map(|(_, segment)| {
+        .flat_map(|(entry, segment)| {
             segment
                 .sections()
                 .iter()
@@ -96,22 +100,43 @@ pub(crate) fn warm_new_rows(
                         SectionKind::RawVectors | SectionKind::Payloads
                     )
                 })
-                .map(move |section| (segment, section.offset..section.offset + section.length))
+                .map(move |section| {
+                    (
+                        entry.key.as_str(),
+                        segment,
+                        section.offset..section.offset + section.length,
+                    )
+                })
         })
         .collect();
     let bytes: u64 = new_rows
         .iter()
-        .map(|(_, range)| range.end - range.start)
+        .map(|(_, _, range)| range.end - range.start)
         .sum();
     if bytes == 0 || bytes > budget {
         return 0;
     }
     let before = ReadCounts::of_this_thread();
-    for (segment, range) in new_rows {
-        segment.source().warm_rows(range);
+    'segments: for (key, segment, range) in new_rows {
+        let mut start = range.start;
+        while start < range.end {
+            if !still_served(key) {
+                tracing::debug!(
+                    segment = key,
+                    "row warm-up stopped: the segment was retired"
+                );
+                continue 'segments;
+            }
+            let end = (start + ROW_WARM_CHUNK).min(range.end);
+            segment.source().warm_rows(start..end);
+            start = end;
+        }
     }
     ReadCounts::of_this_thread().since(before).bytes_fetched
 }
+
+/// Bytes of rows warmed between two checks that their segment is still served.
+const ROW_WARM_CHUNK: u64 = 8 << 20;
 
 /// Pulls a segment's codes into memory (the cache's regions, or the page cache
 /// for a mapped file) before any query needs them; returns the bytes fetched.

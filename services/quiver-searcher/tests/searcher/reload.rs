@@ -267,3 +267,75 @@ async fn a_cold_query_reports_misses_and_bytes_and_a_repeat_only_hits() {
     .await
     .unwrap();
 }
+
+/// The background row warm-up brings a new segment's raw vectors into the
+/// row tier, and leaves a segment alone once a newer view no longer serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_are_warmed_only_while_their_segment_is_served() {
+    let storage = memory_storage();
+    let shard = ShardRef {
+        collection_id: "c-warm-rows".into(),
+        shard: 0,
+    };
+    let catalog = Arc::new(MemoryCatalog::default());
+    let writer = writer(&storage, &catalog, &shard).await;
+    let all = vectors(3000, 7);
+    writer
+        .write(
+            (0..3000u64)
+                .map(|id| upsert(id, &all[id as usize]))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    writer.flush().await.unwrap();
+    let manifest = catalog.manifest(&shard).await.unwrap();
+    assert_eq!(manifest.segments.len(), 1);
+    let warm = |still_served: bool| {
+        let storage = storage.clone();
+        let manifest = manifest.clone();
+        async move {
+            let directory = tempfile::tempdir().unwrap();
+            // A cache with a row tier (64 KiB row regions), empty.
+            let cache = quiver_blobcache::BlobCache::new(
+                &quiver_blobcache::BlobCacheConfig {
+                    directory: directory.path().to_path_buf(),
+                    capacity_bytes: 64 << 20,
+                    region_bytes: 1 << 20,
+                    map_local_files: true,
+                    row_region_bytes: 64 << 10,
+                },
+                storage.clone(),
+                tokio::runtime::Handle::current(),
+            )
+            .unwrap();
+            let context = Arc::new(ReadContext::new(
+                Arc::new(cache),
+                storage,
+                tokio::runtime::Handle::current(),
+            ));
+            tokio::task::spawn_blocking(move || {
+                let view = ShardView::load(&context, &spec(), manifest).unwrap();
+                let fetched =
+                    quiver_searcher::warm_new_rows(&context, &view, None, &|_| still_served);
+                let rows = context.cache().stats_by_tier().1.expect("a row tier");
+                (fetched, rows.bytes_fetched, directory)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let (fetched, row_bytes, _directory) = warm(true).await;
+    // The raw vectors at least: 3000 rows of DIM f32.
+    assert!(fetched >= 3000 * crate::DIM as u64 * 4, "fetched {fetched}");
+    assert_eq!(
+        fetched, row_bytes,
+        "what it reports is what the row tier fetched"
+    );
+    let (fetched, row_bytes, _directory) = warm(false).await;
+    assert_eq!(
+        (fetched, row_bytes),
+        (0, 0),
+        "a retired segment is not warmed"
+    );
+}
