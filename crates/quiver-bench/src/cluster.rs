@@ -221,7 +221,10 @@ async fn settle(client: &Client, options: &ClusterOptions) -> Result<()> {
     }
     let started = Instant::now();
     let metrics_urls: Vec<String> = if options.indexer_metrics.is_empty() {
-        vec![format!("{}/metrics", options.endpoint.trim_end_matches('/'))]
+        vec![format!(
+            "{}/metrics",
+            options.endpoint.trim_end_matches('/')
+        )]
     } else {
         options.indexer_metrics.clone()
     };
