@@ -20,6 +20,7 @@ use quiver_common::RetryPolicy;
 use quiver_proto::RpcChannel;
 use quiver_proto::meta as pb;
 use quiver_proto::meta::meta_service_client::MetaServiceClient;
+use quiver_proto::tls::ClusterTls;
 use tonic::transport::Channel;
 
 use crate::channel::lazy_channel;
@@ -41,6 +42,8 @@ pub struct MetaClientConfig {
     pub initial_backoff: Duration,
     /// Largest bound of a backoff between attempts.
     pub max_backoff: Duration,
+    /// Mutual TLS with the cluster CA (none: plaintext).
+    pub tls: Option<ClusterTls>,
 }
 
 impl MetaClientConfig {
@@ -55,6 +58,7 @@ impl MetaClientConfig {
             retry_deadline: Duration::from_secs(30),
             initial_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(500),
+            tls: None,
         }
     }
 
@@ -157,10 +161,10 @@ impl MetaClient {
         if let Some(channel) = channels.get(address) {
             return Ok(channel.clone());
         }
-        let channel =
-            lazy_channel(address, self.inner.config.connect_timeout).map_err(|error| {
-                MetaClientError::Config(format!("bad metadata address `{address}`: {error}"))
-            })?;
+        let config = &self.inner.config;
+        let channel = lazy_channel(address, config.connect_timeout, config.tls.as_ref()).map_err(
+            |error| MetaClientError::Config(format!("bad metadata address `{address}`: {error}")),
+        )?;
         channels.insert(address.to_owned(), channel.clone());
         Ok(channel)
     }

@@ -11,10 +11,14 @@
 //!   the request id the gateway sends as [`REQUEST_ID_HEADER`] metadata.
 //! - [`in_process`]: a role's gRPC service called by clients in the same process
 //!   ([`RpcChannel`], [`serve_in_process`]; `quiver standalone`).
+//! - [`tls`]: TLS for every port that speaks it — PEM files, mutual TLS between
+//!   roles with the cluster CA ([`tls::ClusterTls`]), the TLS listener, and the
+//!   server connections and client channels of the roles' gRPC ports.
 
 pub mod convert;
 mod error;
 pub mod in_process;
+pub mod tls;
 mod trace;
 
 pub use error::{

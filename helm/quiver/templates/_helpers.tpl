@@ -169,7 +169,37 @@ app.kubernetes.io/component: {{ .component }}
 {{- if (index $root.Values $role).config }}
 {{- $flags = concat $flags (list "--config" "/etc/quiver/config.toml") }}
 {{- end }}
+{{- if $root.Values.clusterTls.enabled }}
+{{- $directory := "/etc/quiver/cluster-tls" }}
+{{- $flags = concat $flags (list "--cluster-tls-ca" (printf "%s/ca.crt" $directory) "--cluster-tls-cert" (printf "%s/tls.crt" $directory) "--cluster-tls-key" (printf "%s/tls.key" $directory)) }}
+{{- end }}
 {{- join " " $flags }}
+{{- end }}
+
+{{/* Secret of a role's certificate for TLS between roles: (list $ "meta"). */}}
+{{- define "quiver.clusterTlsSecretName" -}}
+{{- $root := index . 0 }}
+{{- $role := index . 1 }}
+{{- default $root.Values.clusterTls.secretName (index $root.Values.clusterTls.roleSecretNames $role) }}
+{{- end }}
+
+{{/* The cluster TLS Secret as a volume, when TLS between roles is on: (list $ "meta"). */}}
+{{- define "quiver.clusterTlsVolume" -}}
+{{- $root := index . 0 }}
+{{- if $root.Values.clusterTls.enabled }}
+- name: cluster-tls
+  secret:
+    secretName: {{ include "quiver.clusterTlsSecretName" . }}
+{{- end }}
+{{- end }}
+
+{{- define "quiver.clusterTlsVolumeMount" -}}
+{{- $root := index . 0 }}
+{{- if $root.Values.clusterTls.enabled }}
+- name: cluster-tls
+  mountPath: /etc/quiver/cluster-tls
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{/* The same flags as container args (YAML list items). */}}
@@ -332,6 +362,13 @@ readinessProbe:
 {{- end }}
 {{- if and .Values.gateway.tls.enabled (not .Values.gateway.tls.secretName) (not (and .Values.gateway.tls.certificate .Values.gateway.tls.privateKey)) }}
 {{- fail "gateway.tls.enabled needs gateway.tls.secretName or both gateway.tls.certificate and gateway.tls.privateKey" }}
+{{- end }}
+{{- if .Values.clusterTls.enabled }}
+{{- range $role := list "meta" "indexer" "searcher" "gateway" }}
+{{- if not (include "quiver.clusterTlsSecretName" (list $ $role)) }}
+{{- fail (printf "clusterTls.enabled needs clusterTls.secretName or clusterTls.roleSecretNames.%s (a kubernetes.io/tls Secret with ca.crt)" $role) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if and .Values.searcher.autoscaling.enabled (gt (int .Values.searcher.autoscaling.minReplicas) (int .Values.searcher.autoscaling.maxReplicas)) }}
 {{- fail "searcher.autoscaling.minReplicas cannot exceed searcher.autoscaling.maxReplicas" }}

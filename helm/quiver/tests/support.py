@@ -37,9 +37,11 @@ CONTRACT_LINES = {
 }
 
 # Flags every role takes (INTERFACES.md: --config, --log-format, /metrics on an HTTP
-# port) plus the drain time; --advertise-address (meta) and --tls-cert/--tls-key
-# (gateway) are the other flags the roles' owners fixed for deployment.
-GLOBAL_FLAGS = {"--config", "--log-format", "--http-listen", "--shutdown-grace-ms"}
+# port) plus the drain time and TLS between roles (--cluster-tls-*, every role but
+# standalone); --advertise-address (meta) and --tls-cert/--tls-key (gateway) are the
+# other flags the roles' owners fixed for deployment.
+CLUSTER_TLS_FLAGS = {"--cluster-tls-ca", "--cluster-tls-cert", "--cluster-tls-key"}
+GLOBAL_FLAGS = {"--config", "--log-format", "--http-listen", "--shutdown-grace-ms"} | CLUSTER_TLS_FLAGS
 EXTRA_FLAGS = {"meta": {"--advertise-address"}, "gateway": {"--tls-cert", "--tls-key"}}
 # Flags that take no value.
 SWITCHES = {"--init"}
@@ -95,7 +97,7 @@ def load_values(name: str) -> dict[str, Any] | None:
     return yaml.safe_load((VALUES_DIR / f"{name}.yaml").read_text())
 
 
-VALUE_SETS = ("default", "minimal", "ha", "autoscaling", "tls")
+VALUE_SETS = ("default", "minimal", "ha", "autoscaling", "tls", "cluster-tls")
 
 
 @functools.lru_cache(maxsize=1)

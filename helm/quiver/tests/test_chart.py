@@ -19,6 +19,7 @@ import yaml
 
 from support import (
     CHART_DIR,
+    CLUSTER_TLS_FLAGS,
     REPO_ROOT,
     KUBERNETES_VERSIONS,
     NAMESPACE,
@@ -266,6 +267,65 @@ def test_gateway_gets_meta_and_listen_flags(value_set):
         assert scheme == "HTTP" and "--tls-cert" not in flags
 
 
+ROLE_WORKLOADS = {
+    "meta": ("StatefulSet", "-meta"),
+    "indexer": ("StatefulSet", "-indexer"),
+    "searcher": ("Deployment", "-searcher"),
+    "gateway": ("Deployment", "-gateway"),
+}
+
+
+def role_command(objects, role: str):
+    """A role's workload and the flags of its `quiver <role>` command."""
+    kind, suffix = ROLE_WORKLOADS[role]
+    workload = find(objects, kind, suffix)
+    if role == "meta":
+        return workload, check_role_command("meta", meta_exec_line(workload)[2:-1])
+    return workload, check_role_command(role, container(workload)["args"])
+
+
+def test_cluster_tls_mounts_the_secrets_and_passes_the_flags_to_every_role(tmp_path):
+    objects = rendered_objects("cluster-tls")
+    secrets = {
+        "meta": "quiver-meta-cluster-tls",
+        "indexer": "quiver-cluster-tls",
+        "searcher": "quiver-cluster-tls",
+        "gateway": "quiver-cluster-tls",
+    }
+    for role, secret in secrets.items():
+        workload, flags = role_command(objects, role)
+        mounts = {mount["name"]: mount for mount in container(workload)["volumeMounts"]}
+        directory = mounts["cluster-tls"]["mountPath"]
+        assert mounts["cluster-tls"]["readOnly"] is True
+        # The file names of a kubernetes.io/tls Secret, as cert-manager writes it.
+        assert flags["--cluster-tls-ca"] == f"{directory}/ca.crt", role
+        assert flags["--cluster-tls-cert"] == f"{directory}/tls.crt", role
+        assert flags["--cluster-tls-key"] == f"{directory}/tls.key", role
+        volumes = {volume["name"]: volume for volume in workload["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["cluster-tls"]["secret"]["secretName"] == secret, role
+        # Probes and metrics stay on the plain HTTP port.
+        assert container(workload)["readinessProbe"]["httpGet"]["scheme"] == "HTTP", role
+    # The meta script passes them on as it runs.
+    meta = find(objects, "StatefulSet", "-meta")
+    arguments = run_meta_script(meta, "quiver-meta-1", tmp_path)
+    flags = check_role_command("meta", arguments)
+    assert CLUSTER_TLS_FLAGS <= set(flags)
+    assert flags["--config"] == "/etc/quiver/config.toml"
+    # The gateway's client ports keep their own setting.
+    _, gateway_flags = role_command(objects, "gateway")
+    assert "--tls-cert" not in gateway_flags
+
+
+@pytest.mark.parametrize("value_set", [name for name in VALUE_SETS if name != "cluster-tls"])
+def test_cluster_tls_is_off_unless_enabled(value_set):
+    objects = rendered_objects(value_set)
+    for role in ROLE_WORKLOADS:
+        workload, flags = role_command(objects, role)
+        assert not CLUSTER_TLS_FLAGS & set(flags), role
+        volumes = {volume["name"] for volume in workload["spec"]["template"]["spec"]["volumes"]}
+        assert "cluster-tls" not in volumes, role
+
+
 def test_generated_api_key_secret_and_explicit_keys():
     secret = find(rendered_objects("default"), "Secret", "-api-keys")
     admin_key = base64.b64decode(secret["data"]["QUIVER_API_KEYS_ADMIN"]).decode()
@@ -417,6 +477,12 @@ BAD_VALUES = [
     pytest.param({"gateway": {"auth": {"adminKeys": ["short"]}}}, "/gateway/auth/adminKeys", id="short-api-key"),
     pytest.param({"searcher": {"autoscaling": {"enabled": "yes"}}}, "/searcher/autoscaling/enabled", id="string-bool"),
     pytest.param({"meta": {"resources": {"requests": {"cpu": "lots"}}}}, "/meta/resources", id="bad-quantity"),
+    pytest.param({"clusterTls": {"enabled": "yes"}}, "/clusterTls/enabled", id="cluster-tls-string-bool"),
+    pytest.param(
+        {"clusterTls": {"enabled": True, "secretName": "s", "roleSecretNames": {"web": "w"}}},
+        "web",
+        id="cluster-tls-unknown-role",
+    ),
 ]
 
 
@@ -439,6 +505,12 @@ CROSS_FIELD_ERRORS = [
         id="autoscaling-min-above-max",
     ),
     pytest.param({"searcher": {"cache": {"volumeType": "ephemeral", "medium": "Memory"}}}, "Memory", id="memory-medium-on-pvc"),
+    pytest.param({"clusterTls": {"enabled": True}}, "clusterTls.secretName", id="cluster-tls-without-secret"),
+    pytest.param(
+        {"clusterTls": {"enabled": True, "roleSecretNames": {"meta": "m", "indexer": "i", "searcher": "s"}}},
+        "clusterTls.roleSecretNames.gateway",
+        id="cluster-tls-without-a-role-secret",
+    ),
 ]
 
 

@@ -32,4 +32,4 @@ pub use auth::{Access, ApiKeys};
 pub use core::{Consistency, Gateway, Limits};
 pub use error::{GatewayError, GatewayResult};
 pub use server::{GatewayConfig, GatewayServer};
-pub use tls::{ServerTls, install_crypto_provider};
+pub use tls::ServerTls;

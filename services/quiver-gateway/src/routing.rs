@@ -10,6 +10,7 @@ use std::time::Duration;
 use quiver_meta_client::MetaClient;
 use quiver_proto::RpcChannel;
 use quiver_proto::meta as pb;
+use quiver_proto::tls::{ClusterTls, connect_lazy};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{GatewayError, GatewayResult};
@@ -56,6 +57,8 @@ pub struct Router {
     next_replica: AtomicUsize,
     connect_timeout: Duration,
     request_timeout: Duration,
+    /// Mutual TLS with the cluster CA on the channels (none: plaintext).
+    cluster_tls: Option<ClusterTls>,
 }
 
 fn build_routes(routing: &pb::GetRoutingResponse) -> HashMap<String, Arc<CollectionRoute>> {
@@ -118,8 +121,13 @@ fn build_routes(routing: &pb::GetRoutingResponse) -> HashMap<String, Arc<Collect
 }
 
 impl Router {
-    /// Returns a router over `meta`.
-    pub fn new(meta: MetaClient, request_timeout: Duration) -> Self {
+    /// Returns a router reading from `meta`, calling nodes with `request_timeout`
+    /// (over mutual TLS with `cluster_tls`).
+    pub fn new(
+        meta: MetaClient,
+        request_timeout: Duration,
+        cluster_tls: Option<ClusterTls>,
+    ) -> Self {
         Router {
             meta,
             table: RwLock::new(HashMap::new()),
@@ -128,6 +136,7 @@ impl Router {
             next_replica: AtomicUsize::new(0),
             connect_timeout: Duration::from_secs(2),
             request_timeout,
+            cluster_tls,
         }
     }
 
@@ -224,7 +233,7 @@ impl Router {
             .connect_timeout(self.connect_timeout)
             .timeout(self.request_timeout)
             .tcp_nodelay(true);
-        let channel = endpoint.connect_lazy();
+        let channel = connect_lazy(endpoint, self.cluster_tls.as_ref());
         channels.insert(address.to_string(), channel.clone());
         Ok(channel)
     }

@@ -11,6 +11,7 @@ use axum::serve::ListenerExt;
 use quiver_meta_client::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::client::quiver_server::QuiverServer;
 use quiver_proto::meta as pb;
+use quiver_proto::tls::{ClusterTls, Incoming};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -41,6 +42,9 @@ pub struct GatewayConfig {
     pub routing_interval: Duration,
     /// TLS for both ports (none: plaintext).
     pub tls: Option<ServerTls>,
+    /// Mutual TLS with the cluster CA on the calls to indexers and searchers
+    /// (the meta client has its own; none: plaintext).
+    pub cluster_tls: Option<ClusterTls>,
 }
 
 impl GatewayConfig {
@@ -54,6 +58,7 @@ impl GatewayConfig {
             compact_wait: Duration::from_secs(24),
             routing_interval: Duration::from_millis(500),
             tls: None,
+            cluster_tls: None,
         }
     }
 }
@@ -83,7 +88,11 @@ impl GatewayServer {
         let grpc_address = grpc
             .local_addr()
             .map_err(|error| GatewayError::unavailable(format!("grpc listener: {error}")))?;
-        let routing = Arc::new(Router::new(meta.clone(), config.request_timeout));
+        let routing = Arc::new(Router::new(
+            meta.clone(),
+            config.request_timeout,
+            config.cluster_tls.clone(),
+        ));
         // Gateway::compact caps the wait below the request timeout itself.
         let gateway = Arc::new(
             Gateway::new(routing.clone(), config.limits.clone())
@@ -133,16 +142,16 @@ impl GatewayServer {
         })
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes.max(128 << 20));
-        let mut grpc_builder = tonic::transport::Server::builder();
-        if let Some(tls) = &config.tls {
-            grpc_builder = grpc_builder
-                .tls_config(tls.grpc_config())
-                .map_err(|error| GatewayError::invalid(format!("grpc tls: {error}")))?;
-        }
         let stop_grpc = shutdown.clone().cancelled_owned();
-        let incoming = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
+        // Every connection has TCP_NODELAY (small answers, see the REST port).
+        let incoming = match &config.tls {
+            None => Incoming::plain(grpc),
+            Some(tls) => tls.grpc_incoming(grpc).map_err(|error| {
+                GatewayError::unavailable(format!("grpc tls listener: {error}"))
+            })?,
+        };
         let grpc_task = tokio::spawn(async move {
-            let result = grpc_builder
+            let result = tonic::transport::Server::builder()
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, stop_grpc)
                 .await;
@@ -169,7 +178,8 @@ impl GatewayServer {
             shutdown.clone(),
         ));
         let tls = config.tls.is_some();
-        tracing::info!(%http_address, %grpc_address, tls, "gateway started");
+        let cluster_tls = config.cluster_tls.is_some();
+        tracing::info!(%http_address, %grpc_address, tls, cluster_tls, "gateway started");
         Ok(GatewayServer {
             http_address,
             grpc_address,

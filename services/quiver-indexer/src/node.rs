@@ -14,6 +14,7 @@ use quiver_meta_client::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::convert::{collection_from_proto, point_id, shard_of};
 use quiver_proto::data::indexer_server::{Indexer, IndexerServer};
 use quiver_proto::data::{self, write_record};
+use quiver_proto::tls::ClusterTls;
 use quiver_proto::{ErrorCode, meta as pb};
 use quiver_storage::{Storage, WalRecord};
 use tokio::net::TcpListener;
@@ -53,6 +54,8 @@ pub struct IndexerNodeConfig {
     pub gc_interval: Duration,
     /// Write-path knobs of every shard.
     pub indexer: IndexerConfig,
+    /// Mutual TLS with the cluster CA on the gRPC port (none: plaintext).
+    pub cluster_tls: Option<ClusterTls>,
 }
 
 impl IndexerNodeConfig {
@@ -66,6 +69,7 @@ impl IndexerNodeConfig {
             lease_ttl: Duration::from_secs(10),
             gc_interval: Duration::from_secs(10),
             indexer: IndexerConfig::default(),
+            cluster_tls: None,
         }
     }
 }
@@ -153,9 +157,9 @@ impl IndexerNode {
         })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        // Acknowledgements are small; no Nagle delay on them.
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        // Acknowledgements are small: every connection has TCP_NODELAY.
+        let incoming = quiver_proto::tls::incoming(listener, state.config.cluster_tls.as_ref())
+            .map_err(|error| IndexerError::Internal(format!("grpc listener: {error}")))?;
         let server_shutdown = shutdown.clone().cancelled_owned();
         tasks.push(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
@@ -182,7 +186,7 @@ impl IndexerNode {
         tasks.push(tokio::spawn(lease_loop(state.clone(), shutdown.clone())));
         tasks.push(tokio::spawn(gc_loop(state.clone(), shutdown.clone())));
         tasks.push(tokio::spawn(orphan_loop(state.clone(), shutdown.clone())));
-        tracing::info!(node_id = %state.config.node_id, address = %local_address, "indexer started");
+        tracing::info!(node_id = %state.config.node_id, address = %local_address, cluster_tls = state.config.cluster_tls.is_some(), "indexer started");
         Ok(IndexerNode {
             state,
             local_address,

@@ -58,6 +58,7 @@ use openraft::storage::RaftLogStorage;
 use quiver_meta_client::lazy_channel;
 use quiver_proto::raft::RaftPayload;
 use quiver_proto::raft::raft_service_client::RaftServiceClient;
+use quiver_proto::tls::ClusterTls;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -181,6 +182,8 @@ pub(crate) struct Elections {
     /// Routes to peers that win over the addresses in the membership.
     pub(crate) address_overrides: Arc<BTreeMap<MetaNodeId, String>>,
     pub(crate) connect_timeout: Duration,
+    /// Mutual TLS with the cluster CA on peer channels (none: plaintext).
+    pub(crate) tls: Option<ClusterTls>,
     /// Shared with the network: set while this node steps down as leader.
     pub(crate) stepping_down: Arc<AtomicBool>,
 }
@@ -387,7 +390,7 @@ impl Elections {
                 .unwrap_or(membership_address);
             let client = match clients.get(voter) {
                 Some((known_address, client)) if known_address == address => client.clone(),
-                _ => match lazy_channel(address, self.connect_timeout) {
+                _ => match lazy_channel(address, self.connect_timeout, self.tls.as_ref()) {
                     Ok(channel) => {
                         let client = RaftServiceClient::new(channel);
                         clients.insert(*voter, (address.clone(), client.clone()));

@@ -18,6 +18,7 @@ use quiver_meta_client::lazy_channel;
 use quiver_proto::raft::RaftPayload;
 use quiver_proto::raft::raft_service_client::RaftServiceClient;
 use quiver_proto::raft::raft_service_server::RaftService;
+use quiver_proto::tls::ClusterTls;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::Channel;
@@ -35,6 +36,8 @@ use crate::raft_types::{MetaNode, MetaNodeId, TypeConfig};
 pub(crate) struct NetworkFactory {
     pub(crate) address_overrides: Arc<BTreeMap<MetaNodeId, String>>,
     pub(crate) connect_timeout: Duration,
+    /// Mutual TLS with the cluster CA on peer channels (none: plaintext).
+    pub(crate) tls: Option<ClusterTls>,
     /// Set while this node, as leader, has stepped down (see
     /// [`crate::election`]): it then sends no appends and no snapshots.
     pub(crate) stepping_down: Arc<AtomicBool>,
@@ -53,6 +56,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             address,
             connect_timeout: self.connect_timeout,
+            tls: self.tls.clone(),
             client: None,
             stepping_down: self.stepping_down.clone(),
         }
@@ -65,6 +69,7 @@ pub(crate) struct PeerConnection {
     target: MetaNodeId,
     address: String,
     connect_timeout: Duration,
+    tls: Option<ClusterTls>,
     client: Option<RaftServiceClient<Channel>>,
     stepping_down: Arc<AtomicBool>,
 }
@@ -86,7 +91,7 @@ impl PeerConnection {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let channel = lazy_channel(&self.address, self.connect_timeout)
+        let channel = lazy_channel(&self.address, self.connect_timeout, self.tls.as_ref())
             .map_err(|error| Unreachable::new(&error))?;
         let client = RaftServiceClient::new(channel).max_decoding_message_size(256 * 1024 * 1024);
         self.client = Some(client.clone());

@@ -10,9 +10,9 @@ use axum::http::StatusCode;
 use quiver_proto::meta as pb;
 use quiver_proto::meta::meta_service_server::MetaServiceServer;
 use quiver_proto::raft::raft_service_server::RaftServiceServer;
+use quiver_proto::tls::ClusterTls;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_stream::StreamExt;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::catalog::Catalog;
@@ -46,21 +46,33 @@ pub struct MetaServer {
 }
 
 impl MetaServer {
-    /// Starts a node listening on `config.listen`.
+    /// Starts a node listening on `config.listen` (plaintext).
     pub async fn start(config: MetaConfig) -> MetaResult<MetaServer> {
+        MetaServer::start_with_tls(config, None).await
+    }
+
+    /// Starts a node listening on `config.listen`; with `tls`, its gRPC port
+    /// (client API and Raft) and its Raft calls to peers speak mutual TLS with
+    /// the cluster CA.
+    pub async fn start_with_tls(
+        config: MetaConfig,
+        tls: Option<ClusterTls>,
+    ) -> MetaResult<MetaServer> {
         config.validate()?;
         let listener = TcpListener::bind(&config.listen).await.map_err(|error| {
             MetaError::Config(format!("cannot listen on `{}`: {error}", config.listen))
         })?;
-        MetaServer::start_with_listener(config, listener, None).await
+        MetaServer::start_with_listener(config, listener, None, tls).await
     }
 
     /// Starts a node on an already bound listener (tests bind port 0 first), with
-    /// `metrics` if the caller registers them elsewhere too.
+    /// `metrics` if the caller registers them elsewhere too, and `tls` as
+    /// [`MetaServer::start_with_tls`].
     pub async fn start_with_listener(
         mut config: MetaConfig,
         listener: TcpListener,
         metrics: Option<MetaMetrics>,
+        tls: Option<ClusterTls>,
     ) -> MetaResult<MetaServer> {
         config.validate()?;
         let metrics = match metrics {
@@ -101,6 +113,7 @@ impl MetaServer {
         let network = NetworkFactory {
             address_overrides: address_overrides.clone(),
             connect_timeout,
+            tls: tls.clone(),
             stepping_down: stepping_down.clone(),
         };
         let raft_config = Arc::new(config.raft_config()?);
@@ -121,6 +134,7 @@ impl MetaServer {
             metrics: metrics.clone(),
             address_overrides,
             connect_timeout,
+            tls: tls.clone(),
             stepping_down,
         });
 
@@ -135,12 +149,10 @@ impl MetaServer {
         });
 
         let shutdown = CancellationToken::new();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|stream| {
-            stream.inspect(|stream| {
-                // Raft heartbeats are tiny; do not let Nagle delay them.
-                let _ = stream.set_nodelay(true);
-            })
-        });
+        // Raft heartbeats are tiny: every connection has TCP_NODELAY.
+        let incoming = quiver_proto::tls::incoming(listener, tls.as_ref()).map_err(|error| {
+            MetaError::Config(format!("cannot accept on `{local_address}`: {error}"))
+        })?;
         let router = tonic::transport::Server::builder()
             .add_service(
                 RaftServiceServer::new(RaftGrpc {
@@ -174,7 +186,7 @@ impl MetaServer {
                 shutdown.clone(),
             )));
         }
-        tracing::info!(node_id = config.node_id, address = %local_address, data_dir = %config.data_dir.display(), "metadata node started");
+        tracing::info!(node_id = config.node_id, address = %local_address, data_dir = %config.data_dir.display(), cluster_tls = tls.is_some(), "metadata node started");
         Ok(MetaServer {
             context,
             local_address,

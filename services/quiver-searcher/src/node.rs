@@ -14,6 +14,7 @@ use std::time::Duration;
 use quiver_meta_client::{MetaClient, NodeIdentity, keep_registered};
 use quiver_proto::data::searcher_server::SearcherServer;
 use quiver_proto::meta as pb;
+use quiver_proto::tls::ClusterTls;
 use quiver_storage::manifest::ShardRef;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -54,6 +55,8 @@ pub struct SearcherNodeConfig {
     /// Searches that may wait for a search thread before new ones are refused
     /// with a retryable `RESOURCE_EXHAUSTED` (0: 64 per thread).
     pub search_queue: usize,
+    /// Mutual TLS with the cluster CA on the gRPC port (none: plaintext).
+    pub cluster_tls: Option<ClusterTls>,
 }
 
 impl SearcherNodeConfig {
@@ -68,6 +71,7 @@ impl SearcherNodeConfig {
             watch_max_backoff: Duration::from_secs(5),
             search_threads: 0,
             search_queue: 0,
+            cluster_tls: None,
         }
     }
 }
@@ -142,9 +146,9 @@ impl SearcherNode {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         // Answers are small; Nagle would hold their last segment for the peer's
-        // delayed ACK (~40 ms).
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        // delayed ACK (~40 ms): every connection has TCP_NODELAY.
+        let incoming = quiver_proto::tls::incoming(listener, state.config.cluster_tls.as_ref())
+            .map_err(|error| SearcherError::Internal(format!("grpc listener: {error}")))?;
         let server_shutdown = state.shutdown.clone().cancelled_owned();
         state.tasks.spawn(async move {
             let result = tonic::transport::Server::builder()
@@ -177,7 +181,7 @@ impl SearcherNode {
         ));
         state.tasks.spawn(watch_loop(state.clone()));
         state.tasks.spawn(safety_poll_loop(state.clone()));
-        tracing::info!(node_id = %state.config.node_id, address = %local_address, "searcher started");
+        tracing::info!(node_id = %state.config.node_id, address = %local_address, cluster_tls = state.config.cluster_tls.is_some(), "searcher started");
         Ok(SearcherNode {
             state,
             local_address,

@@ -1,11 +1,13 @@
 //! What every data node (indexer, searcher) starts from: its flags, its object
 //! store (the bucket made if missing), its bound gRPC listener, the address
-//! other nodes reach it at, its node id, and its metadata client.
+//! other nodes reach it at, its node id, and its metadata client (over TLS
+//! between roles when configured).
 
 use std::net::SocketAddr;
 
 use anyhow::{Context, bail};
-use quiver_meta_client::MetaClient;
+use quiver_meta_client::{MetaClient, MetaClientConfig};
+use quiver_proto::tls::ClusterTls;
 use quiver_storage::{S3Settings, Storage, StoreUrl};
 use tokio::net::TcpListener;
 
@@ -53,6 +55,7 @@ impl NodeArgs {
         &self,
         role: &str,
         file: &DataFileConfig,
+        cluster_tls: Option<&ClusterTls>,
     ) -> anyhow::Result<NodeStart> {
         let url = self
             .store
@@ -71,12 +74,17 @@ impl NodeArgs {
             listener,
             advertise,
             node_id,
-            meta: meta_client(&self.meta)?,
+            meta: meta_client(&self.meta, cluster_tls)?,
         })
     }
 }
 
-pub(crate) fn meta_client(addresses: &str) -> anyhow::Result<MetaClient> {
+/// Returns the metadata client of a role: the `--meta` addresses, over mutual
+/// TLS with `cluster_tls`.
+pub(crate) fn meta_client(
+    addresses: &str,
+    cluster_tls: Option<&ClusterTls>,
+) -> anyhow::Result<MetaClient> {
     let addresses: Vec<String> = addresses
         .split(',')
         .map(str::trim)
@@ -86,7 +94,9 @@ pub(crate) fn meta_client(addresses: &str) -> anyhow::Result<MetaClient> {
     if addresses.is_empty() {
         bail!("--meta lists no address");
     }
-    MetaClient::connect(addresses).context("metadata client")
+    let mut config = MetaClientConfig::new(addresses);
+    config.tls = cluster_tls.cloned();
+    MetaClient::new(config).context("metadata client")
 }
 
 pub(crate) async fn open_storage(url: &str, file: &DataFileConfig) -> anyhow::Result<Storage> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use quiver_gateway::{ApiKeys, GatewayConfig, GatewayServer, Limits, ServerTls};
+use quiver_proto::tls::ClusterTls;
 use serde::Deserialize;
 
 use crate::data_node::{bind, default_node_id, meta_client};
@@ -184,12 +185,14 @@ pub struct GatewayRole {
 }
 
 impl GatewayRole {
-    /// Starts the gateway on `http_listen` (REST) and `--grpc-listen`.
+    /// Starts the gateway on `http_listen` (REST) and `--grpc-listen`; with
+    /// `cluster_tls`, its calls to meta, indexers and searchers speak mutual TLS.
     pub async fn start(
         args: &GatewayArgs,
         settings: &GatewaySettings,
         http_listen: &str,
         extra_metrics: Vec<Arc<dyn Fn() -> String + Send + Sync>>,
+        cluster_tls: Option<ClusterTls>,
     ) -> anyhow::Result<GatewayRole> {
         let http = bind(http_listen, "--http-listen").await?;
         let grpc = bind(&args.grpc_listen, "--grpc-listen").await?;
@@ -200,6 +203,7 @@ impl GatewayRole {
         let mut config = GatewayConfig::new(node_id);
         config.keys = args.keys.keys();
         config.tls = settings.tls.clone();
+        config.cluster_tls = cluster_tls.clone();
         config.limits = settings.limits.clone();
         if let Some(timeout) = settings.request_timeout {
             config.request_timeout = timeout;
@@ -211,7 +215,7 @@ impl GatewayRole {
             config,
             http,
             grpc,
-            meta_client(&args.meta)?,
+            meta_client(&args.meta, cluster_tls.as_ref())?,
             metrics_router(extra_metrics),
         )
         .await?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use quiver_indexer::{IndexerNode, IndexerNodeConfig};
+use quiver_proto::tls::ClusterTls;
 
 use crate::config_sections::DataFileConfig;
 use crate::data_node::NodeArgs;
@@ -25,10 +26,16 @@ pub struct IndexerRole {
 }
 
 impl IndexerRole {
-    /// Starts the indexer.
-    pub async fn start(args: &IndexerArgs, file: &DataFileConfig) -> anyhow::Result<IndexerRole> {
-        let start = args.node.start("indexer", file).await?;
+    /// Starts the indexer (with `cluster_tls`, its gRPC port and its calls to
+    /// meta speak mutual TLS).
+    pub async fn start(
+        args: &IndexerArgs,
+        file: &DataFileConfig,
+        cluster_tls: Option<&ClusterTls>,
+    ) -> anyhow::Result<IndexerRole> {
+        let start = args.node.start("indexer", file, cluster_tls).await?;
         let mut config = IndexerNodeConfig::new(start.node_id, start.advertise);
+        config.cluster_tls = cluster_tls.cloned();
         if let Some(indexer) = &file.indexer {
             indexer
                 .validate()

@@ -11,6 +11,8 @@
 //!   advertised address, node id), `config_sections` (the `[storage]`,
 //!   `[indexer]`, `[searcher]` sections), `http_routes` (`/metrics`, `/healthz`,
 //!   `/readyz`).
+//! - `cluster_tls`: TLS between roles (`--cluster-tls-ca|cert|key`), which every
+//!   role but `standalone` takes.
 
 /// jemalloc returns freed memory to the system as it goes; glibc's malloc
 /// kept each thread's arena at its high-water mark, gigabytes after a large
@@ -19,6 +21,7 @@
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+mod cluster_tls;
 mod config_sections;
 mod data_node;
 mod gateway_role;
@@ -41,6 +44,7 @@ use serde::Deserialize;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster_tls::{ClusterTlsArgs, ClusterTlsFileKeys};
 use crate::config_sections::{DataFileConfig, SearcherFileConfig, StorageFileConfig};
 use crate::gateway_role::{GatewayArgs, GatewayFileConfig, GatewayRole, GatewaySettings};
 use crate::indexer_role::{IndexerArgs, IndexerRole};
@@ -65,6 +69,8 @@ enum RoleCommand {
         common: CommonArgs,
         #[command(flatten)]
         meta: MetaArgs,
+        #[command(flatten)]
+        cluster_tls: ClusterTlsArgs,
     },
     /// Runs an indexer (writes: WAL, flushes, merges) for the shards meta leases to it.
     Indexer {
@@ -72,6 +78,8 @@ enum RoleCommand {
         common: CommonArgs,
         #[command(flatten)]
         indexer: IndexerArgs,
+        #[command(flatten)]
+        cluster_tls: ClusterTlsArgs,
     },
     /// Runs a searcher (reads through a local region cache) for the shards meta assigns to it.
     Searcher {
@@ -79,6 +87,8 @@ enum RoleCommand {
         common: CommonArgs,
         #[command(flatten)]
         searcher: SearcherArgs,
+        #[command(flatten)]
+        cluster_tls: ClusterTlsArgs,
     },
     /// Runs a gateway: the client API (REST on --http-listen, gRPC on --grpc-listen).
     Gateway {
@@ -86,6 +96,8 @@ enum RoleCommand {
         common: CommonArgs,
         #[command(flatten)]
         gateway: GatewayArgs,
+        #[command(flatten)]
+        cluster_tls: ClusterTlsArgs,
     },
     /// Runs every role in one process over a local directory (the embedded default).
     Standalone {
@@ -126,6 +138,12 @@ enum LogFormat {
 struct FileConfig {
     log_format: Option<LogFormat>,
     http_listen: Option<String>,
+    /// PEM certificate(s) of the cluster CA (as --cluster-tls-ca).
+    cluster_tls_ca: Option<PathBuf>,
+    /// PEM certificate chain of the role (as --cluster-tls-cert).
+    cluster_tls_cert: Option<PathBuf>,
+    /// PEM private key of the role (as --cluster-tls-key).
+    cluster_tls_key: Option<PathBuf>,
     meta: Option<quiver_meta::MetaConfig>,
     storage: Option<StorageFileConfig>,
     indexer: Option<quiver_indexer::IndexerConfig>,
@@ -134,6 +152,14 @@ struct FileConfig {
 }
 
 impl FileConfig {
+    fn cluster_tls_keys(&self) -> ClusterTlsFileKeys {
+        ClusterTlsFileKeys {
+            cluster_tls_ca: self.cluster_tls_ca.clone(),
+            cluster_tls_cert: self.cluster_tls_cert.clone(),
+            cluster_tls_key: self.cluster_tls_key.clone(),
+        }
+    }
+
     fn data(&self) -> DataFileConfig {
         DataFileConfig {
             storage: self.storage.clone(),
@@ -237,6 +263,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(section) = &file.storage {
         section.options()?;
     }
+    let cluster_tls = match &cli.command {
+        RoleCommand::Meta { cluster_tls, .. }
+        | RoleCommand::Indexer { cluster_tls, .. }
+        | RoleCommand::Searcher { cluster_tls, .. }
+        | RoleCommand::Gateway { cluster_tls, .. } => {
+            cluster_tls::cluster_tls(cluster_tls, &file.cluster_tls_keys())?
+        }
+        RoleCommand::Standalone { .. } => {
+            if file.cluster_tls_keys().any() {
+                anyhow::bail!(
+                    "the cluster_tls_* keys do not apply to `quiver standalone`: its roles call each other inside the process (--tls-cert/--tls-key cover its client ports)"
+                );
+            }
+            None
+        }
+    };
     let meta_config = match &cli.command {
         RoleCommand::Meta { meta, .. } => Some(meta_config(meta, file.meta.clone())?),
         _ => None,
@@ -267,20 +309,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let role: Box<dyn Role> = match &cli.command {
         RoleCommand::Meta { .. } => {
             let config = meta_config.expect("built above");
-            Box::new(MetaRole::start(config).await?)
+            Box::new(MetaRole::start(config, cluster_tls).await?)
         }
         RoleCommand::Indexer { indexer, .. } => {
-            Box::new(IndexerRole::start(indexer, &data_file).await?)
+            Box::new(IndexerRole::start(indexer, &data_file, cluster_tls.as_ref()).await?)
         }
         RoleCommand::Searcher { searcher, .. } => {
-            Box::new(SearcherRole::start(searcher, &data_file).await?)
+            Box::new(SearcherRole::start(searcher, &data_file, cluster_tls.as_ref()).await?)
         }
         RoleCommand::Gateway { gateway, .. } => {
             let address = http_listen
                 .as_deref()
                 .context("--http-listen is required for the gateway (its REST port)")?;
             let settings = gateway_settings.as_ref().expect("built above");
-            Box::new(GatewayRole::start(gateway, settings, address, Vec::new()).await?)
+            Box::new(GatewayRole::start(gateway, settings, address, Vec::new(), cluster_tls).await?)
         }
         RoleCommand::Standalone { standalone, .. } => {
             let address = http_listen.as_deref().unwrap_or("127.0.0.1:7700");
@@ -305,8 +347,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // One TLS provider for the whole process (the gateway's ports, S3 clients).
-    quiver_gateway::install_crypto_provider();
+    // One TLS provider for the whole process (every TLS port, S3 clients).
+    quiver_proto::tls::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

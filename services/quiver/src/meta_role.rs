@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use quiver_meta::{MetaConfig, MetaServer};
+use quiver_proto::tls::ClusterTls;
 
 use crate::lifecycle::Role;
 
@@ -98,9 +99,13 @@ pub struct MetaRole {
 }
 
 impl MetaRole {
-    /// Starts the node.
-    pub async fn start(config: MetaConfig) -> anyhow::Result<MetaRole> {
-        let server = MetaServer::start(config)
+    /// Starts the node (with `cluster_tls`, its gRPC port and Raft calls
+    /// speak mutual TLS).
+    pub async fn start(
+        config: MetaConfig,
+        cluster_tls: Option<ClusterTls>,
+    ) -> anyhow::Result<MetaRole> {
+        let server = MetaServer::start_with_tls(config, cluster_tls)
             .await
             .context("metadata node did not start")?;
         Ok(MetaRole { server })

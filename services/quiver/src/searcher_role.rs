@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use quiver_blobcache::{BlobCache, BlobCacheConfig};
+use quiver_proto::tls::ClusterTls;
 use quiver_searcher::{ReadContext, SearcherNode, SearcherNodeConfig};
 
 use crate::config_sections::{CacheSize, DataFileConfig, parse_cache_size, parse_size};
@@ -45,15 +46,20 @@ pub struct SearcherRole {
 }
 
 impl SearcherRole {
-    /// Starts the searcher.
-    pub async fn start(args: &SearcherArgs, file: &DataFileConfig) -> anyhow::Result<SearcherRole> {
+    /// Starts the searcher (with `cluster_tls`, its gRPC port and its calls to
+    /// meta speak mutual TLS).
+    pub async fn start(
+        args: &SearcherArgs,
+        file: &DataFileConfig,
+        cluster_tls: Option<&ClusterTls>,
+    ) -> anyhow::Result<SearcherRole> {
         let NodeStart {
             storage,
             listener,
             advertise,
             node_id,
             meta,
-        } = args.node.start("searcher", file).await?;
+        } = args.node.start("searcher", file, cluster_tls).await?;
         let cache_config = match args.cache_size {
             CacheSize::Bytes(capacity_bytes) => BlobCacheConfig {
                 directory: args.cache_dir.clone(),
@@ -87,6 +93,7 @@ impl SearcherRole {
         .context("region cache")?;
         let context = Arc::new(ReadContext::new(Arc::new(cache), storage, runtime));
         let mut config = SearcherNodeConfig::new(node_id, advertise);
+        config.cluster_tls = cluster_tls.cloned();
         if let Some(section) = &file.searcher {
             section.apply(&mut config)?;
         }

@@ -99,6 +99,7 @@ impl StandaloneRole {
                 },
             },
             file,
+            None,
         )
         .await?;
         let searcher = SearcherRole::start(
@@ -119,6 +120,7 @@ impl StandaloneRole {
                 row_region_size: BlobCacheConfig::DEFAULT_ROW_REGION_BYTES,
             },
             file,
+            None,
         )
         .await?;
         let (searcher_address, searcher_service) = searcher.local_searcher();
@@ -138,6 +140,7 @@ impl StandaloneRole {
             settings,
             http_listen,
             vec![Arc::new(move || meta_metrics.render())],
+            None,
         )
         .await?;
         tracing::info!(

@@ -72,7 +72,7 @@ async fn snapshots_compact_the_log_and_lagging_or_new_nodes_catch_up() -> anyhow
         .with_fast_timings();
     config.snapshot_logs = 20;
     config.logs_to_keep = 5;
-    let learner = MetaServer::start_with_listener(config, listener, None).await?;
+    let learner = MetaServer::start_with_listener(config, listener, None, None).await?;
     let members = client.add_learner(4, &address).await?;
     assert!(
         members.iter().any(|member| member.id == 4

@@ -90,7 +90,7 @@ impl TestCluster {
         };
         for (node_id, listener) in listeners {
             let config = cluster.configs[&node_id].clone();
-            let server = MetaServer::start_with_listener(config, listener, None).await?;
+            let server = MetaServer::start_with_listener(config, listener, None, None).await?;
             cluster.nodes.insert(node_id, server);
         }
         Ok(cluster)
@@ -192,7 +192,7 @@ impl TestCluster {
             },
         )
         .await?;
-        let server = MetaServer::start_with_listener(config, listener, None).await?;
+        let server = MetaServer::start_with_listener(config, listener, None, None).await?;
         self.nodes.insert(node_id, server);
         Ok(())
     }

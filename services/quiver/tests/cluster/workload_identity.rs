@@ -85,7 +85,7 @@ async fn assume_role(
 
 /// Starts the STS stand-in over TLS; returns its https URL.
 async fn start_sts(pki: &TestPki, calls: Calls) -> String {
-    quiver_gateway::install_crypto_provider();
+    quiver_proto::tls::install_crypto_provider();
     let certificates = CertificateDer::pem_slice_iter(pki.cert_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
