@@ -285,18 +285,37 @@ impl BlobCache {
             .head(key)
             .await
             .map_err(|source| CacheError::Storage { source })?;
-        let identity = ObjectIdentity {
+        Ok(self.open_identity(ObjectIdentity {
             key: info.key,
             size: info.size,
             version: info.version,
-        };
+        }))
+    }
+
+    /// Opens immutable object `key` whose size the caller already knows (a
+    /// segment listed in a manifest, with its size): no request to the store, so
+    /// a cold open costs no round trip of its own before the first read. Every
+    /// open of one key must go through the same function (an object opened both
+    /// ways is two objects to the cache: one identity carries the store's
+    /// version, the other none). A wrong size shows at the first read past the
+    /// real end (or, for a mapped file, right here).
+    pub fn open_sized(&self, key: &str, size: u64) -> CachedObject {
+        self.open_identity(ObjectIdentity {
+            key: key.to_string(),
+            size,
+            version: None,
+        })
+    }
+
+    fn open_identity(&self, identity: ObjectIdentity) -> CachedObject {
+        let key = identity.key.as_str();
         if self.inner.map_local_files
             && let Some(path) = self.inner.storage.local_path(key)
         {
             match map_file(&path, identity.size) {
                 Ok(map) => {
                     METRICS.mapped_objects.inc();
-                    return Ok(CachedObject::mapped(self.inner.clone(), identity, map));
+                    return CachedObject::mapped(self.inner.clone(), identity, map);
                 }
                 Err(error) => tracing::warn!(
                     key,
@@ -310,7 +329,7 @@ impl BlobCache {
         if let Some(rows) = &self.rows {
             object.rows = Some(Box::new(CachedObject::new(rows.clone(), identity)));
         }
-        Ok(object)
+        object
     }
 
     /// Opens object `key` from synchronous code (not from inside an async task

@@ -87,6 +87,17 @@ impl<S: ByteSource> Segment<S> {
             format::decode_footer(&object, &footer, trailer.footer_offset)?
         };
         let entry = |kind: SectionKind| *sections.iter().find(|e| e.kind == kind).expect("checked");
+        // The small sections read below, asked for together: a cache fetches the
+        // ones it misses at once (one round trip, not one per section).
+        source.fetch_ahead(
+            &[
+                SectionKind::ChunkChecksums,
+                SectionKind::Header,
+                SectionKind::Centroids,
+                SectionKind::ClusterDirectory,
+            ]
+            .map(|kind| (entry(kind).offset, entry(kind).length as usize)),
+        );
 
         let read_whole = |kind: SectionKind| -> IndexResult<Vec<u8>> {
             let entry = entry(kind);

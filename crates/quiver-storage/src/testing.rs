@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -88,6 +88,10 @@ pub struct FaultConfig {
     pub slow_body_pause: Duration,
     /// Seed of the fault generator.
     pub seed: u64,
+    /// Added to every forwarded request before it goes upstream: an object
+    /// store far away (with [`FaultProxy::dependent_round_trips`], shows how
+    /// many round trips a client waits for one after another).
+    pub latency: Duration,
 }
 
 impl FaultConfig {
@@ -100,12 +104,19 @@ impl FaultConfig {
             stall: Duration::from_secs(30),
             slow_body_pause: Duration::from_millis(20),
             seed: 0x5eed,
+            latency: Duration::ZERO,
         }
     }
 
     /// Returns a config that breaks nothing.
     pub fn none() -> Self {
         FaultConfig::new(0.0, &[])
+    }
+
+    /// Adds `latency` to every forwarded request.
+    pub fn with_latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
     }
 
     /// Restricts the faults to requests with `methods`.
@@ -133,8 +144,25 @@ impl FaultStats {
     }
 }
 
+/// One request the proxy forwarded: when it arrived and when its answer was
+/// ready to go back.
+#[derive(Clone, Debug)]
+pub struct RequestSpan {
+    /// `GET`, `HEAD`, `PUT`…
+    pub method: String,
+    /// Path and query (bucket and key).
+    pub path: String,
+    /// The `Range` header of a ranged GET.
+    pub range: Option<String>,
+    /// When the request was read from the client.
+    pub start: Instant,
+    /// When its answer was ready.
+    pub end: Instant,
+}
+
 struct ProxyShared {
     upstream: SocketAddr,
+    spans: Mutex<Vec<RequestSpan>>,
     config: Mutex<FaultConfig>,
     draws: AtomicU64,
     requests: AtomicU64,
@@ -197,6 +225,7 @@ impl FaultProxy {
         let address = listener.local_addr()?;
         let shared = Arc::new(ProxyShared {
             upstream,
+            spans: Mutex::new(Vec::new()),
             config: Mutex::new(config),
             draws: AtomicU64::new(0),
             requests: AtomicU64::new(0),
@@ -225,6 +254,54 @@ impl FaultProxy {
     /// Replaces what the proxy breaks from now on.
     pub fn set_config(&self, config: FaultConfig) {
         *self.shared.config.lock().unwrap_or_else(|p| p.into_inner()) = config;
+    }
+
+    /// Returns the requests forwarded that arrived within `window`.
+    pub fn spans(&self, window: std::ops::Range<Instant>) -> Vec<RequestSpan> {
+        self.shared
+            .spans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|span| window.contains(&span.start))
+            .cloned()
+            .collect()
+    }
+
+    /// Returns the longest chain of requests that arrived within `window` each
+    /// of which arrived after the one before it had been answered: the round
+    /// trips a client waited for one after another. With a
+    /// [`FaultConfig::latency`] well above the client's own pauses, requests sent
+    /// together overlap and count once. With the chain, for the message of a
+    /// failing test.
+    pub fn dependent_round_trips(
+        &self,
+        window: std::ops::Range<Instant>,
+    ) -> (usize, Vec<RequestSpan>) {
+        let mut spans = self.spans(window);
+        spans.sort_by_key(|span| span.start);
+        // depth[i]: longest chain ending with span i; before[i]: its predecessor.
+        let mut depth = vec![1usize; spans.len()];
+        let mut before: Vec<Option<usize>> = vec![None; spans.len()];
+        for i in 0..spans.len() {
+            for j in 0..i {
+                if spans[j].end <= spans[i].start && depth[j] + 1 > depth[i] {
+                    depth[i] = depth[j] + 1;
+                    before[i] = Some(j);
+                }
+            }
+        }
+        let Some(last) = (0..spans.len()).max_by_key(|&i| depth[i]) else {
+            return (0, Vec::new());
+        };
+        let mut chain = vec![spans[last].clone()];
+        let mut at = last;
+        while let Some(previous) = before[at] {
+            chain.push(spans[previous].clone());
+            at = previous;
+        }
+        chain.reverse();
+        (depth[last], chain)
     }
 
     /// Returns the proxy's counters.
@@ -346,6 +423,7 @@ async fn answer(
     shared: &ProxyShared,
     reset: &AtomicBool,
 ) -> io::Result<Response<ProxyBody>> {
+    let started = Instant::now();
     let (parts, body) = request.into_parts();
     let body = body.collect().await.map_err(io::Error::other)?.to_bytes();
     shared.requests.fetch_add(1, Ordering::Relaxed);
@@ -382,6 +460,23 @@ async fn answer(
         _ => {}
     }
     let method = parts.method.clone();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path().to_string(), |path| path.to_string());
+    let range = parts
+        .headers
+        .get(hyper::header::RANGE)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string);
+    let latency = shared
+        .config
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .latency;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
     let upstream = forward(shared.upstream, Request::from_parts(parts, body)).await?;
     let (mut head, upstream_body) = upstream.into_parts();
     let mut body = upstream_body
@@ -389,6 +484,17 @@ async fn answer(
         .await
         .map_err(io::Error::other)?
         .to_bytes();
+    shared
+        .spans
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(RequestSpan {
+            method: method.to_string(),
+            path,
+            range,
+            start: started,
+            end: Instant::now(),
+        });
     let bodiless = method == Method::HEAD
         || head.status == StatusCode::NO_CONTENT
         || head.status == StatusCode::NOT_MODIFIED;
@@ -618,6 +724,7 @@ mod tests {
     fn the_fraction_is_respected_roughly_and_reproducibly() {
         let shared = |seed| ProxyShared {
             upstream: "127.0.0.1:1".parse().unwrap(),
+            spans: Mutex::new(Vec::new()),
             config: Mutex::new(FaultConfig {
                 seed,
                 ..FaultConfig::new(0.25, &[Fault::Reset, Fault::Stall])

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use quiver_blobcache::{BlobCache, CachedObject};
-use quiver_index::{Filter, Segment};
+use quiver_index::{Filter, IndexErrorKind, Segment};
 use quiver_storage::manifest::SegmentEntry;
 use quiver_storage::{DeletionBitmap, Storage, WalBatch, WalRecord};
 use roaring::RoaringBitmap;
 use tokio::runtime::Handle;
 
-use crate::error::SearcherResult;
+use crate::error::{SearcherError, SearcherResult};
 
 /// Bytes of decoded deletion bitmaps kept (weighed by serialized size).
 pub const BITMAP_CACHE_BYTES: u64 = 64 << 20;
@@ -95,8 +95,33 @@ impl ReadContext {
     ) -> SearcherResult<Arc<Segment<CachedObject>>> {
         self.segment_opens.fetch_add(1, Ordering::Relaxed);
         crate::metrics::METRICS.segment_opens.inc();
-        let object = self.cache.open_blocking(&entry.key)?;
-        Ok(Arc::new(Segment::open(object)?))
+        // The manifest knows the size: no HEAD before the first read. Opening
+        // reads the trailer, footer and checksum table at the end of the object
+        // and the header, centroids and list directory at its start; the start is
+        // fetched while the end is read, so a cold open waits for one round trip.
+        let object = if entry.size_bytes > 0 {
+            self.cache.open_sized(&entry.key, entry.size_bytes)
+        } else {
+            self.cache.open_blocking(&entry.key)?
+        };
+        object.prefetch(&[0..1]);
+        match Segment::open(object) {
+            Ok(segment) => Ok(Arc::new(segment)),
+            // A sized open trusts the manifest: before a failed read passes for
+            // a passing fault, the object's real size is checked (only on this
+            // error path: a HEAD).
+            Err(error) if entry.size_bytes > 0 && error.kind() != IndexErrorKind::Corrupted => {
+                match self.runtime.block_on(self.storage.head(&entry.key)) {
+                    Ok(info) if info.size != entry.size_bytes => Err(SearcherError::ObjectSize {
+                        key: entry.key.clone(),
+                        actual: info.size,
+                        listed: entry.size_bytes,
+                    }),
+                    _ => Err(error.into()),
+                }
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 
     pub(crate) fn bitmap(&self, key: &str) -> SearcherResult<Arc<RoaringBitmap>> {

@@ -25,6 +25,17 @@ pub enum SearcherError {
         /// How long to wait before retrying.
         retry_after: std::time::Duration,
     },
+    /// An object is not the size its manifest entry gives (cut short or
+    /// replaced): no answer is served from it.
+    #[error("object {key} is {actual} bytes, but the manifest lists {listed}: it is damaged")]
+    ObjectSize {
+        /// The object's key.
+        key: String,
+        /// Its size in the store.
+        actual: u64,
+        /// Its size in the manifest.
+        listed: u64,
+    },
     /// A background task died.
     #[error("internal error: {0}")]
     Internal(String),
@@ -51,6 +62,7 @@ impl ServiceError for SearcherError {
             },
             SearcherError::Cache(error) => error.error_code(),
             SearcherError::Overloaded { .. } => ErrorCode::ResourceExhausted,
+            SearcherError::ObjectSize { .. } => ErrorCode::DataLoss,
             SearcherError::Internal(_) => ErrorCode::Internal,
         }
     }

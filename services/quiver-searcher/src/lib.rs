@@ -41,4 +41,4 @@ pub use context::ReadContext;
 pub use error::{SearcherError, SearcherResult};
 pub use node::{SearcherNode, SearcherNodeConfig};
 pub use shard::{LoadStats, PointRecord, QueryCost, SearchRequest, ShardHit, ShardView};
-pub use warm_up::warm_new_rows;
+pub use warm_up::{warm_new_rows, warm_new_segments};

@@ -16,7 +16,7 @@ use crate::shard::ShardView;
 /// Warms the codes of the segments of `view` that `previous` did not have (all
 /// of them on a first load); nothing when the cache reads through (there is
 /// nowhere to keep them). Returns the bytes fetched from the store.
-pub(crate) fn warm_new_segments(
+pub fn warm_new_segments(
     context: &ReadContext,
     view: &ShardView,
     previous: Option<&ShardView>,
@@ -24,8 +24,31 @@ pub(crate) fn warm_new_segments(
     if context.cache().is_read_through() {
         return 0;
     }
-    new_segments(view, previous).map(warm_codes).sum()
+    let segments: Vec<&Segment<CachedObject>> = new_segments(view, previous).collect();
+    if segments.len() <= 1 {
+        return segments.into_iter().map(warm_codes).sum();
+    }
+    // Segments side by side (each with its own fills in flight): a cold shard's
+    // codes arrive in the time of its largest segment's, not of all of them in turn.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let fetched = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..segments.len().min(SEGMENTS_WARMED_TOGETHER) {
+            scope.spawn(|| {
+                while let Some(segment) =
+                    segments.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    fetched.fetch_add(warm_codes(segment), std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    fetched.into_inner()
 }
+
+/// Segments whose codes are warmed at the same time (each keeps the cache's
+/// own few fills in flight).
+const SEGMENTS_WARMED_TOGETHER: usize = 4;
 
 /// The segments of `view` that `previous` did not have (all of them without one).
 fn new_segments<'a>(

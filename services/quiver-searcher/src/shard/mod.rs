@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use quiver_blobcache::CachedObject;
-use quiver_index::{Filter, Metric, PointId, Segment, SegmentSpec};
+use quiver_index::{Filter, Metric, PointId, SectionKind, Segment, SegmentSpec};
 use quiver_proto::{ErrorCode, ServiceError};
 use quiver_storage::manifest::{Manifest, SegmentEntry};
 use roaring::RoaringBitmap;
@@ -161,13 +161,6 @@ impl ShardView {
             }
             _ => (Tail::default(), 0),
         };
-        let mut new_tail_ids: Vec<PointId> = Vec::new();
-        for entry in &manifest.wal_tail[first_new_entry..] {
-            let batch = context.wal_batch(&entry.key)?;
-            stats.wal_batches_applied += 1;
-            tail.apply(&entry.key, &batch.records, spec.metric, spec.dim)?;
-            new_tail_ids.extend(batch.records.iter().map(|record| record.id().clone()));
-        }
         let previous_segments: HashMap<&str, &SegmentView> = previous
             .map(|previous| {
                 previous
@@ -177,6 +170,20 @@ impl ShardView {
                     .collect()
             })
             .unwrap_or_default();
+        let mut opened = fetch_together(
+            context,
+            &manifest,
+            first_new_entry,
+            &previous_segments,
+            tail_grew,
+        );
+        let mut new_tail_ids: Vec<PointId> = Vec::new();
+        for entry in &manifest.wal_tail[first_new_entry..] {
+            let batch = context.wal_batch(&entry.key)?;
+            stats.wal_batches_applied += 1;
+            tail.apply(&entry.key, &batch.records, spec.metric, spec.dim)?;
+            new_tail_ids.extend(batch.records.iter().map(|record| record.id().clone()));
+        }
         let mut segments = Vec::with_capacity(manifest.segments.len());
         for entry in &manifest.segments {
             let view = match previous_segments.get(entry.key.as_str()) {
@@ -199,7 +206,10 @@ impl ShardView {
                 }
                 None => {
                     stats.segments_opened += 1;
-                    let segment = context.open_segment(entry)?;
+                    let segment = match opened.remove(&entry.key) {
+                        Some(segment) => segment?,
+                        None => context.open_segment(entry)?,
+                    };
                     let blocked = masked_rows(context, entry, &segment, tail.newest.keys())?;
                     SegmentView {
                         entry: entry.clone(),
@@ -328,6 +338,96 @@ fn codebook_groups(segments: &[SegmentView]) -> Vec<Vec<usize>> {
 
 /// Counts a damaged object (segment, bitmap, WAL object) met by a read: the
 /// error names it, and no answer is served from it.
+/// Most object-store reads one view build has in flight.
+const BUILD_FETCHES: usize = 16;
+
+/// Reads what building the view of `manifest` needs from object storage, all
+/// at once rather than one after another: the new WAL-tail objects and the
+/// deletion bitmaps (into the context's caches, where the build then finds
+/// them; a failure is left for the build to meet and report) and the segments
+/// `previous_segments` does not have open (returned by key). A cold shard of
+/// many segments is then loaded after about one round trip, not one per object.
+fn fetch_together(
+    context: &ReadContext,
+    manifest: &Manifest,
+    first_new_entry: usize,
+    previous_segments: &HashMap<&str, &SegmentView>,
+    tail_grew: bool,
+) -> HashMap<String, SearcherResult<Arc<Segment<CachedObject>>>> {
+    enum Fetch<'a> {
+        Wal(&'a str),
+        Bitmap(&'a str),
+        Segment(&'a SegmentEntry),
+    }
+    let mut fetches: Vec<Fetch<'_>> = manifest.wal_tail[first_new_entry..]
+        .iter()
+        .map(|entry| Fetch::Wal(entry.key.as_str()))
+        .collect();
+    for entry in &manifest.segments {
+        let old = previous_segments.get(entry.key.as_str());
+        if old.is_none() {
+            fetches.push(Fetch::Segment(entry));
+        }
+        // As `build` decides: a kept segment re-reads its bitmap only when it
+        // changed or the tail was rebuilt.
+        let reads_bitmap = old.is_none_or(|old| {
+            !tail_grew
+                || old.entry.deletes.as_ref().map(|deletes| &deletes.key)
+                    != entry.deletes.as_ref().map(|deletes| &deletes.key)
+        });
+        if reads_bitmap && let Some(deletes) = &entry.deletes {
+            fetches.push(Fetch::Bitmap(deletes.key.as_str()));
+        }
+    }
+    let masks_tail_ids = !manifest.wal_tail.is_empty();
+    // One object alone gains nothing from another thread.
+    if fetches.len() <= 1 {
+        return HashMap::new();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let opened = std::sync::Mutex::new(HashMap::new());
+    std::thread::scope(|scope| {
+        for _ in 0..fetches.len().min(BUILD_FETCHES) {
+            scope.spawn(|| {
+                while let Some(fetch) =
+                    fetches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    match fetch {
+                        Fetch::Wal(key) => drop(context.wal_batch(key)),
+                        Fetch::Bitmap(key) => drop(context.bitmap(key)),
+                        Fetch::Segment(entry) => {
+                            let segment = context.open_segment(entry);
+                            // The build looks up the tail's ids in the segment.
+                            if masks_tail_ids && let Ok(segment) = &segment {
+                                warm_section(segment, SectionKind::IdLookup);
+                            }
+                            opened
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(entry.key.clone(), segment);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    opened.into_inner().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Brings section `kind` of `segment` into the cache (a failed read is left
+/// for the reader that needs it to meet).
+fn warm_section(segment: &Segment<CachedObject>, kind: SectionKind) {
+    for section in segment
+        .sections()
+        .iter()
+        .filter(|section| section.kind == kind)
+    {
+        let _ = segment
+            .source()
+            .warm(section.offset..section.offset + section.length);
+    }
+}
+
 fn counted<T>(result: SearcherResult<T>) -> SearcherResult<T> {
     if let Err(error) = &result
         && error.error_code() == ErrorCode::DataLoss

@@ -212,3 +212,101 @@ async fn queries_through_a_faulty_store_answer_right_or_fail_clearly() {
         );
     }
 }
+
+/// A searcher given a shard cold (empty cache, nothing open) loads it and warms
+/// its codes in three round trips to the store, however many objects the shard
+/// has: with 150 ms added to every request, the view of three segments, a
+/// deletion bitmap and a WAL object is ready after at most 3 requests one after
+/// another — each segment's end (trailer, footer, id lookup) and first region
+/// with the bitmap and the WAL object; then its other small sections (header,
+/// centroids, list directory: 64 KiB apart here, in one region in production);
+/// then its codes. Before (a HEAD and one section after another per segment, then
+/// each bitmap and WAL object) all 20 requests came one after another. The
+/// first query then fetches its rescoring rows a probed list at a time (each
+/// list's candidates together; printed, not bounded here) and answers as a warm
+/// view does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_shard_is_ready_after_three_dependent_round_trips() {
+    let Some((proxy, slow, direct)) = stores().await else {
+        return;
+    };
+    let shard = ShardRef {
+        collection_id: "c-cold".into(),
+        shard: 0,
+    };
+    let manifest = write_shard(&direct, &shard).await;
+    assert_eq!(manifest.segments.len(), 3);
+    assert!(
+        manifest
+            .segments
+            .iter()
+            .any(|segment| segment.deletes.is_some())
+    );
+    assert!(!manifest.wal_tail.is_empty());
+    proxy.set_config(FaultConfig::none().with_latency(Duration::from_millis(150)));
+    let reference_dir = tempfile::tempdir().unwrap();
+    let reference_context = context(&direct, reference_dir.path(), 64 << 10);
+    let cache_dir = tempfile::tempdir().unwrap();
+    // Regions of 64 KiB: each segment spans several, its start and its end in
+    // different ones.
+    let cold = context(&slow, cache_dir.path(), 64 << 10);
+    let query = vectors(1, 99).remove(0);
+    let started = std::time::Instant::now();
+    let (ready, hits, wanted) = tokio::task::spawn_blocking(move || {
+        let view = ShardView::load(&cold, &spec(), manifest.clone()).unwrap();
+        quiver_searcher::warm_new_segments(&cold, &view, None);
+        let ready = std::time::Instant::now();
+        let mut scratch = SearchScratch::new();
+        let hits = view
+            .search(&cold, &request(&query, 10, None), &mut scratch)
+            .unwrap();
+        let reference = ShardView::load(&reference_context, &spec(), manifest).unwrap();
+        let wanted = reference
+            .search(&reference_context, &request(&query, 10, None), &mut scratch)
+            .unwrap();
+        (ready, hits, wanted)
+    })
+    .await
+    .unwrap();
+    assert_eq!(hits, wanted, "the cold view answers as a warm one");
+    let describe = |chain: &[quiver_storage::testing::RequestSpan]| -> Vec<String> {
+        chain
+            .iter()
+            .map(|span| {
+                format!(
+                    "{} {} {} at +{} ms",
+                    span.method,
+                    span.path.rsplit('/').next().unwrap_or_default(),
+                    span.range.as_deref().unwrap_or("whole"),
+                    span.start.duration_since(started).as_millis()
+                )
+            })
+            .collect()
+    };
+    let (load_depth, load_chain) = proxy.dependent_round_trips(started..ready);
+    let load_requests = proxy.spans(started..ready).len();
+    let (query_depth, _) = proxy.dependent_round_trips(ready..std::time::Instant::now());
+    for span in proxy.spans(started..ready) {
+        eprintln!(
+            "  {} {} {} +{}..+{} ms",
+            span.method,
+            span.path.rsplit('/').next().unwrap_or_default(),
+            span.range.as_deref().unwrap_or("whole"),
+            span.start.duration_since(started).as_millis(),
+            span.end.duration_since(started).as_millis()
+        );
+    }
+    eprintln!(
+        "cold load: {load_requests} requests, {load_depth} one after another {:#?}; first query: {query_depth} more",
+        describe(&load_chain)
+    );
+    assert!(
+        load_requests >= 5,
+        "the shard's objects were read through the proxy"
+    );
+    assert!(
+        load_depth <= 3,
+        "{load_depth} round trips one after another before the view was ready: {:#?}",
+        describe(&load_chain)
+    );
+}
