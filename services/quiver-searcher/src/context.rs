@@ -104,7 +104,7 @@ impl ReadContext {
         } else {
             self.cache.open_blocking(&entry.key)?
         };
-        object.prefetch(&[0..1]);
+        object.prefetch(std::slice::from_ref(&(0..1)));
         match Segment::open(object) {
             Ok(segment) => Ok(Arc::new(segment)),
             // A sized open trusts the manifest: before a failed read passes for
