@@ -68,7 +68,7 @@ impl Inner {
                         let signal = signal.clone();
                         drop(state);
                         let waiting = std::time::Instant::now();
-                        let outcome = signal.wait();
+                        let outcome = crate::waits::waiting_for_store(|| signal.wait());
                         ReadCounts::add_wait(waiting.elapsed());
                         match outcome {
                             Ok(()) => continue,

@@ -79,11 +79,11 @@ impl Inner {
 
     /// Runs `future` (an object-store call) to completion from synchronous code.
     pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
-        match Handle::try_current() {
+        crate::waits::waiting_for_store(|| match Handle::try_current() {
             // Inside a multi-thread runtime: let the scheduler move other tasks away.
             Ok(_) => tokio::task::block_in_place(|| self.runtime.block_on(future)),
             Err(_) => self.runtime.block_on(future),
-        }
+        })
     }
 
     /// Tells whether reads go straight to the object store (no cache file).

@@ -52,6 +52,7 @@ mod read_through;
 mod session;
 mod slots;
 mod verify;
+mod waits;
 
 pub use bytes::CacheBytes;
 pub use cache::{BlobCache, BlobCacheConfig};
@@ -59,3 +60,4 @@ pub use error::{CacheError, CacheResult};
 pub use metrics::{CacheStats, ReadCounts};
 pub use object::CachedObject;
 pub use session::CacheSession;
+pub use waits::{StoreWaitObserver, observe_store_waits, waiting_for_store};

@@ -385,8 +385,9 @@ impl CachedObject {
         );
         let next = std::sync::atomic::AtomicUsize::new(0);
         let waiting = std::time::Instant::now();
-        std::thread::scope(|scope| {
-            let helpers: Vec<_> = (0..missing.len().min(threads.max(1)))
+        crate::waits::waiting_for_store(|| {
+            std::thread::scope(|scope| {
+                let helpers: Vec<_> = (0..missing.len().min(threads.max(1)))
                 .map(|_| {
                     scope.spawn(|| {
                         let before = ReadCounts::of_this_thread();
@@ -401,11 +402,12 @@ impl CachedObject {
                     })
                 })
                 .collect();
-            for helper in helpers {
-                if let Ok(reads) = helper.join() {
-                    ReadCounts::absorb(reads);
+                for helper in helpers {
+                    if let Ok(reads) = helper.join() {
+                        ReadCounts::absorb(reads);
+                    }
                 }
-            }
+            })
         });
         ReadCounts::add_wait(waiting.elapsed());
     }

@@ -71,7 +71,7 @@ pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
     .expect("metric registers once"),
     search_pool_threads: register_int_gauge!(
         "quiver_searcher_search_pool_threads",
-        "Threads of the search pool (searches and point reads run there)."
+        "CPU slots of the search pool (searches and point reads compute there; a job waiting for the object store gives its slot back)."
     )
     .expect("metric registers once"),
     search_pool_queued: register_int_gauge!(
@@ -81,7 +81,7 @@ pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
     .expect("metric registers once"),
     search_pool_busy: register_int_gauge!(
         "quiver_searcher_search_pool_busy_threads",
-        "Search threads running a job right now."
+        "Searches and point reads computing right now (holding a CPU slot; waits for the object store not counted)."
     )
     .expect("metric registers once"),
     search_pool_wait_seconds: register_histogram!(

@@ -1,9 +1,16 @@
-//! The bounded CPU pool searches and point reads run on: a fixed number of
-//! threads (one per core by default) taking jobs from a bounded queue. When the
+//! The bounded CPU pool searches and point reads run on: a fixed number of CPU
+//! slots (one per core by default) and jobs taken from a bounded queue. When the
 //! queue is full a request is refused at once with a retryable overload error,
 //! before any of it ran, so an overloaded searcher never half-answers and never
 //! piles up unbounded blocking threads. A job whose caller went away (the
 //! request was cancelled) is skipped when its turn comes.
+//!
+//! A job holds a slot while it computes, not while it waits for the object store:
+//! a region fill gives the slot back (`quiver_blobcache::StoreWaitObserver`) and
+//! another job runs meanwhile, on one of the pool's spare threads
+//! ([`WAIT_THREADS_PER_SLOT`] per slot). With a cache smaller than the data, the
+//! searcher then keeps its cores busy and its round trips overlapped instead of
+//! idling one query's wait after another.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -11,6 +18,10 @@ use std::time::{Duration, Instant};
 
 use crate::error::SearcherError;
 use crate::metrics::METRICS;
+
+/// Threads per CPU slot: how many jobs may be in the pool at once (computing or
+/// waiting for the store) per job computing.
+pub(crate) const WAIT_THREADS_PER_SLOT: usize = 4;
 
 /// How long an overloaded caller is told to wait before retrying.
 const OVERLOAD_RETRY_AFTER: Duration = Duration::from_millis(50);
@@ -20,12 +31,47 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 struct Queue {
     jobs: VecDeque<(Instant, Job)>,
     stopping: bool,
+    /// Jobs holding a CPU slot (computing, not waiting for the store).
+    computing: usize,
 }
 
 struct Shared {
     queue: Mutex<Queue>,
+    /// Signalled when a job is queued, a slot frees up or the pool stops.
     available: Condvar,
     capacity: usize,
+    slots: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A pool thread's job waiting for the object store gives its slot back.
+struct SlotHandBack(Arc<Shared>);
+
+impl quiver_blobcache::StoreWaitObserver for SlotHandBack {
+    fn waiting(&self) {
+        self.0.lock().computing -= 1;
+        METRICS.search_pool_busy.dec();
+        self.0.available.notify_all();
+    }
+
+    fn resumed(&self) {
+        let mut queue = self.0.lock();
+        // A stopping pool finishes what it runs without waiting for a slot.
+        while queue.computing >= self.0.slots && !queue.stopping {
+            queue = self
+                .0
+                .available
+                .wait(queue)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        queue.computing += 1;
+        METRICS.search_pool_busy.inc();
+    }
 }
 
 /// A fixed set of threads with a bounded queue in front of them.
@@ -34,16 +80,17 @@ pub(crate) struct SearchPool {
 }
 
 impl SearchPool {
-    /// Starts `threads` threads (0: one per core) behind a queue of `queue_capacity`
-    /// waiting jobs (0: 64 per thread).
-    pub(crate) fn new(threads: usize, queue_capacity: usize) -> Result<Self, SearcherError> {
-        let threads = if threads == 0 {
+    /// Starts a pool of `slots` CPU slots (0: one per core), with
+    /// [`WAIT_THREADS_PER_SLOT`] threads per slot, behind a queue of
+    /// `queue_capacity` waiting jobs (0: 64 per slot).
+    pub(crate) fn new(slots: usize, queue_capacity: usize) -> Result<Self, SearcherError> {
+        let slots = if slots == 0 {
             std::thread::available_parallelism().map_or(1, |cores| cores.get())
         } else {
-            threads
+            slots
         };
         let capacity = if queue_capacity == 0 {
-            threads * 64
+            slots * 64
         } else {
             queue_capacity
         };
@@ -51,20 +98,28 @@ impl SearchPool {
             queue: Mutex::new(Queue {
                 jobs: VecDeque::with_capacity(capacity),
                 stopping: false,
+                computing: 0,
             }),
             available: Condvar::new(),
             capacity,
+            slots,
         });
+        let threads = slots * WAIT_THREADS_PER_SLOT;
         for index in 0..threads {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name(format!("quiver-search-{index}"))
-                .spawn(move || work(&shared))
+                .spawn(move || {
+                    quiver_blobcache::observe_store_waits(Some(Arc::new(SlotHandBack(
+                        shared.clone(),
+                    ))));
+                    work(&shared)
+                })
                 .map_err(|error| {
                     SearcherError::Internal(format!("cannot start search thread: {error}"))
                 })?;
         }
-        METRICS.search_pool_threads.set(threads as i64);
+        METRICS.search_pool_threads.set(slots as i64);
         Ok(SearchPool { shared })
     }
 
@@ -101,7 +156,7 @@ impl SearchPool {
             queue.jobs.push_back((Instant::now(), wrapped));
             METRICS.search_pool_queued.set(queue.jobs.len() as i64);
         }
-        self.shared.available.notify_one();
+        self.shared.available.notify_all();
         receiver
             .await
             .map_err(|_| SearcherError::Internal("a search job panicked".into()))
@@ -111,13 +166,16 @@ impl SearchPool {
 fn work(shared: &Shared) {
     loop {
         let (queued_at, job) = {
-            let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let mut queue = shared.lock();
             loop {
-                if let Some(entry) = queue.jobs.pop_front() {
+                if queue.computing < shared.slots
+                    && let Some(entry) = queue.jobs.pop_front()
+                {
+                    queue.computing += 1;
                     METRICS.search_pool_queued.set(queue.jobs.len() as i64);
                     break entry;
                 }
-                if queue.stopping {
+                if queue.stopping && queue.jobs.is_empty() {
                     return;
                 }
                 queue = shared
@@ -134,6 +192,8 @@ fn work(shared: &Shared) {
         // this thread goes on serving.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
         METRICS.search_pool_busy.dec();
+        shared.lock().computing -= 1;
+        shared.available.notify_all();
     }
 }
 
@@ -167,6 +227,59 @@ mod tests {
             .expect("ran");
         assert!(name.is_some_and(|name| name.starts_with("quiver-search-")));
         assert_eq!(pool.run(|| 6 * 7).await.expect("ran"), 42);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_waiting_for_the_store_gives_its_slot_to_another() {
+        // One slot: the first job waits for the store until the second one has
+        // run — which it can only do on the slot the first gave back. (It gives
+        // up after ~30 s of 1 ms naps, so a regression fails instead of hanging.)
+        let pool = Arc::new(SearchPool::new(1, 4).expect("pool"));
+        let second_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let first_waiting = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let first = tokio::spawn({
+            let pool = pool.clone();
+            let second_ran = second_ran.clone();
+            let first_waiting = first_waiting.clone();
+            async move {
+                pool.run(move || {
+                    quiver_blobcache::waiting_for_store(|| {
+                        first_waiting.store(true, std::sync::atomic::Ordering::SeqCst);
+                        for _ in 0..30_000 {
+                            if second_ran.load(std::sync::atomic::Ordering::SeqCst) {
+                                return true;
+                            }
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        false
+                    })
+                })
+                .await
+            }
+        });
+        // The second job is queued once the first is waiting for the store (the
+        // job says so itself: while it waits it holds no slot, so the queue alone
+        // cannot tell it from a job that has not started).
+        while !first_waiting.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(pool.shared.lock().computing, 0, "a waiting job holds no slot");
+        let flag = second_ran.clone();
+        pool.run(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+            .await
+            .expect("the second job ran");
+        assert!(
+            first.await.expect("joined").expect("ran"),
+            "the first job saw the second run while it waited"
+        );
+        // The slot goes back just after the answer: wait for it.
+        for _ in 0..10_000 {
+            if pool.shared.lock().computing == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("a slot was never given back");
     }
 
     #[tokio::test]
