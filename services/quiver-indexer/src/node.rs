@@ -330,16 +330,15 @@ async fn lease_loop(state: Arc<NodeState>, shutdown: CancellationToken) {
                 id_type: spec.id_type,
             };
             let catalog = Arc::new(MetaCatalog::new(state.meta.clone()));
-            match ShardWriter::open(
+            let opening = ShardWriter::open(
                 shard.clone(),
                 *epoch,
                 spec,
                 state.config.indexer.clone(),
                 state.storage.clone(),
                 catalog,
-            )
-            .await
-            {
+            );
+            match open_keeping_leases(&state, shard, *epoch, opening).await {
                 Ok(writer) => {
                     tracing::info!(%shard, epoch, "shard writer opened");
                     state
@@ -362,6 +361,60 @@ async fn lease_loop(state: Arc<NodeState>, shutdown: CancellationToken) {
     }
 }
 
+/// Runs `opening` (a shard writer being opened: reading its primary keys can take
+/// tens of seconds for millions of rows) while renewing the lease it opens under,
+/// and the leases of the writers already open, every third of the lease's time to
+/// live. Without that, an open longer than the lease lost it before it finished:
+/// meta granted the shard again at a newer epoch, the finished writer was refused
+/// as stale, and the next open lost it again — a shard that never took writes.
+/// Gives up (an error) when meta says the lease is no longer this node's.
+async fn open_keeping_leases(
+    state: &NodeState,
+    shard: &ShardRef,
+    epoch: u64,
+    opening: impl std::future::Future<Output = crate::error::IndexerResult<ShardWriter>>,
+) -> crate::error::IndexerResult<ShardWriter> {
+    tokio::pin!(opening);
+    let Ok(reference) = shard_to_proto(shard) else {
+        return opening.await;
+    };
+    let period = state.config.lease_ttl / 3;
+    // The first tick is at once: the lease may have been granted a while ago.
+    let mut renewal = tokio::time::interval(period);
+    renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            opened = &mut opening => return opened,
+            _ = renewal.tick() => {
+                match renew_lease(state, reference, epoch).await {
+                    Ok(()) => {}
+                    Err(error) if error.kind() == ErrorCode::FailedPrecondition => {
+                        tracing::warn!(%shard, epoch, %error, "lease lost while the shard writer was opening");
+                        return Err(IndexerError::Fenced { shard: shard.clone(), epoch });
+                    }
+                    Err(error) => tracing::warn!(%shard, epoch, %error, "lease renewal failed while opening"),
+                }
+                renew_leases(state).await;
+            }
+        }
+    }
+}
+
+/// Renews this node's lease of the shard `reference` at `epoch`.
+async fn renew_lease(
+    state: &NodeState,
+    reference: pb::ShardRef,
+    epoch: u64,
+) -> Result<(), quiver_meta_client::MetaClientError> {
+    let request = pb::RenewLeaseRequest {
+        shard: Some(reference),
+        node_id: state.config.node_id.clone(),
+        epoch,
+        ttl_ms: state.config.lease_ttl.as_millis() as u64,
+    };
+    state.meta.renew_lease(request).await.map(|_| ())
+}
+
 async fn renew_leases(state: &NodeState) {
     let due: Vec<(ShardRef, u64)> = {
         let shards = state.shards.read().unwrap_or_else(|p| p.into_inner());
@@ -375,13 +428,7 @@ async fn renew_leases(state: &NodeState) {
         let Ok(reference) = shard_to_proto(&shard) else {
             continue;
         };
-        let request = pb::RenewLeaseRequest {
-            shard: Some(reference),
-            node_id: state.config.node_id.clone(),
-            epoch,
-            ttl_ms: state.config.lease_ttl.as_millis() as u64,
-        };
-        match state.meta.renew_lease(request).await {
+        match renew_lease(state, reference, epoch).await {
             Ok(_) => {
                 if let Some(open) = state
                     .shards

@@ -14,6 +14,7 @@ mod indexer_api;
 mod orphans;
 mod searcher_watch;
 mod security;
+mod slow_open;
 mod standalone;
 mod support;
 mod tls;
