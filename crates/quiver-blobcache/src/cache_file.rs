@@ -21,6 +21,9 @@ pub(crate) const ROW_CACHE_FILE_NAME: &str = "quiver-row-cache.bin";
 /// The mapped cache file.
 pub(crate) struct CacheFile {
     path: PathBuf,
+    /// Fills are written through the file, not the mapping (see
+    /// [`CacheFile::write_region`]).
+    file: File,
     map: memmap2::MmapRaw,
 }
 
@@ -28,11 +31,32 @@ impl CacheFile {
     /// Creates the file at `path` with `bytes` reserved on disk and maps it.
     pub(crate) fn create(path: PathBuf, bytes: u64) -> CacheResult<CacheFile> {
         let file = create_reserved(&path, bytes)?;
-        let map = memmap2::MmapRaw::map_raw(&file).map_err(|source| CacheError::CacheFile {
+        // Read-only: the cache writes its regions through the file.
+        let map = memmap2::MmapOptions::new().map_raw_read_only(&file).map_err(|source| CacheError::CacheFile {
             path: path.clone(),
             source,
         })?;
-        Ok(CacheFile { path, map })
+        Ok(CacheFile { path, file, map })
+    }
+
+    /// Writes a fill's `bytes` at the start of region `slot` with `pwrite`, not
+    /// by copying into the mapping: a store into a mapped page the cache has not
+    /// written yet faults, and the fault reads the page — and the kernel's read
+    /// around it — from disk (zeros for the file's reserved blocks) only for the
+    /// copy to overwrite them. Measured with a searcher whose cache was a quarter of
+    /// the data inside a memory cgroup: that zeroing was 22 % of its CPU. A write
+    /// of whole pages goes straight into the page cache, which the mapping shares,
+    /// so readers see the bytes through the mapping as before.
+    pub(crate) fn write_region(
+        &self,
+        slot: usize,
+        region_bytes: usize,
+        bytes: &[u8],
+    ) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        debug_assert!(bytes.len() <= region_bytes);
+        self.file
+            .write_all_at(bytes, (slot * region_bytes) as u64)
     }
 
     /// Returns the file's path.
@@ -42,11 +66,11 @@ impl CacheFile {
 
     /// Returns the first byte of region `slot` (of `region_bytes` each).
     #[inline]
-    pub(crate) fn region_pointer(&self, slot: usize, region_bytes: usize) -> *mut u8 {
+    pub(crate) fn region_pointer(&self, slot: usize, region_bytes: usize) -> *const u8 {
         debug_assert!((slot + 1) * region_bytes <= self.map.len());
         // SAFETY: every slot index is below the number of regions the file was
         // created with, so the offset stays inside the mapping.
-        unsafe { self.map.as_mut_ptr().add(slot * region_bytes) }
+        unsafe { self.map.as_ptr().add(slot * region_bytes) }
     }
 
     /// Advises the kernel how region `slot` will be read (a hint; failing to give

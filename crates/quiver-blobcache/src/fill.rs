@@ -125,35 +125,28 @@ impl Inner {
             .and_then(|bytes| {
                 // The store checks short reads; a wrong length here would write
                 // past the region, so it is refused rather than trusted.
-                if bytes.len() as u64 == end - start {
-                    Ok(bytes)
-                } else {
-                    Err(format!(
+                if bytes.len() as u64 != end - start {
+                    return Err(format!(
                         "the store returned {} bytes for the {} bytes asked for",
                         bytes.len(),
                         end - start
-                    ))
+                    ));
                 }
+                // This slot is Filling and owned by this call alone: it was free
+                // or evicted with no pins, and readers of its key wait for the
+                // signal, so nothing reads the region while it is written.
+                self.write_region(slot, &bytes)
+                    .map_err(|error| format!("cannot write the cache file: {error}"))?;
+                Ok(bytes.len())
             });
         METRICS.fills_in_flight.dec();
         let counters = &self.slot_counters[slot];
         match fetched {
-            Ok(bytes) => {
-                // SAFETY: this slot is Filling and owned by this call alone: it was
-                // free or evicted with no pins, readers of its key wait for the
-                // signal, and the copy stays inside the region (its length was
-                // checked above to be at most the region size).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        bytes.as_ptr(),
-                        self.region_pointer(slot),
-                        bytes.len(),
-                    )
-                };
-                counters.length.store(bytes.len(), Ordering::Release);
+            Ok(length) => {
+                counters.length.store(length, Ordering::Release);
                 let mut state = self.lock();
                 state.slots[slot].status = SlotStatus::Ready;
-                state.slots[slot].length = bytes.len();
+                state.slots[slot].length = length;
                 state.resident += 1;
                 // Read under the lock: a discard (which bumps it) needs the lock
                 // and a Ready slot, so this is the generation of this very fill.
@@ -163,15 +156,15 @@ impl Inner {
                 self.counters.add(
                     &self.counters.bytes_fetched,
                     &METRICS.bytes_fetched,
-                    bytes.len() as u64,
+                    length as u64,
                 );
-                ReadCounts::add_miss(bytes.len() as u64, self.is_row_tier());
+                ReadCounts::add_miss(length as u64, self.is_row_tier());
                 signal.finish(Ok(()));
                 self.decay_after_fill();
                 Ok(RegionGuard::pinned(
                     self,
                     slot,
-                    bytes.len(),
+                    length,
                     generation,
                     true,
                 ))

@@ -103,11 +103,19 @@ impl Inner {
 
     /// Returns the first byte of `slot`'s region in the mapping.
     #[inline]
-    pub(crate) fn region_pointer(&self, slot: usize) -> *mut u8 {
+    pub(crate) fn region_pointer(&self, slot: usize) -> *const u8 {
         self.file
             .as_ref()
             .expect("slots exist only when the cache file is mapped")
             .region_pointer(slot, self.region_bytes)
+    }
+
+    /// Writes a fill's bytes into `slot`'s region (see [`CacheFile::write_region`]).
+    pub(crate) fn write_region(&self, slot: usize, bytes: &[u8]) -> std::io::Result<()> {
+        self.file
+            .as_ref()
+            .expect("slots exist only when the cache file is mapped")
+            .write_region(slot, self.region_bytes, bytes)
     }
 
     /// Moves the hit count into the process-wide metric (done on fills and on
