@@ -279,6 +279,23 @@ impl<S: ByteSource> Segment<S> {
         self.exact_key(query, &raw)
     }
 
+    /// Asks the source to make the raw vectors of `rows` resident together before
+    /// they are read one by one (see [`ByteSource::fetch_ahead`]); `ranges` is
+    /// scratch space.
+    pub(super) fn fetch_rows_ahead(
+        &self,
+        rows: impl Iterator<Item = u32>,
+        ranges: &mut Vec<(u64, usize)>,
+    ) {
+        let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
+        let raw = self.section(SectionKind::RawVectors).offset;
+        ranges.clear();
+        ranges.extend(rows.map(|row| (raw + row as u64 * row_bytes as u64, row_bytes)));
+        if ranges.len() > 1 {
+            self.source.fetch_ahead(ranges);
+        }
+    }
+
     /// Returns the approximate top-`k` rows for `query` (IVF + RaBitQ + rescoring).
     ///
     /// Lists are probed nearest first. Every scanned row gets an estimated key and
@@ -491,17 +508,10 @@ impl<S: ByteSource> Segment<S> {
         // the handle waits in a small ring while the CPU pulls the bytes in.
         const PREFETCH_AHEAD: usize = 3;
         let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
-        if scratch.candidates.len() > 1 {
-            let raw = self.section(SectionKind::RawVectors).offset;
-            scratch.fetch_ranges.clear();
-            scratch.fetch_ranges.extend(
-                scratch
-                    .candidates
-                    .iter()
-                    .map(|candidate| (raw + candidate.row as u64 * row_bytes as u64, row_bytes)),
-            );
-            self.source.fetch_ahead(&scratch.fetch_ranges);
-        }
+        self.fetch_rows_ahead(
+            scratch.candidates.iter().map(|candidate| candidate.row),
+            &mut scratch.fetch_ranges,
+        );
         let read_row = |position: usize| -> IndexResult<Option<S::Bytes<'_>>> {
             let Some(candidate) = scratch.candidates.get(position) else {
                 return Ok(None);
@@ -559,10 +569,22 @@ impl<S: ByteSource> Segment<S> {
         self.prepare_query(query, scratch)?;
         let mut top = TopK::new(k, std::mem::take(&mut scratch.heap));
         let mut scored = 0;
-        for row in rows {
-            self.check_row(row)?;
-            top.push(self.rescore_row(&scratch.query, row)?, u64::from(row));
-            scored += 1;
+        // In chunks whose missing rows a cache fetches together: a round trip to
+        // the store per chunk, not per row.
+        const CHUNK_ROWS: usize = 256;
+        let mut rows = rows.into_iter().peekable();
+        let mut chunk: Vec<u32> = Vec::with_capacity(CHUNK_ROWS);
+        while rows.peek().is_some() {
+            chunk.clear();
+            chunk.extend(rows.by_ref().take(CHUNK_ROWS));
+            for &row in &chunk {
+                self.check_row(row)?;
+            }
+            self.fetch_rows_ahead(chunk.iter().copied(), &mut scratch.fetch_ranges);
+            for &row in &chunk {
+                top.push(self.rescore_row(&scratch.query, row)?, u64::from(row));
+                scored += 1;
+            }
         }
         scratch.stats = SearchStats {
             lists_probed: 0,

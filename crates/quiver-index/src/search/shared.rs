@@ -117,6 +117,19 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
             mut reserve,
             mut rescored,
         } = ranking;
+        // Their rows were ruled out, so they were never read: fetch the missing
+        // ones together (one round trip to the store per member, not one per row).
+        for (index, member) in members.iter().enumerate() {
+            member.segment.fetch_rows_ahead(
+                reserve
+                    .heap
+                    .iter()
+                    .map(|ranked| unhandle(ranked.handle))
+                    .filter(|&(of, _)| of == index)
+                    .map(|(_, row)| row),
+                &mut scratch.fetch_ranges,
+            );
+        }
         for ranked in reserve.heap.drain() {
             let (index, row) = unhandle(ranked.handle);
             let segment = members[index].segment;

@@ -6,4 +6,5 @@ mod corruption;
 mod data;
 mod filters;
 mod recall;
+mod round_trips;
 mod roundtrip;

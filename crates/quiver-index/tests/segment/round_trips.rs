@@ -1,0 +1,137 @@
+//! How many times a search would wait for a cold store: raw vectors read for
+//! rescoring are asked for together ([`ByteSource::fetch_ahead`]), never one row
+//! after the other. The source here tells a cache's story: every range it has not
+//! been asked to fetch is cold, a `fetch_ahead` with cold ranges in it is one
+//! round trip, and a read of a cold range on its own is one more.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use quiver_index::{
+    ByteSource, ChunkChecksums, DirectSession, IndexResult, MemorySource, Metric, SearchParams, SearchScratch,
+    Segment,
+};
+
+use crate::data::{build, clustered};
+
+/// A memory source that counts the round trips a cold cache would make for
+/// reads outside a read session (the raw vectors; codes go through sessions).
+struct ColdRows {
+    inner: MemorySource,
+    tracking: AtomicBool,
+    resident: Mutex<HashSet<(u64, usize)>>,
+    round_trips: AtomicUsize,
+}
+
+impl ColdRows {
+    fn start_tracking(&self) {
+        self.resident.lock().unwrap().clear();
+        self.round_trips.store(0, Ordering::SeqCst);
+        self.tracking.store(true, Ordering::SeqCst);
+    }
+}
+
+impl ByteSource for ColdRows {
+    type Bytes<'a> = &'a [u8];
+    type Session<'a> = DirectSession<'a>;
+
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    fn read_at(&self, offset: u64, length: usize) -> IndexResult<&[u8]> {
+        if self.tracking.load(Ordering::SeqCst)
+            && self.resident.lock().unwrap().insert((offset, length))
+        {
+            self.round_trips.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.read_at(offset, length)
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn fetch_ahead(&self, ranges: &[(u64, usize)]) {
+        if !self.tracking.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut resident = self.resident.lock().unwrap();
+        let mut cold = false;
+        for range in ranges {
+            cold |= resident.insert(*range);
+        }
+        if cold {
+            self.round_trips.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn session(&self) -> DirectSession<'_> {
+        self.inner.session()
+    }
+
+    // Like a cache, it checks what it fetches itself: the segment does not read
+    // whole chunks to check them.
+    fn verify_with(&self, _checksums: &Arc<ChunkChecksums>) -> bool {
+        true
+    }
+}
+
+fn cold_segment(vectors: &[f32], dim: usize) -> Segment<ColdRows> {
+    let built = build(vectors, dim, Metric::L2, |spec| spec.build.nlist = Some(64));
+    let bytes = built.source().read_at(0, built.source().size() as usize).unwrap().to_vec();
+    Segment::open(ColdRows {
+        inner: MemorySource::new("cold.qseg", &bytes),
+        tracking: AtomicBool::new(false),
+        resident: Mutex::new(HashSet::new()),
+        round_trips: AtomicUsize::new(0),
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_cold_search_waits_once_per_probed_list_and_once_for_the_guard() {
+    let dim = 32;
+    let (base, queries) = clustered(20_000, 20, dim, 40, 7);
+    let segment = cold_segment(&base, dim);
+    let params = SearchParams {
+        k: 10,
+        ..SearchParams::default()
+    };
+    let mut scratch = SearchScratch::default();
+    for query in queries.chunks_exact(dim) {
+        segment.source().start_tracking();
+        let hits = segment.search(query, &params, None, &mut scratch).unwrap();
+        assert_eq!(hits.len(), 10);
+        let stats = scratch.stats;
+        let round_trips = segment.source().round_trips.load(Ordering::SeqCst);
+        // One fetch of each probed list's candidates, one of the guard's rows
+        // (k × rescore of them: read one by one they were 40 round trips).
+        assert!(
+            round_trips <= stats.lists_probed + 1,
+            "{round_trips} round trips for {} probed lists and {} rescored rows",
+            stats.lists_probed,
+            stats.rows_rescored
+        );
+        assert!(stats.rows_rescored > stats.lists_probed + 1);
+    }
+}
+
+#[test]
+fn an_exact_search_of_listed_rows_fetches_them_in_chunks() {
+    let dim = 16;
+    let (base, queries) = clustered(3_000, 1, dim, 10, 11);
+    let segment = cold_segment(&base, dim);
+    let mut scratch = SearchScratch::default();
+    segment.source().start_tracking();
+    let hits = segment
+        .search_rows(&queries[..dim], (0..1_000).map(|row| row * 3), 10, &mut scratch)
+        .unwrap();
+    assert_eq!(hits.len(), 10);
+    let round_trips = segment.source().round_trips.load(Ordering::SeqCst);
+    assert!(
+        round_trips <= 1_000usize.div_ceil(256),
+        "{round_trips} round trips for 1,000 rows"
+    );
+}
