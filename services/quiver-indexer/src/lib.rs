@@ -16,6 +16,7 @@ mod meta_catalog;
 mod metrics;
 mod node;
 mod orphans;
+mod ranged;
 mod segments;
 mod shard;
 

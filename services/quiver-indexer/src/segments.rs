@@ -235,6 +235,37 @@ pub(crate) fn parse_payload(payload: &[u8]) -> IndexerResult<Option<serde_json::
         .map_err(|error| IndexerError::InvalidArgument(format!("payload is not JSON: {error}")))
 }
 
+/// Reads what a shard writer keeps of the segment `entry` when it opens — its
+/// row ids and its codebook — with ranged reads of the object
+/// ([`crate::ranged::RangedSource`]), not a download of the whole segment.
+pub(crate) async fn read_ids_and_codebook(
+    storage: &Storage,
+    entry: &SegmentEntry,
+) -> IndexerResult<(Vec<PointId>, Option<ShardCodebook>)> {
+    let size = if entry.size_bytes > 0 {
+        entry.size_bytes
+    } else {
+        storage.head(&entry.key).await?.size
+    };
+    let (storage, entry, runtime) = (storage.clone(), entry.clone(), tokio::runtime::Handle::current());
+    tokio::task::spawn_blocking(move || -> IndexerResult<_> {
+        let source = crate::ranged::RangedSource::new(storage, &entry.key, size, runtime);
+        let segment = Segment::open(source)?;
+        let ids = segment.ids()?;
+        let codebook = ShardCodebook::of_segment(&segment, &entry);
+        tracing::debug!(
+            segment = %entry.key,
+            rows = ids.len(),
+            fetched = segment.source().bytes_fetched(),
+            size,
+            "segment keys read"
+        );
+        Ok((ids, codebook))
+    })
+    .await
+    .map_err(|error| IndexerError::Internal(format!("segment key read task: {error}")))?
+}
+
 /// A segment downloaded to a local scratch file and opened from its mapping.
 pub(crate) struct DownloadedSegment {
     pub segment: Segment<MmapSource>,

@@ -3,7 +3,6 @@
 //! lost track of a commit's outcome learns it from the manifest, or rebuilds
 //! itself (resync).
 
-use std::path::Path;
 use std::time::Duration;
 
 use quiver_common::RetryPolicy;
@@ -14,20 +13,20 @@ use super::{ShardState, Shared};
 use crate::catalog::{Catalog, CatalogError, Manifest, ShardRef, WalEntry};
 use crate::error::{IndexerError, IndexerResult};
 use crate::memtable::Memtable;
-use crate::segments::{ShardCodebook, ShardIndex, download_segment, load_deletes};
+use crate::segments::{ShardIndex, load_deletes, read_ids_and_codebook};
 
 /// How patiently an ambiguous commit is re-checked against the manifest: six
 /// reads, with full-jitter waits bounded by 50 ms doubling up to 2 s.
 const RECONCILE_RETRY: RetryPolicy =
     RetryPolicy::new(6, Duration::from_millis(50), Duration::from_secs(2));
 
-/// Reads the manifest, rebuilds segments and primary keys, replays the WAL tail.
+/// Reads the manifest, rebuilds segments and primary keys (each segment's ids and
+/// codebook read by ranges, not the segment downloaded), replays the WAL tail.
 pub(super) async fn load_state(
     shard: &ShardRef,
     epoch: u64,
     storage: &Storage,
     catalog: &dyn Catalog,
-    scratch_dir: &Path,
 ) -> IndexerResult<ShardState> {
     let manifest = catalog.manifest(shard).await?;
     let mut index = ShardIndex::default();
@@ -36,9 +35,7 @@ pub(super) async fn load_state(
             Some(deletes) => load_deletes(storage, &deletes.key).await?,
             None => RoaringBitmap::new(),
         };
-        let downloaded = download_segment(storage, &entry.key, scratch_dir).await?;
-        let ids = tokio::task::block_in_place(|| downloaded.segment.ids())?;
-        let codebook = ShardCodebook::of_segment(&downloaded.segment, entry);
+        let (ids, codebook) = read_ids_and_codebook(storage, entry).await?;
         let codebook_id = codebook.as_ref().map(|codebook| codebook.codebook.id());
         if let Some(codebook) = codebook {
             index.offer_codebook(codebook);
@@ -131,7 +128,6 @@ pub(super) async fn resync(shared: &Shared) -> IndexerResult<()> {
         shared.epoch,
         &shared.storage,
         shared.catalog.as_ref(),
-        &shared.scratch_dir,
     )
     .await?;
     let mut state = shared.lock_state();

@@ -80,7 +80,7 @@ impl ShardWriter {
             PathBuf::from(&config.scratch_dir)
         };
         let started = Instant::now();
-        let state = load_state(&shard, epoch, &storage, catalog.as_ref(), &scratch_dir).await?;
+        let state = load_state(&shard, epoch, &storage, catalog.as_ref()).await?;
         tracing::info!(
             shard = %shard,
             epoch,
