@@ -389,7 +389,13 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
                                 answers.push((row, result, (index == 0).then_some(latency)));
                             }
                         }
-                        Err(_) => errors += 1,
+                        Err(error) => {
+                            // Said, not only counted: an error is a finding.
+                            if errors < 3 {
+                                eprintln!("search failed (concurrency {concurrency}): {error}");
+                            }
+                            errors += 1
+                        }
                     }
                 }
                 (answers, errors)
