@@ -160,9 +160,13 @@ pub struct RequestSpan {
     pub end: Instant,
 }
 
+/// How many request spans a proxy keeps.
+const MAX_SPANS: usize = 100_000;
+
 struct ProxyShared {
     upstream: SocketAddr,
-    spans: Mutex<Vec<RequestSpan>>,
+    /// The last [`MAX_SPANS`] requests (a long test does not grow it forever).
+    spans: Mutex<std::collections::VecDeque<RequestSpan>>,
     config: Mutex<FaultConfig>,
     draws: AtomicU64,
     requests: AtomicU64,
@@ -225,7 +229,7 @@ impl FaultProxy {
         let address = listener.local_addr()?;
         let shared = Arc::new(ProxyShared {
             upstream,
-            spans: Mutex::new(Vec::new()),
+            spans: Mutex::new(std::collections::VecDeque::new()),
             config: Mutex::new(config),
             draws: AtomicU64::new(0),
             requests: AtomicU64::new(0),
@@ -484,17 +488,18 @@ async fn answer(
         .await
         .map_err(io::Error::other)?
         .to_bytes();
-    shared
-        .spans
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(RequestSpan {
-            method: method.to_string(),
-            path,
-            range,
-            start: started,
-            end: Instant::now(),
-        });
+    let mut spans = shared.spans.lock().unwrap_or_else(|p| p.into_inner());
+    if spans.len() >= MAX_SPANS {
+        spans.pop_front();
+    }
+    spans.push_back(RequestSpan {
+        method: method.to_string(),
+        path,
+        range,
+        start: started,
+        end: Instant::now(),
+    });
+    drop(spans);
     let bodiless = method == Method::HEAD
         || head.status == StatusCode::NO_CONTENT
         || head.status == StatusCode::NOT_MODIFIED;
@@ -724,7 +729,7 @@ mod tests {
     fn the_fraction_is_respected_roughly_and_reproducibly() {
         let shared = |seed| ProxyShared {
             upstream: "127.0.0.1:1".parse().unwrap(),
-            spans: Mutex::new(Vec::new()),
+            spans: Mutex::new(std::collections::VecDeque::new()),
             config: Mutex::new(FaultConfig {
                 seed,
                 ..FaultConfig::new(0.25, &[Fault::Reset, Fault::Stall])
