@@ -32,10 +32,12 @@ impl CacheFile {
     pub(crate) fn create(path: PathBuf, bytes: u64) -> CacheResult<CacheFile> {
         let file = create_reserved(&path, bytes)?;
         // Read-only: the cache writes its regions through the file.
-        let map = memmap2::MmapOptions::new().map_raw_read_only(&file).map_err(|source| CacheError::CacheFile {
-            path: path.clone(),
-            source,
-        })?;
+        let map = memmap2::MmapOptions::new()
+            .map_raw_read_only(&file)
+            .map_err(|source| CacheError::CacheFile {
+                path: path.clone(),
+                source,
+            })?;
         Ok(CacheFile { path, file, map })
     }
 
@@ -55,8 +57,7 @@ impl CacheFile {
     ) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
         debug_assert!(bytes.len() <= region_bytes);
-        self.file
-            .write_all_at(bytes, (slot * region_bytes) as u64)
+        self.file.write_all_at(bytes, (slot * region_bytes) as u64)
     }
 
     /// Returns the file's path.

@@ -161,13 +161,7 @@ impl Inner {
                 ReadCounts::add_miss(length as u64, self.is_row_tier());
                 signal.finish(Ok(()));
                 self.decay_after_fill();
-                Ok(RegionGuard::pinned(
-                    self,
-                    slot,
-                    length,
-                    generation,
-                    true,
-                ))
+                Ok(RegionGuard::pinned(self, slot, length, generation, true))
             }
             Err(message) => {
                 // Nothing of a failed fill stays: the slot changes hands and goes back

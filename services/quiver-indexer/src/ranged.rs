@@ -226,11 +226,19 @@ mod tests {
         let handle = Handle::current();
         tokio::task::spawn_blocking(move || {
             let source = RangedSource::new(storage, "seg", size as u64, handle);
-            for (offset, length) in [(3u64, 100usize), (BLOCK_BYTES - 10, 20), (BLOCK_BYTES * 2, 1000)] {
+            for (offset, length) in [
+                (3u64, 100usize),
+                (BLOCK_BYTES - 10, 20),
+                (BLOCK_BYTES * 2, 1000),
+            ] {
                 let bytes = source.read_at(offset, length).unwrap();
                 assert_eq!(&*bytes, &object[offset as usize..offset as usize + length]);
                 if offset % 8 == 0 {
-                    assert_eq!(bytes.as_ptr() as usize % 8, 0, "an aligned offset reads aligned bytes");
+                    assert_eq!(
+                        bytes.as_ptr() as usize % 8,
+                        0,
+                        "an aligned offset reads aligned bytes"
+                    );
                 }
             }
             // Every block once: the three reads touched all three.

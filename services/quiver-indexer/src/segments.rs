@@ -247,7 +247,11 @@ pub(crate) async fn read_ids_and_codebook(
     } else {
         storage.head(&entry.key).await?.size
     };
-    let (storage, entry, runtime) = (storage.clone(), entry.clone(), tokio::runtime::Handle::current());
+    let (storage, entry, runtime) = (
+        storage.clone(),
+        entry.clone(),
+        tokio::runtime::Handle::current(),
+    );
     tokio::task::spawn_blocking(move || -> IndexerResult<_> {
         let source = crate::ranged::RangedSource::new(storage, &entry.key, size, runtime);
         let segment = Segment::open(source)?;

@@ -263,7 +263,11 @@ mod tests {
         while !first_waiting.load(std::sync::atomic::Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        assert_eq!(pool.shared.lock().computing, 0, "a waiting job holds no slot");
+        assert_eq!(
+            pool.shared.lock().computing,
+            0,
+            "a waiting job holds no slot"
+        );
         let flag = second_ran.clone();
         pool.run(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
             .await

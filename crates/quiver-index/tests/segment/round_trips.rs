@@ -5,12 +5,12 @@
 //! round trip, and a read of a cold range on its own is one more.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use quiver_index::{
-    ByteSource, ChunkChecksums, DirectSession, IndexResult, MemorySource, Metric, SearchParams, SearchScratch,
-    Segment,
+    ByteSource, ChunkChecksums, DirectSession, IndexResult, MemorySource, Metric, SearchParams,
+    SearchScratch, Segment,
 };
 
 use crate::data::{build, clustered};
@@ -80,7 +80,11 @@ impl ByteSource for ColdRows {
 
 fn cold_segment(vectors: &[f32], dim: usize) -> Segment<ColdRows> {
     let built = build(vectors, dim, Metric::L2, |spec| spec.build.nlist = Some(64));
-    let bytes = built.source().read_at(0, built.source().size() as usize).unwrap().to_vec();
+    let bytes = built
+        .source()
+        .read_at(0, built.source().size() as usize)
+        .unwrap()
+        .to_vec();
     Segment::open(ColdRows {
         inner: MemorySource::new("cold.qseg", &bytes),
         tracking: AtomicBool::new(false),
@@ -126,7 +130,12 @@ fn an_exact_search_of_listed_rows_fetches_them_in_chunks() {
     let mut scratch = SearchScratch::default();
     segment.source().start_tracking();
     let hits = segment
-        .search_rows(&queries[..dim], (0..1_000).map(|row| row * 3), 10, &mut scratch)
+        .search_rows(
+            &queries[..dim],
+            (0..1_000).map(|row| row * 3),
+            10,
+            &mut scratch,
+        )
         .unwrap();
     assert_eq!(hits.len(), 10);
     let round_trips = segment.source().round_trips.load(Ordering::SeqCst);

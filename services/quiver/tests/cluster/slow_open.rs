@@ -155,7 +155,10 @@ async fn a_shard_whose_writer_opens_slower_than_its_lease_lives_still_opens_and_
         {
             break (Instant::now(), lease.epoch);
         }
-        assert!(Instant::now() < deadline, "the shard was never leased to the second indexer");
+        assert!(
+            Instant::now() < deadline,
+            "the shard was never leased to the second indexer"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let epoch = loop {
