@@ -18,8 +18,8 @@ use quiver_storage::testing::{FaultConfig, FaultProxy};
 use quiver_storage::{Storage, StorageOptions};
 use quiver_test_support::S3TestServer;
 
-const LEASE_TTL: Duration = Duration::from_millis(1_000);
-const STORE_LATENCY: Duration = Duration::from_millis(900);
+const LEASE_TTL: Duration = Duration::from_millis(2_000);
+const STORE_LATENCY: Duration = Duration::from_millis(3_000);
 
 async fn start_indexer(node_id: &str, meta: &MetaClient, storage: &Storage) -> IndexerNode {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -138,8 +138,9 @@ async fn a_shard_whose_writer_opens_slower_than_its_lease_lives_still_opens_and_
         .expect("flush");
     first.shutdown().await;
 
-    // Every request to the store now takes STORE_LATENCY: a second indexer's open
-    // of the shard (manifest, segment, primary keys, WAL tail) outlasts the lease.
+    // Every request to the store now takes STORE_LATENCY, longer than the lease:
+    // a second indexer's open of the shard (at least one read of the segment)
+    // outlasts it.
     proxy.set_config(FaultConfig::none().with_latency(STORE_LATENCY));
     let second = start_indexer("indexer-slow-b", &meta, &storage).await;
     let deadline = Instant::now() + Duration::from_secs(60);
