@@ -690,12 +690,17 @@ impl Indexer for IndexerGrpc {
         request: Request<data::ShardRequest>,
     ) -> Result<Response<data::CompactResponse>, Status> {
         let writer = self.writer(request.get_ref().shard.as_ref()).await?;
+        let wait = match request.get_ref().compact_wait_ms {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        };
         let merges = writer
-            .compact()
+            .compact_within(wait)
             .await
             .map_err(|error| quiver_proto::status_of(&error))?;
         Ok(Response::new(data::CompactResponse {
-            merges: merges as u32,
+            merges: merges.unwrap_or(0) as u32,
+            running: merges.is_none(),
         }))
     }
 }

@@ -105,18 +105,20 @@ impl Gateway {
                 )));
             };
             let mut client = IndexerClient::new(self.router.channel(address)?);
+            // The indexer answers "running" when the wait is over: a call given
+            // up here could lose the outcome it was about to carry.
             let call = client.compact(outgoing(data::ShardRequest {
                 shard: Some(pb::ShardRef {
                     collection_id,
                     shard: placement.shard,
                 }),
+                compact_wait_ms: wait.as_millis().max(1) as u64,
             }));
-            match tokio::time::timeout(wait, call).await {
-                Err(_still_running) => Ok((placement.shard, None)),
-                Ok(answer) => answer
-                    .map(|response| (placement.shard, Some(response.into_inner().merges)))
-                    .map_err(|status| GatewayError::from_status(&status)),
-            }
+            let answer = call
+                .await
+                .map_err(|status| GatewayError::from_status(&status))?;
+            let answer = answer.into_inner();
+            Ok((placement.shard, (!answer.running).then_some(answer.merges)))
         });
         let mut compaction = Compaction::default();
         for answer in join_all(calls).await {

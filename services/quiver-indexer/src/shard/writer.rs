@@ -245,6 +245,18 @@ impl ShardWriter {
     /// runs, or after one finished that no caller saw the end of, joins it and
     /// gets its outcome instead of starting another.
     pub async fn compact(&self) -> IndexerResult<usize> {
+        self.compact_within(None)
+            .await
+            .map(|merges| merges.expect("no wait limit: the outcome"))
+    }
+
+    /// [`ShardWriter::compact`], answering `None` (still running) once `wait` has
+    /// passed. Only an answer with the outcome marks it delivered, so a caller
+    /// told "running" who asks again gets it.
+    pub async fn compact_within(
+        &self,
+        wait: Option<std::time::Duration>,
+    ) -> IndexerResult<Option<usize>> {
         let (mut outcome, delivered) = {
             let mut slot = self.compaction.lock().unwrap_or_else(|p| p.into_inner());
             match slot.as_ref() {
@@ -270,10 +282,22 @@ impl ShardWriter {
                 }
             }
         };
-        let result = match outcome.wait_for(Option::is_some).await {
+        let waited = match wait {
+            Some(wait) => {
+                match tokio::time::timeout(wait, outcome.wait_for(Option::is_some)).await {
+                    Ok(waited) => waited.map(|result| result.clone()),
+                    Err(_still_running) => return Ok(None),
+                }
+            }
+            None => outcome
+                .wait_for(Option::is_some)
+                .await
+                .map(|result| result.clone()),
+        };
+        let result = match waited {
             Ok(result) => {
                 delivered.store(true, std::sync::atomic::Ordering::Release);
-                result.clone().expect("waited for an outcome")
+                result.expect("waited for an outcome")
             }
             Err(_) => Err((
                 ErrorCode::Unavailable,
@@ -283,7 +307,9 @@ impl ShardWriter {
                 ),
             )),
         };
-        result.map_err(|(code, message)| IndexerError::Compaction { code, message })
+        result
+            .map(Some)
+            .map_err(|(code, message)| IndexerError::Compaction { code, message })
     }
 
     /// Returns counters of the shard.

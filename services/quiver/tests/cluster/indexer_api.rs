@@ -552,6 +552,7 @@ async fn bad_writes_at_the_grpc_api_are_refused_and_write_nothing() {
             .clone()
             .flush(data::ShardRequest {
                 shard: Some(*shard),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -560,6 +561,7 @@ async fn bad_writes_at_the_grpc_api_are_refused_and_write_nothing() {
     let status = client_of(&numbers)
         .compact(data::ShardRequest {
             shard: Some(shard_ref(987_654, 0)),
+            ..Default::default()
         })
         .await
         .unwrap_err();

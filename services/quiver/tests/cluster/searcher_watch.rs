@@ -173,14 +173,20 @@ async fn the_searcher_follows_the_watch_stream_and_reopens_it() {
 
     // Each flush adds one segment, and the searcher opens just that one.
     indexer_client
-        .flush(data::ShardRequest { shard: Some(shard) })
+        .flush(data::ShardRequest {
+            shard: Some(shard),
+            ..Default::default()
+        })
         .await
         .unwrap();
     write(&mut indexer_client, shard, 50..100).await;
     wait_visible(&mut searcher_client, shard, 77).await;
     assert_eq!(read_context.segment_opens(), 1);
     indexer_client
-        .flush(data::ShardRequest { shard: Some(shard) })
+        .flush(data::ShardRequest {
+            shard: Some(shard),
+            ..Default::default()
+        })
         .await
         .unwrap();
     write(&mut indexer_client, shard, 100..150).await;

@@ -133,6 +133,7 @@ async fn a_shard_whose_writer_opens_slower_than_its_lease_lives_still_opens_and_
     client
         .flush(data::ShardRequest {
             shard: Some(reference),
+            ..Default::default()
         })
         .await
         .expect("flush");
