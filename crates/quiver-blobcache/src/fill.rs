@@ -5,13 +5,13 @@
 //! discarded (dropped from the index) so the next reader fetches it again.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::bytes::RegionGuard;
 use crate::error::{CacheError, CacheResult};
 use crate::inner::{Inner, ObjectIdentity, RegionKey};
 use crate::metrics::{METRICS, ReadCounts};
-use crate::slots::{Slot, SlotStatus};
+use crate::slots::{Slot, SlotStatus, State};
 
 /// The outcome of one fill, shared with every reader waiting for it.
 pub(crate) struct FillSignal {
@@ -84,61 +84,120 @@ impl Inner {
                     SlotStatus::Free => unreachable!("free regions are not in the index"),
                 }
             }
-            let slot = match state.free.pop() {
-                Some(slot) => slot,
-                None => self.evict(&mut state)?,
-            };
-            let signal = Arc::new(FillSignal::new());
-            state.slots[slot] = Slot {
-                key: Some(key.clone()),
-                status: SlotStatus::Filling(signal.clone()),
-                length: 0,
-            };
-            let counters = &self.slot_counters[slot];
-            counters.pins.fetch_add(1, Ordering::AcqRel);
-            counters.frequency.store(1, Ordering::Relaxed);
-            counters.verified.store(false, Ordering::Release);
-            state.index.insert(key.clone(), slot);
+            let (slot, signal) = self.claim_locked(&mut state, &key)?;
             drop(state);
-            return self.fill(&key, slot, &signal);
+            let start = key.region * self.region_bytes as u64;
+            let end = (start + self.region_bytes as u64).min(key.object.size);
+            let waiting = std::time::Instant::now();
+            let fetched = self.get_range(&key.object.key, start..end);
+            ReadCounts::add_wait(waiting.elapsed());
+            return self.finish_fill(&key, slot, &signal, fetched);
         }
     }
 
-    /// Fetches region `key` into `slot` (claimed `Filling` and pinned by the
-    /// caller) and wakes the readers waiting on `signal`.
-    fn fill<'a>(
+    /// Fills, with one request each and all in flight together, the regions of
+    /// `object` in `regions` that are neither cached nor being filled, and returns
+    /// once they are in (or failed: their readers fetch them again). The caller
+    /// sleeps once for the whole set, not once per region. Stops claiming, without
+    /// error, once every slot is pinned.
+    pub(crate) fn fill_many(&self, object: &Arc<ObjectIdentity>, regions: &[u64]) {
+        let mut claimed = Vec::with_capacity(regions.len());
+        for &region in regions {
+            let key = RegionKey {
+                object: object.clone(),
+                region,
+            };
+            let mut state = self.lock();
+            if state.index.contains_key(&key) {
+                continue;
+            }
+            match self.claim_locked(&mut state, &key) {
+                Ok((slot, signal)) => claimed.push((key, slot, signal)),
+                Err(error) => {
+                    tracing::debug!(key = %object.key, region, %error, "fetch ahead stopped");
+                    break;
+                }
+            }
+        }
+        if claimed.is_empty() {
+            return;
+        }
+        let requests = claimed
+            .iter()
+            .map(|(key, _, _)| {
+                let start = key.region * self.region_bytes as u64;
+                start..(start + self.region_bytes as u64).min(object.size)
+            })
+            .collect();
+        let waiting = std::time::Instant::now();
+        let fetched = self.get_ranges(&object.key, requests);
+        ReadCounts::add_wait(waiting.elapsed());
+        for ((key, slot, signal), fetched) in claimed.into_iter().zip(fetched) {
+            // Filled and released: the read that wanted it pins it again.
+            if let Err(error) = self.finish_fill(&key, slot, &signal, fetched) {
+                tracing::debug!(key = %object.key, region = key.region, %error, "fetch ahead failed");
+            }
+        }
+    }
+
+    /// Takes a slot for `key` (not in the index): a free one or an evicted one,
+    /// marked `Filling` and pinned for the caller, which must finish the fill
+    /// ([`Self::finish_fill`]) whatever happens.
+    fn claim_locked(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        key: &RegionKey,
+    ) -> CacheResult<(usize, Arc<FillSignal>)> {
+        let slot = match state.free.pop() {
+            Some(slot) => slot,
+            None => self.evict(state)?,
+        };
+        let signal = Arc::new(FillSignal::new());
+        state.slots[slot] = Slot {
+            key: Some(key.clone()),
+            status: SlotStatus::Filling(signal.clone()),
+            length: 0,
+        };
+        let counters = &self.slot_counters[slot];
+        counters.pins.fetch_add(1, Ordering::AcqRel);
+        counters.frequency.store(1, Ordering::Relaxed);
+        counters.verified.store(false, Ordering::Release);
+        state.index.insert(key.clone(), slot);
+        METRICS.fills_in_flight.inc();
+        Ok((slot, signal))
+    }
+
+    /// Writes the bytes `fetched` for region `key` into `slot` (claimed by
+    /// [`Self::claim_locked`]) and wakes the readers waiting on `signal`; on an
+    /// error, gives the slot back.
+    fn finish_fill<'a>(
         &'a self,
         key: &RegionKey,
         slot: usize,
         signal: &FillSignal,
+        fetched: Result<bytes::Bytes, String>,
     ) -> CacheResult<RegionGuard<'a>> {
         self.counters.add(&self.counters.misses, &METRICS.misses, 1);
-        METRICS.fills_in_flight.inc();
         let object = &key.object;
         let start = key.region * self.region_bytes as u64;
         let end = (start + self.region_bytes as u64).min(object.size);
-        let waiting = std::time::Instant::now();
-        let fetched = self.block_on(self.storage.get_range(&object.key, start..end));
-        ReadCounts::add_wait(waiting.elapsed());
-        let fetched = fetched
-            .map_err(|error| error.to_string())
-            .and_then(|bytes| {
-                // The store checks short reads; a wrong length here would write
-                // past the region, so it is refused rather than trusted.
-                if bytes.len() as u64 != end - start {
-                    return Err(format!(
-                        "the store returned {} bytes for the {} bytes asked for",
-                        bytes.len(),
-                        end - start
-                    ));
-                }
-                // This slot is Filling and owned by this call alone: it was free
-                // or evicted with no pins, and readers of its key wait for the
-                // signal, so nothing reads the region while it is written.
-                self.write_region(slot, &bytes)
-                    .map_err(|error| format!("cannot write the cache file: {error}"))?;
-                Ok(bytes.len())
-            });
+        let fetched = fetched.and_then(|bytes| {
+            // The store checks short reads; a wrong length here would write
+            // past the region, so it is refused rather than trusted.
+            if bytes.len() as u64 != end - start {
+                return Err(format!(
+                    "the store returned {} bytes for the {} bytes asked for",
+                    bytes.len(),
+                    end - start
+                ));
+            }
+            // This slot is Filling and owned by this call alone: it was free
+            // or evicted with no pins, and readers of its key wait for the
+            // signal, so nothing reads the region while it is written.
+            self.write_region(slot, &bytes)
+                .map_err(|error| format!("cannot write the cache file: {error}"))?;
+            Ok(bytes.len())
+        });
         METRICS.fills_in_flight.dec();
         let counters = &self.slot_counters[slot];
         match fetched {

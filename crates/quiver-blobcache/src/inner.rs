@@ -4,9 +4,11 @@
 //! eviction (`slots.rs`), fills (`fill.rs`), checks (`verify.rs`), reads that
 //! bypass the file (`read_through.rs`).
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use quiver_storage::Storage;
 use tokio::runtime::Handle;
 
@@ -83,6 +85,64 @@ impl Inner {
             // Inside a multi-thread runtime: let the scheduler move other tasks away.
             Ok(_) => tokio::task::block_in_place(|| self.runtime.block_on(future)),
             Err(_) => self.runtime.block_on(future),
+        })
+    }
+
+    /// Fetches `range` of `key` from the object store for synchronous code: the
+    /// request runs as a task on the runtime (its connection's reads and the
+    /// body's chunks stay on the runtime's threads), and the caller sleeps once
+    /// until the bytes are in. Polling the request from the calling thread instead
+    /// woke that thread for every chunk the socket delivered: ~9 context switches
+    /// per 64 KiB fill, most of a cold query's CPU (perf, docs/architecture.md).
+    pub(crate) fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, String> {
+        let storage = self.storage.clone();
+        let owned_key = key.to_owned();
+        let (done, result) = std::sync::mpsc::sync_channel(1);
+        self.runtime.spawn(async move {
+            let _ = done.send(storage.get_range(&owned_key, range).await);
+        });
+        let received = crate::waits::waiting_for_store(|| match Handle::try_current() {
+            // Inside a multi-thread runtime: let the scheduler move other tasks away.
+            Ok(_) => tokio::task::block_in_place(|| result.recv()),
+            Err(_) => result.recv(),
+        });
+        match received {
+            Ok(fetched) => fetched.map_err(|error| error.to_string()),
+            Err(_) => Err(format!("the runtime shut down while {key} was being read")),
+        }
+    }
+
+    /// Fetches the ranges `requests` of `key`, all in flight together in one task
+    /// on the runtime; the caller sleeps once until every one is in. The results
+    /// come in the order of `requests`.
+    pub(crate) fn get_ranges(
+        &self,
+        key: &str,
+        requests: Vec<Range<u64>>,
+    ) -> Vec<Result<Bytes, String>> {
+        let count = requests.len();
+        let storage = self.storage.clone();
+        let owned_key = key.to_owned();
+        let (done, result) = std::sync::mpsc::sync_channel(1);
+        self.runtime.spawn(async move {
+            let fetches = requests
+                .into_iter()
+                .map(|range| storage.get_range(&owned_key, range));
+            let fetched = futures_util::future::join_all(fetches).await;
+            let _ = done.send(
+                fetched
+                    .into_iter()
+                    .map(|fetched| fetched.map_err(|error| error.to_string()))
+                    .collect::<Vec<_>>(),
+            );
+        });
+        let received = crate::waits::waiting_for_store(|| match Handle::try_current() {
+            Ok(_) => tokio::task::block_in_place(|| result.recv()),
+            Err(_) => result.recv(),
+        });
+        received.unwrap_or_else(|_| {
+            let message = format!("the runtime shut down while {key} was being read");
+            vec![Err(message); count]
         })
     }
 

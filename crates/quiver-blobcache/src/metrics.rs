@@ -239,18 +239,6 @@ impl ReadCounts {
             value.store_wait_nanos += u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
         });
     }
-
-    /// Adds the lookups a helper thread made for the calling thread (its
-    /// waits are not added: the caller counts the time it waited for them).
-    pub(crate) fn absorb(helper: ReadCounts) {
-        Self::update(|value| {
-            value.region_hits += helper.region_hits;
-            value.region_misses += helper.region_misses;
-            value.bytes_fetched += helper.bytes_fetched;
-            value.row_hits += helper.row_hits;
-            value.row_misses += helper.row_misses;
-        });
-    }
 }
 
 #[derive(Default)]

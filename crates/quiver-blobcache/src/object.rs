@@ -16,7 +16,7 @@ use crate::session::CacheSession;
 use crate::slots::{remembered_fill, remembered_location};
 
 /// The most region fills one query's fetch-ahead runs at once.
-const FETCH_AHEAD_THREADS: usize = 16;
+const FETCH_AHEAD_FILLS: usize = 16;
 
 /// Fills at a time when warming a new segment's codes (before its shard serves
 /// it): enough in flight that the warm-up runs at the store's bandwidth.
@@ -24,7 +24,7 @@ const WARM_CODE_FILLS: usize = 4;
 
 /// Fills at a time when warming rows in the background: few, so that queries'
 /// own fetches are not queued behind the warm-up's.
-const WARM_THREADS: usize = 2;
+const WARM_ROW_FILLS: usize = 2;
 
 /// One object read through a [`BlobCache`](crate::BlobCache); implements the
 /// index's [`ByteSource`], so a segment in object storage is searched with no
@@ -186,7 +186,10 @@ impl CachedObject {
             return;
         }
         if let Some(rows) = self.row_tier(range.start, end) {
-            rows.fetch_missing_with(&[(range.start, (end - range.start) as usize)], WARM_THREADS);
+            rows.fetch_missing_with(
+                &[(range.start, (end - range.start) as usize)],
+                WARM_ROW_FILLS,
+            );
         }
     }
 
@@ -353,14 +356,14 @@ impl CachedObject {
     }
 
     /// Fills the regions under `ranges` that are not cached, up to
-    /// [`FETCH_AHEAD_THREADS`] at a time, and returns when they are in (or
+    /// [`FETCH_AHEAD_FILLS`] at a time, and returns when they are in (or
     /// failed: the reads that follow see the error).
     fn fetch_missing(&self, ranges: &[(u64, usize)]) {
-        self.fetch_missing_with(ranges, FETCH_AHEAD_THREADS);
+        self.fetch_missing_with(ranges, FETCH_AHEAD_FILLS);
     }
 
-    /// [`Self::fetch_missing`] with at most `threads` fills at a time.
-    fn fetch_missing_with(&self, ranges: &[(u64, usize)], threads: usize) {
+    /// [`Self::fetch_missing`] with at most `in_flight` fills at a time.
+    fn fetch_missing_with(&self, ranges: &[(u64, usize)], in_flight: usize) {
         let mut missing: Vec<u64> = Vec::new();
         for &(offset, length) in ranges {
             let end = offset.saturating_add(length as u64).min(self.identity.size);
@@ -383,33 +386,11 @@ impl CachedObject {
             &METRICS.fetched_ahead,
             missing.len() as u64,
         );
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let waiting = std::time::Instant::now();
-        crate::waits::waiting_for_store(|| {
-            std::thread::scope(|scope| {
-                let helpers: Vec<_> = (0..missing.len().min(threads.max(1)))
-                .map(|_| {
-                    scope.spawn(|| {
-                        let before = ReadCounts::of_this_thread();
-                        while let Some(&region) = missing.get(next.fetch_add(1, Ordering::Relaxed))
-                        {
-                            // Filled and checked, then released: the read pins it.
-                            if let Err(error) = self.acquire(region) {
-                                tracing::debug!(key = %self.identity.key, region, %error, "fetch ahead failed");
-                            }
-                        }
-                        ReadCounts::of_this_thread().since(before)
-                    })
-                })
-                .collect();
-                for helper in helpers {
-                    if let Ok(reads) = helper.join() {
-                        ReadCounts::absorb(reads);
-                    }
-                }
-            })
-        });
-        ReadCounts::add_wait(waiting.elapsed());
+        // All in flight together (up to `in_flight`), then filled and
+        // released: the reads that follow pin (and check) them.
+        for batch in missing.chunks(in_flight.max(1)) {
+            self.inner.fill_many(&self.identity, batch);
+        }
     }
 
     /// Returns region `region` pinned (and checked, once the object has

@@ -38,7 +38,7 @@ impl Inner {
             return Ok(Vec::new());
         }
         let waiting = std::time::Instant::now();
-        let fetched = self.block_on(self.storage.get_range(key, range.clone()));
+        let fetched = self.get_range(key, range.clone());
         ReadCounts::add_wait(waiting.elapsed());
         let bytes = fetched.map_err(|error| {
             self.counters
@@ -46,7 +46,7 @@ impl Inner {
             CacheError::Fill {
                 key: key.to_string(),
                 region: range.start / self.region_bytes as u64,
-                message: error.to_string(),
+                message: error,
             }
         })?;
         self.counters.add(&self.counters.misses, &METRICS.misses, 1);

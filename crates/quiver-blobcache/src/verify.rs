@@ -183,14 +183,14 @@ impl Inner {
     ) -> CacheResult<u32> {
         let length = range.end - range.start;
         let fetched = self
-            .block_on(self.storage.get_range(&object.key, range.clone()))
+            .get_range(&object.key, range.clone())
             .map_err(|error| {
                 self.counters
                     .add(&self.counters.fill_errors, &METRICS.fill_errors, 1);
                 CacheError::Fill {
                     key: object.key.clone(),
                     region: self.region_of(range.start),
-                    message: error.to_string(),
+                    message: error,
                 }
             })?;
         self.counters.add(

@@ -53,6 +53,28 @@ struct FaultyStore {
     reads_by_range: Mutex<HashMap<String, usize>>,
     /// Ranged reads damaged so far.
     damaged: AtomicUsize,
+    /// How long each ranged read takes (none by default).
+    delay: Mutex<Duration>,
+    /// Ranged reads in flight now, and the most seen at once.
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+}
+
+/// Counts a ranged read in flight for as long as it lives.
+struct InFlight<'a>(&'a FaultyStore);
+
+impl<'a> InFlight<'a> {
+    fn new(store: &'a FaultyStore) -> Self {
+        let now = store.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        store.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(store)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl FaultyStore {
@@ -116,8 +138,13 @@ impl ObjectStore for FaultyStore {
     ) -> object_store::Result<GetResult> {
         let fault = self.fault_for(location, &options.range);
         let is_range = options.range.is_some();
+        let _in_flight = is_range.then(|| InFlight::new(self));
         if is_range {
             self.gets.fetch_add(1, Ordering::SeqCst);
+            let delay = *self.delay.lock().unwrap();
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
         }
         match fault {
             Fault::Error if is_range => Err(object_store::Error::Generic {
@@ -200,6 +227,9 @@ fn faulty_storage(timeout: Duration) -> (Arc<FaultyStore>, Storage) {
         gets: AtomicUsize::new(0),
         reads_by_range: Mutex::new(HashMap::new()),
         damaged: AtomicUsize::new(0),
+        delay: Mutex::new(Duration::ZERO),
+        in_flight: AtomicUsize::new(0),
+        max_in_flight: AtomicUsize::new(0),
     });
     let options = StorageOptions {
         operation_timeout: timeout,
@@ -595,4 +625,54 @@ fn a_read_through_cache_checks_every_read() {
         .unwrap_err();
     assert_eq!(error.kind(), IndexErrorKind::Corrupted, "{error}");
     assert!(error.to_string().contains(key), "{error}");
+}
+
+#[test]
+fn a_fetch_ahead_puts_its_fills_in_flight_together_and_a_failed_one_leaves_nothing() {
+    let runtime = runtime();
+    let (faulty, storage) = faulty_storage(Duration::from_secs(5));
+    let region = 64u64 << 10;
+    let bytes = random_bytes(20 * region as usize, 11);
+    put(&runtime, &storage, "segments/ahead.qseg", &bytes);
+    let directory = tempfile::tempdir().unwrap();
+    let cache = cache(&runtime, storage, directory.path(), 32, region);
+    let object = cache.open_blocking("segments/ahead.qseg").unwrap();
+    *faulty.delay.lock().unwrap() = Duration::from_millis(100);
+    // Eight regions, one range each, none cached: one request each, all in flight
+    // at once (not one after the other), and the reads that follow are hits.
+    let ranges: Vec<(u64, usize)> = (0..8).map(|i| (i * 2 * region + 100, 1_000)).collect();
+    let gets_before = faulty.gets.load(Ordering::SeqCst);
+    object.fetch_ahead(&ranges);
+    assert_eq!(faulty.gets.load(Ordering::SeqCst) - gets_before, 8);
+    assert_eq!(faulty.max_in_flight.load(Ordering::SeqCst), 8);
+    assert_eq!(cache.stats().fetched_ahead, 8);
+    let misses = cache.stats().misses;
+    for &(offset, length) in &ranges {
+        let read = object.read(offset, length).unwrap();
+        assert_eq!(&read[..], &bytes[offset as usize..offset as usize + length]);
+    }
+    assert_eq!(
+        cache.stats().misses,
+        misses,
+        "fetched ahead: every read hits"
+    );
+    assert_eq!(cache.stats().pinned_regions, 0);
+
+    // Failing fetches ahead leave no region behind: the reads fetch again, and
+    // succeed once the store does.
+    *faulty.delay.lock().unwrap() = Duration::ZERO;
+    *faulty.fault.lock().unwrap() = Fault::Error;
+    let failing: Vec<(u64, usize)> = (0..4).map(|i| ((i * 2 + 1) * region, 10)).collect();
+    let resident = cache.stats().resident_regions;
+    object.fetch_ahead(&failing);
+    assert_eq!(cache.stats().resident_regions, resident);
+    assert_eq!(cache.stats().pinned_regions, 0);
+    let error = object.read(failing[0].0, 10).unwrap_err();
+    assert!(error.to_string().contains("segments/ahead.qseg"), "{error}");
+    *faulty.fault.lock().unwrap() = Fault::None;
+    for &(offset, length) in &failing {
+        let read = object.read(offset, length).unwrap();
+        assert_eq!(&read[..], &bytes[offset as usize..offset as usize + length]);
+    }
+    assert_eq!(cache.stats().pinned_regions, 0);
 }
