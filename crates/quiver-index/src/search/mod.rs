@@ -143,6 +143,7 @@ pub struct SearchScratch {
     masks: Vec<u32>,
     counts: Vec<u32>,
     candidates: Vec<Candidate>,
+    uppers: Vec<f32>,
     row_scores: Vec<f32>,
     heap: BinaryHeap<Ranked>,
     reserve: BinaryHeap<Ranked>,
@@ -216,6 +217,24 @@ fn select_candidates(
             }
         }
     }
+}
+
+/// Returns the `k`-th smallest of the top's exact keys and the candidates'
+/// upper bounds (`2·key − lower`: the estimate plus its error bound), or
+/// infinity when there are fewer than `k` of them.
+fn kth_upper_bound(candidates: &[Candidate], top: &TopK, uppers: &mut Vec<f32>) -> f32 {
+    if candidates.len() + top.heap.len() < top.k {
+        return f32::INFINITY;
+    }
+    uppers.clear();
+    uppers.extend(top.heap.iter().map(|ranked| ranked.key));
+    uppers.extend(
+        candidates
+            .iter()
+            .map(|candidate| 2.0 * candidate.key - candidate.lower),
+    );
+    let (_, kth, _) = uppers.select_nth_unstable_by(top.k - 1, f32::total_cmp);
+    *kth
 }
 
 impl<S: ByteSource> Segment<S> {
@@ -504,16 +523,34 @@ impl<S: ByteSource> Segment<S> {
         scratch
             .candidates
             .sort_unstable_by(|a, b| a.lower.total_cmp(&b.lower));
+        // The k-th exact key this list can end with is at most the k-th smallest
+        // of the top's exact keys and the candidates' upper bounds (each row's
+        // exact key lies within its estimate ± the error bound), so a candidate
+        // whose lower bound is past that is never rescored: its row is neither
+        // fetched ahead nor read, and it goes to the reserve (which the guard
+        // checks). On a cold cache this is most of a first list's rows: with no
+        // threshold yet, every row of it is a candidate.
+        let bound = ranking.top.threshold().min(kth_upper_bound(
+            &scratch.candidates,
+            &ranking.top,
+            &mut scratch.uppers,
+        ));
+        let hopeful = scratch
+            .candidates
+            .partition_point(|candidate| candidate.lower < bound);
         // Each candidate's row is read once, PREFETCH_AHEAD candidates early:
         // the handle waits in a small ring while the CPU pulls the bytes in.
         const PREFETCH_AHEAD: usize = 3;
         let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
         self.fetch_rows_ahead(
-            scratch.candidates.iter().map(|candidate| candidate.row),
+            scratch.candidates[..hopeful]
+                .iter()
+                .map(|candidate| candidate.row),
             &mut scratch.fetch_ranges,
         );
+        let hopeful_candidates = &scratch.candidates[..hopeful];
         let read_row = |position: usize| -> IndexResult<Option<S::Bytes<'_>>> {
-            let Some(candidate) = scratch.candidates.get(position) else {
+            let Some(candidate) = hopeful_candidates.get(position) else {
                 return Ok(None);
             };
             let bytes = self.read(
@@ -528,21 +565,29 @@ impl<S: ByteSource> Segment<S> {
         for (position, slot) in ring.iter_mut().enumerate().take(PREFETCH_AHEAD) {
             *slot = read_row(position)?;
         }
-        for index in 0..scratch.candidates.len() {
+        // Candidates come by lower bound and the threshold only falls: the first
+        // one that cannot enter ends the rescoring, and it and the rest go to the
+        // reserve.
+        let mut rescored_up_to = hopeful;
+        for index in 0..hopeful {
+            let candidate = hopeful_candidates[index];
+            if candidate.lower >= ranking.top.threshold() {
+                rescored_up_to = index;
+                break;
+            }
             ring[(index + PREFETCH_AHEAD) % ring.len()] = read_row(index + PREFETCH_AHEAD)?;
             let row_bytes_now = ring[index % ring.len()].take().expect("read ahead");
-            let candidate = scratch.candidates[index];
-            if candidate.lower >= ranking.top.threshold() {
-                ranking
-                    .reserve
-                    .push(candidate.key, handle(member, candidate.row));
-                continue;
-            }
             ranking.top.push(
                 self.exact_key(&scratch.query, &row_bytes_now)?,
                 handle(member, candidate.row),
             );
             ranking.rescored += 1;
+        }
+        drop(ring);
+        for candidate in &scratch.candidates[rescored_up_to..] {
+            ranking
+                .reserve
+                .push(candidate.key, handle(member, candidate.row));
         }
         Ok(())
     }
