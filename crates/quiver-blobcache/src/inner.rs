@@ -95,21 +95,9 @@ impl Inner {
     /// woke that thread for every chunk the socket delivered: ~9 context switches
     /// per 64 KiB fill, most of a cold query's CPU (perf, docs/architecture.md).
     pub(crate) fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, String> {
-        let storage = self.storage.clone();
-        let owned_key = key.to_owned();
-        let (done, result) = std::sync::mpsc::sync_channel(1);
-        self.runtime.spawn(async move {
-            let _ = done.send(storage.get_range(&owned_key, range).await);
-        });
-        let received = crate::waits::waiting_for_store(|| match Handle::try_current() {
-            // Inside a multi-thread runtime: let the scheduler move other tasks away.
-            Ok(_) => tokio::task::block_in_place(|| result.recv()),
-            Err(_) => result.recv(),
-        });
-        match received {
-            Ok(fetched) => fetched.map_err(|error| error.to_string()),
-            Err(_) => Err(format!("the runtime shut down while {key} was being read")),
-        }
+        self.get_ranges(key, vec![range])
+            .pop()
+            .expect("one result per request")
     }
 
     /// Fetches the ranges `requests` of `key`, all in flight together in one task
