@@ -155,8 +155,8 @@ impl CacheStats {
 
 /// Region reads made by one thread: what a query cost the cache, measured as the
 /// difference of two snapshots taken on the thread that ran it
-/// ([`ReadCounts::of_this_thread`]). Reads that thread had fetched ahead by
-/// helper threads count as its own.
+/// ([`ReadCounts::of_this_thread`]). Fills it fetched ahead count as its own
+/// (they are finished on its thread).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadCounts {
     /// Region lookups served from the cache.

@@ -61,8 +61,8 @@ fn row_sections_are_cached_in_small_regions_apart_from_the_codes() {
         "row fills are at most 64 KiB: {rows:?}"
     );
     let hot_after_searches = hot;
-    // The searches' own counts: every fill they caused, also those their
-    // fetch-ahead helper threads made, split by tier, and the time waited.
+    // The searches' own counts: every fill they caused, also those fetched
+    // ahead, split by tier, and the time waited.
     let reads = ReadCounts::of_this_thread().since(before);
     assert!(cache.stats().fetched_ahead > 0, "{:?}", cache.stats());
     assert_eq!(reads.row_misses, rows.misses, "{reads:?} {rows:?}");
