@@ -13,6 +13,10 @@ use crate::inner::{Inner, ObjectIdentity, RegionKey};
 use crate::metrics::{METRICS, ReadCounts};
 use crate::slots::{Slot, SlotStatus, State};
 
+/// The most bytes of neighbouring regions a fetch-ahead asks for in one request
+/// (16 row regions; hot regions, 1 MiB and more, go one per request).
+const MAX_RUN_BYTES: usize = 1 << 20;
+
 /// The outcome of one fill, shared with every reader waiting for it.
 pub(crate) struct FillSignal {
     outcome: Mutex<Option<Result<(), String>>>,
@@ -122,20 +126,54 @@ impl Inner {
         if claimed.is_empty() {
             return;
         }
-        let requests = claimed
+        // Neighbouring regions go out as one request (up to MAX_RUN_BYTES):
+        // a store charges, and a server spends, per request more than per byte,
+        // and the rows a list's candidates need are often next to each other.
+        claimed.sort_unstable_by_key(|(key, _, _)| key.region);
+        let region_bytes = self.region_bytes as u64;
+        let max_run = (MAX_RUN_BYTES / self.region_bytes).max(1);
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        for index in 0..claimed.len() {
+            match runs.last_mut() {
+                Some(run)
+                    if claimed[index - 1].0.region + 1 == claimed[index].0.region
+                        && run.len() < max_run =>
+                {
+                    run.end = index + 1
+                }
+                _ => runs.push(index..index + 1),
+            }
+        }
+        let requests = runs
             .iter()
-            .map(|(key, _, _)| {
-                let start = key.region * self.region_bytes as u64;
-                start..(start + self.region_bytes as u64).min(object.size)
+            .map(|run| {
+                let start = claimed[run.start].0.region * region_bytes;
+                let end = ((claimed[run.end - 1].0.region + 1) * region_bytes).min(object.size);
+                start..end
             })
             .collect();
         let waiting = std::time::Instant::now();
         let fetched = self.get_ranges(&object.key, requests);
         ReadCounts::add_wait(waiting.elapsed());
-        for ((key, slot, signal), fetched) in claimed.into_iter().zip(fetched) {
-            // Filled and released: the read that wanted it pins it again.
-            if let Err(error) = self.finish_fill(&key, slot, &signal, fetched) {
-                tracing::debug!(key = %object.key, region = key.region, %error, "fetch ahead failed");
+        for (run, fetched) in runs.into_iter().zip(fetched) {
+            for (key, slot, signal) in &claimed[run.clone()] {
+                let part = fetched.as_ref().map_err(Clone::clone).and_then(|bytes| {
+                    let offset =
+                        ((key.region - claimed[run.start].0.region) * region_bytes) as usize;
+                    let end = (offset + self.region_bytes).min(bytes.len());
+                    if offset >= end {
+                        return Err(format!(
+                            "the store returned {} bytes for {} regions",
+                            bytes.len(),
+                            run.len()
+                        ));
+                    }
+                    Ok(bytes.slice(offset..end))
+                });
+                // Filled and released: the read that wanted it pins it again.
+                if let Err(error) = self.finish_fill(key, *slot, signal, part) {
+                    tracing::debug!(key = %object.key, region = key.region, %error, "fetch ahead failed");
+                }
             }
         }
     }

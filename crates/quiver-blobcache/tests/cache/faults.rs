@@ -632,7 +632,8 @@ fn a_fetch_ahead_puts_its_fills_in_flight_together_and_a_failed_one_leaves_nothi
     let runtime = runtime();
     let (faulty, storage) = faulty_storage(Duration::from_secs(5));
     let region = 64u64 << 10;
-    let bytes = random_bytes(20 * region as usize, 11);
+    // 21 regions, the last one short.
+    let bytes = random_bytes(20 * region as usize + 1_000, 11);
     put(&runtime, &storage, "segments/ahead.qseg", &bytes);
     let directory = tempfile::tempdir().unwrap();
     let cache = cache(&runtime, storage, directory.path(), 32, region);
@@ -651,6 +652,27 @@ fn a_fetch_ahead_puts_its_fills_in_flight_together_and_a_failed_one_leaves_nothi
         let read = object.read(offset, length).unwrap();
         assert_eq!(&read[..], &bytes[offset as usize..offset as usize + length]);
     }
+    assert_eq!(
+        cache.stats().misses,
+        misses,
+        "fetched ahead: every read hits"
+    );
+    assert_eq!(cache.stats().pinned_regions, 0);
+
+    // Neighbouring regions, the object's short last one among them: one request.
+    let neighbours: Vec<(u64, usize)> = (17..=20).map(|i| (i * region + 10, 900)).collect();
+    let gets_before = faulty.gets.load(Ordering::SeqCst);
+    object.fetch_ahead(&neighbours);
+    assert_eq!(faulty.gets.load(Ordering::SeqCst) - gets_before, 1);
+    assert_eq!(cache.stats().pinned_regions, 0);
+    let misses = cache.stats().misses;
+    for &(offset, length) in &neighbours {
+        let read = object.read(offset, length).unwrap();
+        assert_eq!(&read[..], &bytes[offset as usize..offset as usize + length]);
+    }
+    let tail = object.read(20 * region, 1_000).unwrap();
+    assert_eq!(&tail[..], &bytes[20 * region as usize..]);
+    drop(tail);
     assert_eq!(
         cache.stats().misses,
         misses,
