@@ -98,6 +98,9 @@ impl S3Settings {
 /// - `operation_timeout` (120 s) bounds one operation, retries included (it is also
 ///   object_store's `retry_timeout`, which its docs ask to keep under 5 minutes so
 ///   signed requests do not expire).
+///   A multipart upload gets it once per started GiB, and when it fails after
+///   its parts went up, the object is looked up before the failure is believed
+///   (an answer to `CompleteMultipartUpload` lost after the server acted).
 ///
 /// A short body that still looks complete is caught above this layer: ranged reads
 /// check their length, WAL objects and deletion bitmaps carry a CRC-32C, segments a

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use object_store::path::Path;
@@ -214,8 +214,19 @@ impl Storage {
         key: &str,
         future: impl Future<Output = Result<T, object_store::Error>>,
     ) -> StorageResult<T> {
+        self.run_with_timeout(operation, key, self.options.operation_timeout, future)
+            .await
+    }
+
+    async fn run_with_timeout<T>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        timeout: Duration,
+        future: impl Future<Output = Result<T, object_store::Error>>,
+    ) -> StorageResult<T> {
         let started = Instant::now();
-        let result = tokio::time::timeout(self.options.operation_timeout, future).await;
+        let result = tokio::time::timeout(timeout, future).await;
         METRICS
             .duration
             .with_label_values(&[operation])
@@ -236,7 +247,7 @@ impl Storage {
                 Err(StorageError::Timeout {
                     operation,
                     key: key.to_string(),
-                    timeout_ms: self.options.operation_timeout.as_millis() as u64,
+                    timeout_ms: timeout.as_millis() as u64,
                 }),
             ),
         };
@@ -251,18 +262,41 @@ impl Storage {
     }
 
     /// Writes `bytes` as object `key` (in parts above the multipart threshold).
+    ///
+    /// A multipart upload is bounded by `operation_timeout` per started GiB, not
+    /// one `operation_timeout` for any size (a merged segment of several GiB
+    /// must not fail for its size alone). When it fails after its parts were
+    /// sent — the answer to `CompleteMultipartUpload` lost to a timeout or a
+    /// broken connection while the server assembled the object, which for a
+    /// large object can take minutes; a retry then finds the upload gone —
+    /// the object is looked up: present with exactly `bytes.len()` bytes, it is
+    /// this upload's (Quiver writes each key once), and the put succeeded.
     pub async fn put(&self, key: &str, bytes: Bytes) -> StorageResult<()> {
         let path = Path::from(key);
         let size = bytes.len();
         if size > self.options.multipart_threshold_bytes {
             let part_size = self.options.part_size_bytes;
-            self.run("put_multipart", key, async {
-                let upload = self.store.put_multipart(&path).await?;
-                let mut writer = WriteMultipart::new_with_chunk_size(upload, part_size);
-                writer.put(bytes);
-                writer.finish().await.map(|_| ())
-            })
-            .await?;
+            let gibibytes = size.div_ceil(1 << 30).max(1) as u32;
+            let timeout = self.options.operation_timeout * gibibytes;
+            let uploaded = self
+                .run_with_timeout("put_multipart", key, timeout, async {
+                    let upload = self.store.put_multipart(&path).await?;
+                    let mut writer = WriteMultipart::new_with_chunk_size(upload, part_size);
+                    writer.put(bytes);
+                    writer.finish().await.map(|_| ())
+                })
+                .await;
+            if let Err(error) = uploaded {
+                match self.head(key).await {
+                    Ok(info) if info.size == size as u64 => {
+                        tracing::warn!(
+                            store = %self.description, %key, size, %error,
+                            "multipart upload reported an error, but the object is whole: its completion's answer was lost"
+                        );
+                    }
+                    _ => return Err(error),
+                }
+            }
         } else {
             self.run(
                 "put",

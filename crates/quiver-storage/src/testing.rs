@@ -50,6 +50,10 @@ pub enum Fault {
     /// Forward, then flip one byte in the middle of the answer's body (the length
     /// stays right: only a checksum can tell).
     CorruptBody,
+    /// Forward (the server does the work), then reset the connection instead of
+    /// answering: a timeout or a broken connection after the server acted, as
+    /// when a long `CompleteMultipartUpload` outlives the client's timeout.
+    LostAnswer,
 }
 
 impl Fault {
@@ -62,6 +66,7 @@ impl Fault {
             Fault::SlowBody => "slow_body",
             Fault::TruncateBody => "truncate_body",
             Fault::CorruptBody => "corrupt_body",
+            Fault::LostAnswer => "lost_answer",
         }
     }
 
@@ -82,6 +87,9 @@ pub struct FaultConfig {
     pub faults: Vec<Fault>,
     /// Only requests with these methods are eligible (`GET`, `PUT`, …); empty: all.
     pub methods: Vec<String>,
+    /// Only requests whose query string contains this are eligible (e.g.
+    /// `uploadId=`: the parts, completion and abort of multipart uploads).
+    pub query_contains: Option<String>,
     /// How long a stalled request hangs before the proxy closes it.
     pub stall: Duration,
     /// Pause between the pieces of a slow body.
@@ -101,6 +109,7 @@ impl FaultConfig {
             fraction,
             faults: faults.to_vec(),
             methods: Vec::new(),
+            query_contains: None,
             stall: Duration::from_secs(30),
             slow_body_pause: Duration::from_millis(20),
             seed: 0x5eed,
@@ -122,6 +131,12 @@ impl FaultConfig {
     /// Restricts the faults to requests with `methods`.
     pub fn only_methods(mut self, methods: &[&str]) -> Self {
         self.methods = methods.iter().map(|method| method.to_string()).collect();
+        self
+    }
+
+    /// Restricts the faults to requests whose query string contains `needle`.
+    pub fn only_queries_containing(mut self, needle: &str) -> Self {
+        self.query_contains = Some(needle.to_string());
         self
     }
 }
@@ -176,7 +191,7 @@ struct ProxyShared {
 
 impl ProxyShared {
     /// Decides the fault of one request: the `n`-th draw of a seeded generator.
-    fn choose(&self, method: &str) -> Option<Fault> {
+    fn choose(&self, method: &str, query: &str) -> Option<Fault> {
         let config = self.config.lock().unwrap_or_else(|p| p.into_inner());
         if config.faults.is_empty() || config.fraction <= 0.0 {
             return None;
@@ -186,6 +201,11 @@ impl ProxyShared {
                 .methods
                 .iter()
                 .any(|wanted| wanted.eq_ignore_ascii_case(method))
+        {
+            return None;
+        }
+        if let Some(needle) = &config.query_contains
+            && !query.contains(needle.as_str())
         {
             return None;
         }
@@ -431,7 +451,7 @@ async fn answer(
     let (parts, body) = request.into_parts();
     let body = body.collect().await.map_err(io::Error::other)?.to_bytes();
     shared.requests.fetch_add(1, Ordering::Relaxed);
-    let fault = shared.choose(parts.method.as_str());
+    let fault = shared.choose(parts.method.as_str(), parts.uri.query().unwrap_or(""));
     match fault {
         Some(Fault::ServerError) => {
             shared.count(Fault::ServerError);
@@ -500,6 +520,13 @@ async fn answer(
         end: Instant::now(),
     });
     drop(spans);
+    if fault == Some(Fault::LostAnswer) {
+        shared.count(Fault::LostAnswer);
+        reset.store(true, Ordering::SeqCst);
+        return Err(io::Error::other(
+            "answer dropped and connection reset by the fault proxy",
+        ));
+    }
     let bodiless = method == Method::HEAD
         || head.status == StatusCode::NO_CONTENT
         || head.status == StatusCode::NOT_MODIFIED;
@@ -740,11 +767,11 @@ mod tests {
             injected: Mutex::new(Vec::new()),
         };
         let first = shared(7);
-        let draws: Vec<Option<Fault>> = (0..4000).map(|_| first.choose("GET")).collect();
+        let draws: Vec<Option<Fault>> = (0..4000).map(|_| first.choose("GET", "")).collect();
         let faulted = draws.iter().filter(|fault| fault.is_some()).count();
         assert!((800..1200).contains(&faulted), "{faulted} of 4000");
         let again = shared(7);
-        let repeated: Vec<Option<Fault>> = (0..4000).map(|_| again.choose("GET")).collect();
+        let repeated: Vec<Option<Fault>> = (0..4000).map(|_| again.choose("GET", "")).collect();
         assert_eq!(draws, repeated);
     }
 }

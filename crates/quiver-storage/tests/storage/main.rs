@@ -207,6 +207,72 @@ async fn reads_through_a_faulty_server_are_whole_or_errors() {
     );
 }
 
+/// A multipart upload whose `CompleteMultipartUpload` the server carried out but
+/// whose answer never came back (a timeout while a large object was assembled):
+/// the retries find the upload gone, and the put still succeeds because the
+/// object is there, whole. When the parts themselves cannot go up, the put fails
+/// naming the key and nothing is left under it.
+#[tokio::test]
+async fn a_lost_answer_to_a_completed_multipart_upload_is_not_a_failure() {
+    use quiver_storage::testing::{Fault, FaultConfig, FaultProxy};
+    let Some(server) = S3TestServer::from_env("this test") else {
+        return;
+    };
+    let bucket = server.create_bucket("quiver-storage-lost-answer").await;
+    let proxy = FaultProxy::start(server.endpoint(), FaultConfig::none())
+        .await
+        .unwrap();
+    let options = StorageOptions {
+        operation_timeout: std::time::Duration::from_secs(20),
+        max_retries: 2,
+        initial_backoff: std::time::Duration::from_millis(10),
+        multipart_threshold_bytes: 6 << 20,
+        part_size_bytes: 5 << 20,
+        ..Default::default()
+    };
+    let store = server.storage_via(&proxy.endpoint(), &bucket, "lost", options);
+    let data: Vec<u8> = (0..(12u32 << 20)).map(|i| (i % 249) as u8).collect();
+
+    // Every completion (a POST with an upload id) is carried out, its answer lost.
+    proxy.set_config(
+        FaultConfig::new(1.0, &[Fault::LostAnswer])
+            .only_methods(&["POST"])
+            .only_queries_containing("uploadId="),
+    );
+    store
+        .put("segment", Bytes::from(data.clone()))
+        .await
+        .expect("the object is whole although the completion's answer was lost");
+    let stats = proxy.stats();
+    assert!(
+        stats
+            .injected
+            .iter()
+            .any(|(name, count)| *name == "lost_answer" && *count > 0),
+        "{stats:?}"
+    );
+    proxy.set_config(FaultConfig::none());
+    let back = store.get("segment").await.unwrap();
+    assert!(back.as_ref() == data.as_slice(), "the object differs");
+
+    // Parts that never arrive: a failure, and no object.
+    proxy.set_config(
+        FaultConfig::new(1.0, &[Fault::Reset])
+            .only_methods(&["PUT"])
+            .only_queries_containing("uploadId="),
+    );
+    let error = store
+        .put("never", Bytes::from(data.clone()))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("never"), "{error}");
+    proxy.set_config(FaultConfig::none());
+    assert_eq!(
+        store.head("never").await.unwrap_err().kind(),
+        StorageErrorKind::NotFound
+    );
+}
+
 #[tokio::test]
 async fn a_bucket_is_created_outside_the_default_region_too() {
     let Some(server) = S3TestServer::from_env("bucket creation in eu-west-1") else {
