@@ -33,12 +33,28 @@ struct Queue {
     stopping: bool,
     /// Jobs holding a CPU slot (computing, not waiting for the store).
     computing: usize,
+    /// Pool threads asleep, waiting for a job they may run.
+    idle_threads: usize,
+    /// Jobs back from the store, waiting for a slot (they go before new jobs).
+    resuming: usize,
+    /// Times an idle thread woke and found nothing it could run.
+    woken_for_nothing: u64,
+}
+
+impl Queue {
+    /// Whether a new job may take a slot now: one is free and no job back from
+    /// the store is waiting for it.
+    fn room_for_a_new_job(&self, slots: usize) -> bool {
+        self.computing + self.resuming < slots
+    }
 }
 
 struct Shared {
     queue: Mutex<Queue>,
-    /// Signalled when a job is queued, a slot frees up or the pool stops.
-    available: Condvar,
+    /// Idle threads wait here for a job they may run.
+    job_ready: Condvar,
+    /// Jobs back from the store wait here for a free slot.
+    slot_free: Condvar,
     capacity: usize,
     slots: usize,
 }
@@ -47,6 +63,18 @@ impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// After a slot freed up: wakes the one waiter that takes it — a job back
+    /// from the store first, else an idle thread when a job is queued. One
+    /// wake-up per free slot, so a search costs no herd of threads woken for
+    /// nothing (every enqueue and completion used to wake all of them).
+    fn hand_on_slot(&self, queue: &Queue) {
+        if queue.resuming > 0 {
+            self.slot_free.notify_one();
+        } else if !queue.jobs.is_empty() && queue.idle_threads > 0 {
+            self.job_ready.notify_one();
+        }
+    }
 }
 
 /// A pool thread's job waiting for the object store gives its slot back.
@@ -54,21 +82,24 @@ struct SlotHandBack(Arc<Shared>);
 
 impl quiver_blobcache::StoreWaitObserver for SlotHandBack {
     fn waiting(&self) {
-        self.0.lock().computing -= 1;
+        let mut queue = self.0.lock();
+        queue.computing -= 1;
         METRICS.search_pool_busy.dec();
-        self.0.available.notify_all();
+        self.0.hand_on_slot(&queue);
     }
 
     fn resumed(&self) {
         let mut queue = self.0.lock();
+        queue.resuming += 1;
         // A stopping pool finishes what it runs without waiting for a slot.
         while queue.computing >= self.0.slots && !queue.stopping {
             queue = self
                 .0
-                .available
+                .slot_free
                 .wait(queue)
                 .unwrap_or_else(|p| p.into_inner());
         }
+        queue.resuming -= 1;
         queue.computing += 1;
         METRICS.search_pool_busy.inc();
     }
@@ -99,8 +130,12 @@ impl SearchPool {
                 jobs: VecDeque::with_capacity(capacity),
                 stopping: false,
                 computing: 0,
+                idle_threads: 0,
+                resuming: 0,
+                woken_for_nothing: 0,
             }),
-            available: Condvar::new(),
+            job_ready: Condvar::new(),
+            slot_free: Condvar::new(),
             capacity,
             slots,
         });
@@ -140,7 +175,7 @@ impl SearchPool {
             let _ = sender.send(job());
         });
         {
-            let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let mut queue = self.shared.lock();
             if queue.stopping {
                 return Err(SearcherError::Internal(
                     "the search pool is stopping".into(),
@@ -155,8 +190,12 @@ impl SearchPool {
             }
             queue.jobs.push_back((Instant::now(), wrapped));
             METRICS.search_pool_queued.set(queue.jobs.len() as i64);
+            // Wake one idle thread if the job may start now; otherwise the
+            // thread that frees a slot takes it.
+            if queue.room_for_a_new_job(self.shared.slots) && queue.idle_threads > 0 {
+                self.shared.job_ready.notify_one();
+            }
         }
-        self.shared.available.notify_all();
         receiver
             .await
             .map_err(|_| SearcherError::Internal("a search job panicked".into()))
@@ -168,20 +207,35 @@ fn work(shared: &Shared) {
         let (queued_at, job) = {
             let mut queue = shared.lock();
             loop {
-                if queue.computing < shared.slots
+                if queue.room_for_a_new_job(shared.slots)
                     && let Some(entry) = queue.jobs.pop_front()
                 {
                     queue.computing += 1;
                     METRICS.search_pool_queued.set(queue.jobs.len() as i64);
+                    // Jobs queued while this thread was being woken may have
+                    // room too: pass the wake-up on.
+                    if !queue.jobs.is_empty()
+                        && queue.room_for_a_new_job(shared.slots)
+                        && queue.idle_threads > 0
+                    {
+                        shared.job_ready.notify_one();
+                    }
                     break entry;
                 }
                 if queue.stopping && queue.jobs.is_empty() {
                     return;
                 }
+                queue.idle_threads += 1;
                 queue = shared
-                    .available
+                    .job_ready
                     .wait(queue)
                     .unwrap_or_else(|p| p.into_inner());
+                queue.idle_threads -= 1;
+                if !(queue.room_for_a_new_job(shared.slots) && !queue.jobs.is_empty())
+                    && !queue.stopping
+                {
+                    queue.woken_for_nothing += 1;
+                }
             }
         };
         METRICS
@@ -192,8 +246,13 @@ fn work(shared: &Shared) {
         // this thread goes on serving.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
         METRICS.search_pool_busy.dec();
-        shared.lock().computing -= 1;
-        shared.available.notify_all();
+        let mut queue = shared.lock();
+        queue.computing -= 1;
+        // A job back from the store takes the slot; otherwise this thread takes
+        // the next queued job itself, without waking another.
+        if queue.resuming > 0 {
+            shared.slot_free.notify_one();
+        }
     }
 }
 
@@ -206,7 +265,8 @@ impl Drop for SearchPool {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .stopping = true;
-        self.shared.available.notify_all();
+        self.shared.job_ready.notify_all();
+        self.shared.slot_free.notify_all();
     }
 }
 
@@ -284,6 +344,23 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         panic!("a slot was never given back");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_wakes_one_thread_not_the_whole_pool() {
+        // 2 slots, 8 threads, all idle between jobs: each job needs one wake-up.
+        // Waking every thread for every job (as the pool once did) costs 7 vain
+        // wake-ups — context switches on a loaded machine — per search.
+        let pool = SearchPool::new(2, 16).expect("pool");
+        for _ in 0..100 {
+            // Let the threads go back to sleep between jobs.
+            while pool.shared.lock().idle_threads < 2 * WAIT_THREADS_PER_SLOT {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(pool.run(|| 1).await.expect("ran"), 1);
+        }
+        let vain = pool.shared.lock().woken_for_nothing;
+        assert!(vain < 10, "{vain} vain wake-ups for 100 jobs");
     }
 
     #[tokio::test]
