@@ -5,7 +5,6 @@
 //! given recall, which `cluster --engine` uses — share the dataset and segment
 //! setup; each is a function of its own.)
 
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -13,8 +12,8 @@ use anyhow::{Context, Result, bail};
 use quiver_common::stats::percentile_or_zero;
 use quiver_common::vecs::{Matrix, read_fvecs, read_ivecs};
 use quiver_index::{
-    ByteSource, IdType, Metric, MmapSource, PointId, RawPrecision, SearchParams, SearchScratch,
-    Segment, SegmentSpec, SegmentWriter, merge_hits,
+    ByteSource, HugePageWriter, IdType, Metric, MmapSource, PointId, RawPrecision, SearchParams,
+    SearchScratch, Segment, SegmentSpec, SegmentWriter, merge_hits,
 };
 use serde::Serialize;
 
@@ -118,7 +117,9 @@ fn build_segments(
         let partial = path.with_extension("qseg.partial");
         let file = std::fs::File::create(&partial)
             .with_context(|| format!("creating {}", partial.display()))?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
+        // Written as the indexer writes segments: whole 2 MiB pages, so the
+        // engine maps them with huge pages as the servers do.
+        let mut out = HugePageWriter::new(file);
         let progress = bar(&format!("segment {index}"), 1);
         let summary = writer.finish(&mut out, &|stage, done, total| {
             progress.set_message(format!("{stage:?}"));
@@ -130,7 +131,8 @@ fn build_segments(
             progress.set_position(done);
         })?;
         progress.finish();
-        drop(out);
+        out.into_inner()
+            .with_context(|| format!("writing {}", partial.display()))?;
         std::fs::rename(&partial, &path)?;
         file_bytes += summary.file_bytes;
         hot_bytes += summary.hot_bytes;

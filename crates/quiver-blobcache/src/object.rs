@@ -467,11 +467,19 @@ impl ByteSource for CachedObject {
         if let Some(map) = &self.mapped {
             let end = (offset.saturating_add(length as u64)).min(self.identity.size);
             if offset < end {
-                let advice = match pattern {
-                    AccessPattern::Sequential => memmap2::Advice::WillNeed,
-                    AccessPattern::Random => memmap2::Advice::Random,
+                // Sections scanned on every query get huge pages (asked before
+                // they are read in, so the read-in makes huge folios; see
+                // `quiver_index::HugePageWriter`); rows read at random do not —
+                // a cold read of one row would read 2 MiB.
+                let advice: &[memmap2::Advice] = match pattern {
+                    AccessPattern::Sequential => {
+                        &[memmap2::Advice::HugePage, memmap2::Advice::WillNeed]
+                    }
+                    AccessPattern::Random => &[memmap2::Advice::Random],
                 };
-                let _ = map.advise_range(advice, offset as usize, (end - offset) as usize);
+                for advice in advice {
+                    let _ = map.advise_range(*advice, offset as usize, (end - offset) as usize);
+                }
             }
             return;
         }

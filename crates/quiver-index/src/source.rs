@@ -265,6 +265,18 @@ impl ReadAhead {
     }
 }
 
+/// The advice for a mapped range read with `pattern`. Sections scanned on
+/// every query (centroids, codes) are mapped with huge pages where the page cache
+/// holds huge folios, and their pages faulted in make huge folios
+/// (`MADV_HUGEPAGE`; see [`crate::HugePageWriter`]). Rows read at random (raw
+/// vectors, payloads) are not: a cold read of one row would read 2 MiB.
+fn advice_for(pattern: AccessPattern) -> &'static [memmap2::Advice] {
+    match pattern {
+        AccessPattern::Sequential => &[memmap2::Advice::HugePage, memmap2::Advice::Sequential],
+        AccessPattern::Random => &[memmap2::Advice::Random],
+    }
+}
+
 /// Tells whether every page of `offset..end` (within `map`) is in memory;
 /// false when the kernel cannot say.
 fn is_resident(map: &memmap2::Mmap, offset: u64, end: u64) -> bool {
@@ -388,17 +400,15 @@ impl ByteSource for MmapSource {
     }
 
     fn advise(&self, offset: u64, length: usize, pattern: AccessPattern) {
-        let advice = match pattern {
-            AccessPattern::Sequential => memmap2::Advice::Sequential,
-            AccessPattern::Random => memmap2::Advice::Random,
-        };
         // Advice is a hint; a failure (e.g. an unaligned range) changes nothing.
         let page = 4096u64;
         let aligned_offset = offset / page * page;
         let aligned_length = (offset + length as u64 - aligned_offset) as usize;
-        let _ = self
-            .map
-            .advise_range(advice, aligned_offset as usize, aligned_length);
+        for advice in advice_for(pattern) {
+            let _ = self
+                .map
+                .advise_range(*advice, aligned_offset as usize, aligned_length);
+        }
     }
 }
 

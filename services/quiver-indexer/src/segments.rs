@@ -184,23 +184,27 @@ impl SegmentBuild {
 
     /// Writes the segment to a scratch file and opens it from its mapping.
     pub fn finish(self, progress: BuildProgress<'_>) -> IndexerResult<BuiltSegment> {
-        use std::io::Write;
         let scratch = self.scratch_dir.display().to_string();
         let io_error = |source: std::io::Error| IndexerError::Io {
             path: scratch.clone(),
             source,
         };
         let file = tempfile::tempfile_in(&self.scratch_dir).map_err(io_error)?;
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        // Whole 2 MiB writes: the scratch file's page cache is in huge folios.
+        let mut out = quiver_index::HugePageWriter::new(file);
         self.writer.finish(&mut out, progress)?;
-        out.flush().map_err(io_error)?;
-        let file = out
-            .into_inner()
-            .map_err(|error| io_error(error.into_error()))?;
+        let file = out.into_inner().map_err(io_error)?;
         let source = MmapSource::map_file(&file, "new segment")?;
         // A second mapping of the same pages, owned by the upload's bytes.
         // SAFETY: the file is unnamed and finished; nothing writes to it.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_error)?;
+        // Mapped before the upload copies from it: a copy that faults on its
+        // source is split into small writes, and on a local object store (`quiver
+        // standalone`) small writes make small folios — the served file would
+        // then be mapped with 4 KiB pages (see `quiver_index::HugePageWriter`).
+        // The pages are in the page cache already; this only maps them. Older
+        // kernels refuse the advice, which changes nothing but the page size.
+        let _ = map.advise(memmap2::Advice::PopulateRead);
         let bytes = Bytes::from_owner(map);
         let segment = Segment::open(source)?;
         let ids = segment.ids()?;
@@ -328,4 +332,134 @@ pub(crate) fn encode_deletes(segment_rows: u32, deleted: &RoaringBitmap) -> Byte
         deleted: deleted.clone(),
     }
     .encode()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use quiver_index::{IdType, Metric, PointId, SegmentSpec};
+    use quiver_storage::{S3Settings, StorageOptions, StoreUrl};
+
+    use super::*;
+
+    const HUGE: u64 = quiver_index::HUGE_PAGE_BYTES as u64;
+
+    /// Bytes of `path` this process maps with 2 MiB pages, after touching every
+    /// page of a fresh mapping of it.
+    fn huge_mapped_bytes(path: &Path) -> u64 {
+        let file = std::fs::File::open(path).expect("open");
+        // SAFETY: the test's own file; nothing writes to it while mapped.
+        let map = unsafe { memmap2::Mmap::map(&file) }.expect("map");
+        let touched: u64 = map.iter().step_by(4096).map(|&byte| byte as u64).sum();
+        std::hint::black_box(touched);
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let name = path.to_str().expect("utf-8 path");
+        let mut in_file = false;
+        let mut kib = 0;
+        for line in smaps.lines() {
+            if line
+                .split_whitespace()
+                .next()
+                .is_some_and(|first| first.contains('-'))
+                && line.contains(' ')
+                && !line.ends_with(" kB")
+            {
+                in_file = line.ends_with(name);
+            } else if in_file && let Some(value) = line.strip_prefix("FilePmdMapped:") {
+                kib += value
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .expect("kB");
+            }
+        }
+        drop(map);
+        kib * 1024
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_segment_put_in_a_local_store_is_mapped_with_huge_pages() {
+        // On disk beside the test binary (a tmpfs `/tmp` may not do huge pages).
+        let base = std::env::current_exe().expect("exe");
+        let directory = tempfile::tempdir_in(base.parent().expect("dir")).expect("tempdir");
+
+        // This machine's file system and kernel make 2 MiB folios from aligned
+        // 2 MiB writes, or the test cannot say anything: say so, loudly.
+        let probe = directory.path().join("probe");
+        std::fs::write(&probe, vec![7u8; 4 * HUGE as usize]).expect("probe");
+        assert!(
+            huge_mapped_bytes(&probe) >= HUGE,
+            "this kernel or file system ({}) does not map files with huge pages; \
+             the test needs large folios (ext4 or xfs on Linux 6.x)",
+            directory.path().display()
+        );
+
+        let dim = 256;
+        let rows = 20_000;
+        let spec = SegmentSpec::new(dim, Metric::L2, IdType::U64);
+        let scratch = directory.path().join("scratch");
+        std::fs::create_dir_all(&scratch).expect("scratch");
+        let built = tokio::task::spawn_blocking(move || {
+            let mut build = SegmentBuild::new(&spec, None, &scratch).expect("build");
+            let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+            for row in 0..rows {
+                let vector: Vec<f32> = (0..dim)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                    })
+                    .collect();
+                build
+                    .add(&PointId::U64(row), &vector, b"")
+                    .expect("add row");
+            }
+            build.finish(&|_, _, _| {}).expect("finish")
+        })
+        .await
+        .expect("joined");
+        let size = built.bytes.len() as u64;
+        assert!(
+            size > 8 * HUGE,
+            "a segment of {size} bytes is too small to tell"
+        );
+
+        let root = directory.path().join("store");
+        let url: StoreUrl = format!("file://{}", root.display()).parse().expect("url");
+        let storage =
+            Storage::open(&url, &S3Settings::default(), StorageOptions::default()).expect("store");
+        // One put, and a multipart upload (what a merge's large segment takes).
+        let multipart = Storage::from_store_with_options(
+            &storage,
+            StorageOptions {
+                multipart_threshold_bytes: 4 << 20,
+                part_size_bytes: 8 << 20,
+                ..StorageOptions::default()
+            },
+        );
+        storage
+            .put("segment", built.bytes.clone())
+            .await
+            .expect("put");
+        multipart
+            .put("segment-in-parts", built.bytes)
+            .await
+            .expect("multipart put");
+
+        // Every whole 2 MiB page of the object is mapped as one: the upload
+        // copied from a mapping that no longer faults. (Copying from a fresh
+        // mapping, the kernel splits the copy and only the first page was huge.)
+        let whole_pages = size / HUGE * HUGE;
+        for key in ["segment", "segment-in-parts"] {
+            let path = storage.local_path(key).expect("a local store");
+            let huge = huge_mapped_bytes(&path);
+            assert!(
+                huge * 10 >= whole_pages * 9,
+                "{key}: {huge} of {whole_pages} bytes mapped with huge pages"
+            );
+        }
+    }
 }

@@ -231,7 +231,7 @@ fn work(shared: &Shared) {
                     .wait(queue)
                     .unwrap_or_else(|p| p.into_inner());
                 queue.idle_threads -= 1;
-                if !(queue.room_for_a_new_job(shared.slots) && !queue.jobs.is_empty())
+                if (queue.jobs.is_empty() || !queue.room_for_a_new_job(shared.slots))
                     && !queue.stopping
                 {
                     queue.woken_for_nothing += 1;
