@@ -465,21 +465,24 @@ impl ByteSource for CachedObject {
 
     fn advise(&self, offset: u64, length: usize, pattern: AccessPattern) {
         if let Some(map) = &self.mapped {
-            let end = (offset.saturating_add(length as u64)).min(self.identity.size);
-            if offset < end {
-                // Sections scanned on every query get huge pages (asked before
-                // they are read in, so the read-in makes huge folios; see
-                // `quiver_index::HugePageWriter`); rows read at random do not —
-                // a cold read of one row would read 2 MiB.
-                let advice: &[memmap2::Advice] = match pattern {
-                    AccessPattern::Sequential => {
-                        &[memmap2::Advice::HugePage, memmap2::Advice::WillNeed]
-                    }
-                    AccessPattern::Random => &[memmap2::Advice::Random],
-                };
-                for advice in advice {
-                    let _ = map.advise_range(*advice, offset as usize, (end - offset) as usize);
+            // Sections scanned on every query get huge pages (asked before they
+            // are read in, so the read-in makes huge folios; see
+            // `quiver_index::HugePageWriter`); rows read at random do not — a
+            // cold read of one row would read 2 MiB. Ranges are rounded so no
+            // huge page is split between two advices.
+            let Some(range) =
+                quiver_index::advice_range(offset, length, self.identity.size, pattern)
+            else {
+                return;
+            };
+            let advice: &[memmap2::Advice] = match pattern {
+                AccessPattern::Sequential => {
+                    &[memmap2::Advice::HugePage, memmap2::Advice::WillNeed]
                 }
+                AccessPattern::Random => &[memmap2::Advice::Random],
+            };
+            for advice in advice {
+                let _ = map.advise_range(*advice, range.start, range.end - range.start);
             }
             return;
         }

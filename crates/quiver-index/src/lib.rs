@@ -29,7 +29,7 @@ pub use error::{IndexError, IndexErrorKind, IndexResult};
 pub use fields::{FieldColumn, FieldKind, FieldSpec, FieldValue};
 pub use filter::{CompareOp, Filter, Literal, MAX_FILTER_DEPTH};
 pub use format::{ChunkChecksums, FORMAT_VERSION, SectionEntry, SectionKind, SegmentChunk};
-pub use huge_pages::{HUGE_PAGE_BYTES, HugePageWriter};
+pub use huge_pages::{HUGE_PAGE_BYTES, HugePageWriter, advice_range};
 pub use params::{
     BuildParams, IdType, MAX_STRING_ID_BYTES, Metric, RawPrecision, SearchParams, default_nlist,
     default_nprobe,

@@ -400,14 +400,16 @@ impl ByteSource for MmapSource {
     }
 
     fn advise(&self, offset: u64, length: usize, pattern: AccessPattern) {
-        // Advice is a hint; a failure (e.g. an unaligned range) changes nothing.
-        let page = 4096u64;
-        let aligned_offset = offset / page * page;
-        let aligned_length = (offset + length as u64 - aligned_offset) as usize;
+        // Advice is a hint; a failure changes nothing.
+        let Some(range) =
+            crate::huge_pages::advice_range(offset, length, self.map.len() as u64, pattern)
+        else {
+            return;
+        };
         for advice in advice_for(pattern) {
             let _ = self
                 .map
-                .advise_range(*advice, aligned_offset as usize, aligned_length);
+                .advise_range(*advice, range.start, range.end - range.start);
         }
     }
 }
