@@ -44,6 +44,11 @@ pub struct IndexerConfig {
     /// on, merge every segment into one (up to `max_segment_rows`), whose build
     /// trains a codebook sized for the shard (see `merge.rs`).
     pub codebook_refresh: bool,
+    /// Once a shard has taken no write and no flush for this long, its segments
+    /// are merged into one when the others hold at least an eighth of the
+    /// largest's rows (up to `max_segment_rows`; 0 = never): a settled shard is
+    /// searched as one segment (see `merge.rs`).
+    pub consolidate_quiet_ms: u64,
     /// Threads a merge's index build may use (kept low so merges do not starve
     /// ingest).
     pub merge_threads: usize,
@@ -75,6 +80,7 @@ impl Default for IndexerConfig {
             max_segment_rows: 2_000_000,
             merge_floor_rows: 10_000,
             codebook_refresh: true,
+            consolidate_quiet_ms: 10_000,
             merge_threads: 1,
             scratch_dir: String::new(),
             orphan_sweep_interval_ms: 3_600_000,

@@ -17,7 +17,7 @@ use crate::catalog::{
 };
 use crate::error::{IndexerError, IndexerResult};
 use crate::failpoints;
-use crate::merge::{MergePlan, plan_merges};
+use crate::merge::{MergePlan, plan_consolidation, plan_merges};
 use crate::metrics::METRICS;
 use crate::segments::{
     LiveSegment, RowRef, SegmentBuild, ShardCodebook, download_segment, encode_deletes,
@@ -28,6 +28,10 @@ use crate::segments::{
 /// up to the backpressure bound and refuse writes.
 pub(super) async fn merge_loop(shared: Arc<Shared>) {
     let interval = Duration::from_millis(shared.config.flush_interval_ms);
+    let quiet_after = Duration::from_millis(shared.config.consolidate_quiet_ms);
+    // The shard is quiet once nothing waits to be flushed and its manifest has
+    // not changed for `quiet_after` (every flush, merge and delete changes it).
+    let mut last_change = (u64::MAX, Instant::now());
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -43,7 +47,18 @@ pub(super) async fn merge_loop(shared: Arc<Shared>) {
             let _merging = shared.merge_lock.lock().await;
             let plan = {
                 let state = shared.lock_state();
-                plan_merges(&state.index, &shared.config, false)
+                if state.manifest_version != last_change.0 {
+                    last_change = (state.manifest_version, Instant::now());
+                }
+                let quiet = !quiet_after.is_zero()
+                    && state.active.len() == 0
+                    && state.flushing_rows == 0
+                    && last_change.1.elapsed() >= quiet_after;
+                plan_merges(&state.index, &shared.config, false).or_else(|| {
+                    quiet
+                        .then(|| plan_consolidation(&state.index, &shared.config))
+                        .flatten()
+                })
             };
             let Some(plan) = plan else { break };
             let merged = merge_once(&shared, plan).await;

@@ -52,6 +52,7 @@ pub fn manual_config() -> IndexerConfig {
         max_unflushed_rows: 1_000_000,
         merge_factor: 1_000,
         codebook_refresh: false,
+        consolidate_quiet_ms: 0,
         ..IndexerConfig::default()
     }
 }

@@ -350,6 +350,55 @@ async fn background_flushes_and_tiered_merges_keep_every_point() {
     assert!(segment.deletes.is_none(), "compaction dropped deleted rows");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_shard_is_consolidated_into_one_segment() {
+    let storage = memory_storage();
+    let catalog = Arc::new(MemoryCatalog::default());
+    let config = IndexerConfig {
+        commit_window_ms: 2,
+        flush_interval_ms: 50,
+        merge_factor: 8,
+        merge_floor_rows: 50,
+        consolidate_quiet_ms: 400,
+        ..manual_config()
+    };
+    let writer = open_writer(&storage, &catalog, 1, config).await;
+    // Two flushes of different tiers (300 and 100 rows): no tiered merge.
+    let mut expected = HashMap::new();
+    for (round, rows) in [(0u32, 0..300u64), (1, 300..400)] {
+        let records: Vec<WalRecord> = rows.map(|id| upsert(id, round)).collect();
+        for record in &records {
+            if let WalRecord::Upsert {
+                id: PointId::U64(id),
+                ..
+            } = record
+            {
+                expected.insert(*id, round);
+            }
+        }
+        writer.write(records).await.unwrap();
+        writer.flush().await.unwrap();
+    }
+    let flushed = catalog.manifest(&shard()).await.unwrap();
+    assert_eq!(flushed.segments.len(), 2, "two flushes, two segments");
+    // Quiet for 400 ms: merged into one, every point kept.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let manifest = loop {
+        let manifest = catalog.manifest(&shard()).await.unwrap();
+        if manifest.segments.len() == 1 {
+            break manifest;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {} segments after 20 s of quiet",
+            manifest.segments.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_contents(&storage, &manifest, &expected).await;
+    assert_eq!(manifest.segments[0].rows, 400);
+}
+
 /// The codebook (id, trained rows) each segment of `manifest` records.
 async fn codebooks(
     storage: &Storage,
