@@ -56,19 +56,88 @@ where
 static SERVICES: LazyLock<RwLock<HashMap<String, LocalService>>> =
     LazyLock::new(|| RwLock::new(HashMap::new()));
 
+/// A searcher's handlers, called in this process with their messages as they
+/// are: no protobuf encoding and decoding of the query vector, the hits and
+/// their payloads, no HTTP/2 framing, no tower stack — `quiver standalone`'s
+/// gateway → searcher call, on every query (see [`serve_searcher_in_process`]).
+pub type LocalSearcher = Arc<dyn crate::data::searcher_server::Searcher>;
+
+static SEARCHERS: LazyLock<RwLock<HashMap<String, LocalSearcher>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+
 /// Keeps a service registered under its address; dropping it unregisters.
 #[must_use = "the service is unregistered when the guard is dropped"]
 pub struct InProcessRegistration {
     address: String,
+    /// Registered as a [`LocalSearcher`], not a [`LocalService`].
+    searcher: bool,
 }
 
 impl Drop for InProcessRegistration {
     fn drop(&mut self) {
-        SERVICES
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.address);
+        if self.searcher {
+            SEARCHERS
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&self.address);
+        } else {
+            SERVICES
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&self.address);
+        }
     }
+}
+
+/// Makes `searcher` what a client in this process that asks for
+/// [`local_searcher`] at `address` calls directly (a client may still reach a
+/// [`LocalService`] registered for the same address through an [`RpcChannel`]).
+pub fn serve_searcher_in_process(
+    address: impl Into<String>,
+    searcher: LocalSearcher,
+) -> InProcessRegistration {
+    let address = address.into();
+    SEARCHERS
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(address.clone(), searcher);
+    InProcessRegistration {
+        address,
+        searcher: true,
+    }
+}
+
+/// Returns the searcher registered in this process for `address`, if any.
+pub fn local_searcher(address: &str) -> Option<LocalSearcher> {
+    SEARCHERS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(address)
+        .cloned()
+}
+
+/// Runs the direct call `call` of a [`LocalSearcher`]'s method `path` (e.g.
+/// `/quiver.v1.data.Searcher/Search`) as a server runs a call: in the span of
+/// the request's id, and given up after `timeout` as a channel's call is.
+pub async fn call_local<T, U>(
+    path: &'static str,
+    request: &tonic::Request<T>,
+    timeout: Duration,
+    call: impl Future<Output = Result<tonic::Response<U>, tonic::Status>>,
+) -> Result<tonic::Response<U>, tonic::Status> {
+    let span = {
+        let mut head = http::Request::new(());
+        *head.uri_mut() = http::Uri::from_static(path);
+        *head.headers_mut() = request.metadata().clone().into_headers();
+        crate::request_span(&head)
+    };
+    tokio::time::timeout(timeout, tracing::Instrument::instrument(call, span))
+        .await
+        .unwrap_or_else(|_| {
+            Err(tonic::Status::deadline_exceeded(format!(
+                "the in-process call did not answer within {timeout:?}"
+            )))
+        })
 }
 
 /// Makes `service` what [`RpcChannel`]s to `address` in this process call.
@@ -81,7 +150,10 @@ pub fn serve_in_process(
         .write()
         .unwrap_or_else(|p| p.into_inner())
         .insert(address.clone(), service);
-    InProcessRegistration { address }
+    InProcessRegistration {
+        address,
+        searcher: false,
+    }
 }
 
 fn in_process(address: &str) -> Option<LocalService> {

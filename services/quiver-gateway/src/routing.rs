@@ -211,13 +211,14 @@ impl Router {
     /// in this process (`quiver standalone`), else a channel.
     pub fn searcher_channel(&self, address: &str) -> GatewayResult<RpcChannel> {
         let channel = RpcChannel::to(address, self.request_timeout, || self.channel(address))?;
-        let path = if channel.is_local() {
-            "local"
-        } else {
-            "remote"
-        };
-        METRICS.searcher_calls.with_label_values(&[path]).inc();
+        self.count_searcher_call(channel.is_local());
         Ok(channel)
+    }
+
+    /// Counts a call to a searcher, in this process or over the network.
+    pub fn count_searcher_call(&self, local: bool) {
+        let path = if local { "local" } else { "remote" };
+        METRICS.searcher_calls.with_label_values(&[path]).inc();
     }
 
     /// Returns a channel to `address` (created lazily, reused).

@@ -199,6 +199,12 @@ impl SearcherNode {
         )
     }
 
+    /// Returns the node's gRPC handlers to call directly in this process, with
+    /// the messages as they are (`quiver_proto::serve_searcher_in_process`).
+    pub fn local_searcher(&self) -> quiver_proto::LocalSearcher {
+        std::sync::Arc::new(SearcherGrpc::new(self.state.clone()))
+    }
+
     /// Returns the address the node registers with meta (what routing tables
     /// name it by).
     pub fn advertise_address(&self) -> &str {

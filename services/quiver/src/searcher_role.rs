@@ -104,11 +104,19 @@ impl SearcherRole {
 
 impl SearcherRole {
     /// Returns the searcher as the gateway of this process calls it: its
-    /// address in meta's routing table and its service (no socket).
-    pub fn local_searcher(&self) -> (String, quiver_proto::LocalService) {
+    /// address in meta's routing table, its service (no socket) and its
+    /// handlers (called directly, no encoding).
+    pub fn local_searcher(
+        &self,
+    ) -> (
+        String,
+        quiver_proto::LocalService,
+        quiver_proto::LocalSearcher,
+    ) {
         (
             self.node.advertise_address().to_string(),
             self.node.local_service(),
+            self.node.local_searcher(),
         )
     }
 }

@@ -123,7 +123,11 @@ impl StandaloneRole {
             None,
         )
         .await?;
-        let (searcher_address, searcher_service) = searcher.local_searcher();
+        let (searcher_address, searcher_service, searcher_handlers) = searcher.local_searcher();
+        in_process.push(quiver_proto::serve_searcher_in_process(
+            searcher_address.clone(),
+            searcher_handlers,
+        ));
         in_process.push(quiver_proto::serve_in_process(
             searcher_address,
             searcher_service,

@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use quiver_index::{Metric, PointId};
 use quiver_proto::convert::{point_id, shard_of, wire_point_id};
 use quiver_proto::data;
 use quiver_proto::data::searcher_client::SearcherClient;
-use quiver_proto::{ErrorCode, RpcChannel, meta as pb};
+use quiver_proto::{ErrorCode, LocalSearcher, RpcChannel, meta as pb};
 
 use crate::core::validate::{
     check_id, check_search_options, parse_payload, prepare_search, validate_name,
@@ -21,6 +21,52 @@ use crate::metrics::METRICS;
 use crate::request_id::outgoing;
 use crate::routing::{CollectionRoute, ShardPlacement};
 
+/// A searcher to call: over gRPC, or — in `quiver standalone` — its handlers
+/// in this process, called with the messages as they are (no protobuf encoding
+/// of the query and of the hits with their payloads, no HTTP/2 framing).
+pub(crate) enum SearcherStub {
+    Remote(SearcherClient<RpcChannel>),
+    Local(LocalSearcher, Duration),
+}
+
+/// The searcher methods the gateway calls, each over either path.
+macro_rules! searcher_methods {
+    ($($method:ident($request:ty) -> $response:ty, $path:literal;)*) => {
+        impl SearcherStub {
+            $(
+                pub(crate) async fn $method(
+                    &mut self,
+                    request: tonic::Request<$request>,
+                ) -> Result<tonic::Response<$response>, tonic::Status> {
+                    match self {
+                        SearcherStub::Remote(client) => client.$method(request).await,
+                        SearcherStub::Local(searcher, timeout) => {
+                            let searcher = searcher.clone();
+                            let timeout = *timeout;
+                            let head = tonic::Request::from_parts(
+                                request.metadata().clone(),
+                                Default::default(),
+                                (),
+                            );
+                            quiver_proto::call_local($path, &head, timeout, async move {
+                                searcher.$method(request).await
+                            })
+                            .await
+                        }
+                    }
+                }
+            )*
+        }
+    };
+}
+
+searcher_methods! {
+    search(data::SearchRequest) -> data::SearchResponse, "/quiver.v1.data.Searcher/Search";
+    search_batch(data::SearchBatchRequest) -> data::SearchBatchResponse, "/quiver.v1.data.Searcher/SearchBatch";
+    get(data::GetRequest) -> data::GetResponse, "/quiver.v1.data.Searcher/Get";
+    shard_stats(data::ShardStatsRequest) -> data::ShardStatsResponse, "/quiver.v1.data.Searcher/ShardStats";
+}
+
 impl Gateway {
     /// Calls `call` on the shard's searchers in turn until one answers.
     pub(super) async fn on_searchers<T, F, Fut>(
@@ -29,7 +75,7 @@ impl Gateway {
         call: F,
     ) -> GatewayResult<T>
     where
-        F: Fn(SearcherClient<RpcChannel>) -> Fut,
+        F: Fn(SearcherStub) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let order = self.router.searcher_order(placement);
@@ -41,10 +87,18 @@ impl Gateway {
         }
         let mut last_error = None;
         for address in order {
-            let client = SearcherClient::new(self.router.searcher_channel(&address)?)
-                .max_decoding_message_size(64 << 20)
-                .max_encoding_message_size(64 << 20);
-            match call(client).await {
+            let stub = match quiver_proto::local_searcher(&address) {
+                Some(searcher) => {
+                    self.router.count_searcher_call(true);
+                    SearcherStub::Local(searcher, self.router.request_timeout())
+                }
+                None => SearcherStub::Remote(
+                    SearcherClient::new(self.router.searcher_channel(&address)?)
+                        .max_decoding_message_size(64 << 20)
+                        .max_encoding_message_size(64 << 20),
+                ),
+            };
+            match call(stub).await {
                 Ok(response) => return Ok(response.into_inner()),
                 Err(status) => {
                     let error = GatewayError::from_status(&status);

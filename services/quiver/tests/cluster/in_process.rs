@@ -32,6 +32,7 @@ pub fn manual_config() -> quiver_indexer::IndexerConfig {
         max_unflushed_rows: 1_000_000,
         merge_factor: 1000,
         codebook_refresh: false,
+        consolidate_quiet_ms: 0,
         ..quiver_indexer::IndexerConfig::default()
     }
 }
