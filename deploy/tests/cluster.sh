@@ -114,11 +114,14 @@ wait_healthy() {
 
 quiver_log "starting the S3 server, 3 meta, 1 indexer, 2 searchers, 1 gateway"
 cluster_started=$(date +%s)
+# Every container gets a fixed address: an address left to the network's allocator can be
+# one a later container asks for (the allocator goes on from where the last run stopped;
+# a run had the third meta take the first searcher's .31).
 quiver_podman_quiet run --detach --name quiver-ct-s3 --label "$label" --network "$network" --network-alias s3 \
-    "$s3_image" >/dev/null || fail "podman run of the S3 server failed"
+    --ip "$subnet_prefix.10" "$s3_image" >/dev/null || fail "podman run of the S3 server failed"
 for node in 1 2 3; do
     podman volume create --label "$label" "quiver-ct-meta$node-data" >/dev/null
-    run_role "meta$node" 7101 --volume "quiver-ct-meta$node-data:/data" -- \
+    run_role "meta$node" 7101 --ip "$subnet_prefix.1$node" --volume "quiver-ct-meta$node-data:/data" -- \
         meta --node-id "$node" --data-dir /data --listen 0.0.0.0:7100 --advertise-address "meta$node:7100" \
         --peers "1=meta1:7100,2=meta2:7100,3=meta3:7100" --init --http-listen 0.0.0.0:7101
 done
@@ -141,7 +144,7 @@ for node in 1 2; do
         --cache-dir /cache --cache-size 1GiB --listen "$subnet_prefix.3$node:7300" --http-listen 0.0.0.0:7301
 done
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-run_role gateway 7700 --publish "127.0.0.1:$port:7700" -- \
+run_role gateway 7700 --ip "$subnet_prefix.40" --publish "127.0.0.1:$port:7700" -- \
     gateway --meta "$meta_list" --http-listen 0.0.0.0:7700 --grpc-listen 0.0.0.0:7701
 wait_healthy indexer1 searcher1 searcher2 gateway
 echo "cluster healthy after $(( $(date +%s) - cluster_started ))s"
