@@ -118,17 +118,17 @@ pub fn local_searcher(address: &str) -> Option<LocalSearcher> {
 
 /// Runs the direct call `call` of a [`LocalSearcher`]'s method `path` (e.g.
 /// `/quiver.v1.data.Searcher/Search`) as a server runs a call: in the span of
-/// the request's id, and given up after `timeout` as a channel's call is.
-pub async fn call_local<T, U>(
+/// the request id in its `metadata`, and given up after `timeout` as a channel's call is.
+pub async fn call_local<U>(
     path: &'static str,
-    request: &tonic::Request<T>,
+    metadata: tonic::metadata::MetadataMap,
     timeout: Duration,
     call: impl Future<Output = Result<tonic::Response<U>, tonic::Status>>,
 ) -> Result<tonic::Response<U>, tonic::Status> {
     let span = {
         let mut head = http::Request::new(());
         *head.uri_mut() = http::Uri::from_static(path);
-        *head.headers_mut() = request.metadata().clone().into_headers();
+        *head.headers_mut() = metadata.into_headers();
         crate::request_span(&head)
     };
     tokio::time::timeout(timeout, tracing::Instrument::instrument(call, span))

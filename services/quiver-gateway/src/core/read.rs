@@ -43,12 +43,8 @@ macro_rules! searcher_methods {
                         SearcherStub::Local(searcher, timeout) => {
                             let searcher = searcher.clone();
                             let timeout = *timeout;
-                            let head = tonic::Request::from_parts(
-                                request.metadata().clone(),
-                                Default::default(),
-                                (),
-                            );
-                            quiver_proto::call_local($path, &head, timeout, async move {
+                            let metadata = request.metadata().clone();
+                            quiver_proto::call_local($path, metadata, timeout, async move {
                                 searcher.$method(request).await
                             })
                             .await
