@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use quiver_common::RetryPolicy;
-use quiver_proto::RpcChannel;
 use quiver_proto::meta as pb;
 use quiver_proto::meta::meta_service_client::MetaServiceClient;
 use quiver_proto::tls::ClusterTls;
+use quiver_proto::{LocalMeta, RpcChannel};
 use tonic::transport::Channel;
 
 use crate::channel::lazy_channel;
@@ -67,6 +67,71 @@ impl MetaClientConfig {
     pub fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::new(usize::MAX, self.initial_backoff, self.max_backoff)
             .with_max_elapsed(self.retry_deadline)
+    }
+}
+
+/// A metadata node to call: through its channel (the network, or its encoded
+/// service in this process), or — when it runs in this process (`quiver
+/// standalone`) — its handlers directly, with the messages as they are: no
+/// protobuf encoding of the request and of the answer (a strong search's
+/// routing round carries the collection's routing table), no tower stack.
+pub(crate) struct MetaStub {
+    client: MetaServiceClient<RpcChannel>,
+    direct: Option<LocalMeta>,
+}
+
+/// The metadata calls, each over either path (`watch` streams always go
+/// through the channel).
+macro_rules! meta_methods {
+    ($($method:ident($request:ty) -> $response:ty;)*) => {
+        impl MetaStub {
+            $(
+                pub(crate) async fn $method(
+                    &mut self,
+                    request: impl tonic::IntoRequest<$request>,
+                ) -> Result<tonic::Response<$response>, tonic::Status> {
+                    match &self.direct {
+                        Some(meta) => meta.$method(request.into_request()).await,
+                        None => self.client.$method(request).await,
+                    }
+                }
+            )*
+        }
+    };
+}
+
+meta_methods! {
+    create_collection(pb::CreateCollectionRequest) -> pb::CreateCollectionResponse;
+    get_collection(pb::GetCollectionRequest) -> pb::GetCollectionResponse;
+    list_collections(pb::ListCollectionsRequest) -> pb::ListCollectionsResponse;
+    drop_collection(pb::DropCollectionRequest) -> pb::DropCollectionResponse;
+    register_node(pb::RegisterNodeRequest) -> pb::RegisterNodeResponse;
+    heartbeat(pb::HeartbeatRequest) -> pb::HeartbeatResponse;
+    drain_node(pb::DrainNodeRequest) -> pb::DrainNodeResponse;
+    acquire_lease(pb::AcquireLeaseRequest) -> pb::AcquireLeaseResponse;
+    renew_lease(pb::RenewLeaseRequest) -> pb::RenewLeaseResponse;
+    commit_wal(pb::CommitWalRequest) -> pb::CommitWalResponse;
+    commit_manifest_change(pb::CommitManifestChangeRequest) -> pb::CommitManifestChangeResponse;
+    get_manifest(pb::GetManifestRequest) -> pb::GetManifestResponse;
+    get_routing(pb::GetRoutingRequest) -> pb::GetRoutingResponse;
+    take_gc(pb::TakeGcRequest) -> pb::TakeGcResponse;
+    ack_gc(pb::AckGcRequest) -> pb::AckGcResponse;
+    find_unreferenced(pb::FindUnreferencedRequest) -> pb::FindUnreferencedResponse;
+    report_orphans(pb::ReportOrphansRequest) -> pb::ReportOrphansResponse;
+    list_orphans(pb::ListOrphansRequest) -> pb::ListOrphansResponse;
+    ack_orphans(pb::AckOrphansRequest) -> pb::AckOrphansResponse;
+    add_learner(pb::AddLearnerRequest) -> pb::MembershipResponse;
+    promote_voter(pb::PromoteVoterRequest) -> pb::MembershipResponse;
+    remove_member(pb::RemoveMemberRequest) -> pb::MembershipResponse;
+    cluster_status(pb::ClusterStatusRequest) -> pb::ClusterStatusResponse;
+}
+
+impl MetaStub {
+    pub(crate) async fn watch(
+        &mut self,
+        request: impl tonic::IntoRequest<pb::WatchRequest>,
+    ) -> Result<tonic::Response<tonic::Streaming<pb::WatchEvent>>, tonic::Status> {
+        self.client.watch(request).await
     }
 }
 
@@ -193,7 +258,7 @@ impl MetaClient {
         call: F,
     ) -> MetaClientResult<T>
     where
-        F: Fn(MetaServiceClient<RpcChannel>) -> Fut,
+        F: Fn(MetaStub) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let config = &self.inner.config;
@@ -223,7 +288,10 @@ impl MetaClient {
                 return Err(spent(last_error));
             }
             let attempt_timeout = config.attempt_timeout.min(remaining);
-            let client = MetaServiceClient::new(self.rpc_channel(&address)?);
+            let client = MetaStub {
+                client: MetaServiceClient::new(self.rpc_channel(&address)?),
+                direct: quiver_proto::local_meta(&address),
+            };
             let mut redirected = false;
             match tokio::time::timeout(attempt_timeout, call(client)).await {
                 Ok(Ok(response)) => {

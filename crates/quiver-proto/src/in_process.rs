@@ -65,26 +65,60 @@ pub type LocalSearcher = Arc<dyn crate::data::searcher_server::Searcher>;
 static SEARCHERS: LazyLock<RwLock<HashMap<String, LocalSearcher>>> =
     LazyLock::new(|| RwLock::new(HashMap::new()));
 
+/// The stream of catalog changes a [`LocalMeta`]'s `watch` answers with.
+pub type MetaWatchStream = Pin<
+    Box<
+        dyn tokio_stream::Stream<Item = Result<crate::meta::WatchEvent, tonic::Status>>
+            + Send
+            + 'static,
+    >,
+>;
+
+/// A metadata node's handlers, called in this process with their messages as
+/// they are: no protobuf encoding of the request and of the routing table it
+/// answers with, no tower stack — `quiver standalone`'s every call to meta,
+/// among them each strong read's routing round (see [`serve_meta_in_process`]).
+pub type LocalMeta =
+    Arc<dyn crate::meta::meta_service_server::MetaService<WatchStream = MetaWatchStream>>;
+
+static METAS: LazyLock<RwLock<HashMap<String, LocalMeta>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+
+/// What an [`InProcessRegistration`] registered.
+enum Registered {
+    Service,
+    Searcher,
+    Meta,
+}
+
 /// Keeps a service registered under its address; dropping it unregisters.
 #[must_use = "the service is unregistered when the guard is dropped"]
 pub struct InProcessRegistration {
     address: String,
-    /// Registered as a [`LocalSearcher`], not a [`LocalService`].
-    searcher: bool,
+    registered: Registered,
 }
 
 impl Drop for InProcessRegistration {
     fn drop(&mut self) {
-        if self.searcher {
-            SEARCHERS
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&self.address);
-        } else {
-            SERVICES
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&self.address);
+        match self.registered {
+            Registered::Service => {
+                SERVICES
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&self.address);
+            }
+            Registered::Searcher => {
+                SEARCHERS
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&self.address);
+            }
+            Registered::Meta => {
+                METAS
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&self.address);
+            }
         }
     }
 }
@@ -103,13 +137,37 @@ pub fn serve_searcher_in_process(
         .insert(address.clone(), searcher);
     InProcessRegistration {
         address,
-        searcher: true,
+        registered: Registered::Searcher,
     }
 }
 
 /// Returns the searcher registered in this process for `address`, if any.
 pub fn local_searcher(address: &str) -> Option<LocalSearcher> {
     SEARCHERS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(address)
+        .cloned()
+}
+
+/// Makes `meta` what a metadata client in this process that asks for
+/// [`local_meta`] at `address` calls directly (its `watch` streams still go
+/// through the [`LocalService`] registered for the same address).
+pub fn serve_meta_in_process(address: impl Into<String>, meta: LocalMeta) -> InProcessRegistration {
+    let address = address.into();
+    METAS
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(address.clone(), meta);
+    InProcessRegistration {
+        address,
+        registered: Registered::Meta,
+    }
+}
+
+/// Returns the metadata node registered in this process for `address`, if any.
+pub fn local_meta(address: &str) -> Option<LocalMeta> {
+    METAS
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .get(address)
@@ -152,7 +210,7 @@ pub fn serve_in_process(
         .insert(address.clone(), service);
     InProcessRegistration {
         address,
-        searcher: false,
+        registered: Registered::Service,
     }
 }
 

@@ -26,8 +26,9 @@ pub use error::{
     retry_after_of_status, status_of,
 };
 pub use in_process::{
-    InProcessRegistration, LocalSearcher, LocalService, RpcChannel, call_local, local_searcher,
-    local_service, serve_in_process, serve_searcher_in_process,
+    InProcessRegistration, LocalMeta, LocalSearcher, LocalService, MetaWatchStream, RpcChannel,
+    call_local, local_meta, local_searcher, local_service, serve_in_process, serve_meta_in_process,
+    serve_searcher_in_process,
 };
 pub use trace::{MAX_REQUEST_ID_BYTES, REQUEST_ID_HEADER, request_span, valid_request_id};
 

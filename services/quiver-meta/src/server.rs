@@ -207,6 +207,17 @@ impl MetaServer {
         }))
     }
 
+    /// Returns the client-facing metadata handlers to call directly in this
+    /// process, with the messages as they are (`quiver standalone` registers
+    /// them with `quiver_proto::serve_meta_in_process`, beside
+    /// [`MetaServer::local_service`], which still carries `watch` streams).
+    pub fn local_meta(&self) -> quiver_proto::LocalMeta {
+        std::sync::Arc::new(MetaGrpc {
+            context: self.context.clone(),
+            shutdown: self.shutdown.clone(),
+        })
+    }
+
     /// Returns the address the gRPC port is bound to.
     pub fn local_address(&self) -> SocketAddr {
         self.local_address

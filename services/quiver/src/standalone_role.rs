@@ -70,10 +70,10 @@ impl StandaloneRole {
         let meta_address = meta.local_address().to_string();
         // Every role's calls to meta, and the gateway's to the searcher, stay in
         // this process: the services are called directly, not over loopback gRPC.
-        let mut in_process = vec![quiver_proto::serve_in_process(
-            meta_address.clone(),
-            meta.local_service(),
-        )];
+        let mut in_process = vec![
+            quiver_proto::serve_in_process(meta_address.clone(), meta.local_service()),
+            quiver_proto::serve_meta_in_process(meta_address.clone(), meta.local_meta()),
+        ];
         let objects = format!("file://{}", data_dir.join("objects").display());
         // Builds spill their rows to scratch files: under the data directory
         // (a disk), not the system temporary directory (often memory).

@@ -67,3 +67,46 @@ async fn an_in_process_registration_serves_calls_without_a_socket() -> anyhow::R
     server.shutdown().await?;
     Ok(())
 }
+
+/// With its handlers registered for direct calls (`quiver standalone`), a
+/// client in the process calls them with the messages as they are — no encoded
+/// service behind the address, no socket — and falls back to the channel once
+/// the registration is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registered_handlers_answer_direct_calls_without_encoding() -> anyhow::Result<()> {
+    let directory = tempfile::tempdir()?;
+    let server = run_single_node(directory.path(), "127.0.0.1:0").await?;
+    let nowhere = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.local_addr()?.to_string()
+    };
+    // Only the handlers: a call that took the channel would find no service
+    // and be refused by the closed port.
+    let registration = quiver_proto::serve_meta_in_process(nowhere.clone(), server.local_meta());
+    let client = test_client(vec![nowhere.clone()]);
+    let created = client
+        .create_collection(collection_spec("docs", 2, 1))
+        .await?;
+    assert!(created.created);
+    let routing = client.get_routing("docs", true).await?;
+    assert_eq!(routing.collections.len(), 1);
+    assert_eq!(
+        routing.shards.len(),
+        2,
+        "a linearizable routing read, direct"
+    );
+    let missing = client.get_routing("nope", true).await;
+    assert!(
+        missing.is_err_and(|error| error.to_string().contains("not found")),
+        "a refusal comes back as it does over the channel"
+    );
+    drop(registration);
+    let refused =
+        tokio::time::timeout(Duration::from_secs(30), client.cluster_status_of(&nowhere)).await?;
+    assert!(
+        refused.is_err(),
+        "unregistered: the call goes to the network"
+    );
+    server.shutdown().await?;
+    Ok(())
+}
