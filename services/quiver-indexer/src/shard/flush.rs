@@ -247,7 +247,8 @@ async fn build_l0(
     frozen: &mut Memtable,
     upserts: usize,
 ) -> IndexerResult<BuiltSegment> {
-    let codebook = ShardCodebook::for_build(shared.lock_state().index.codebook.as_ref(), upserts);
+    let codebook =
+        ShardCodebook::for_build(shared.lock_state().index.codebook.as_ref(), upserts, false);
     let spec = shared.spec.clone();
     let scratch_dir = shared.scratch_dir.clone();
     let table = Arc::new(std::mem::take(frozen));

@@ -133,10 +133,10 @@ struct MergedRows {
 async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
     let started = Instant::now();
     let _running = MergeRunning::start();
-    let Some(sources) = snapshot_sources(shared, &plan) else {
+    let Some((sources, rewrites_shard)) = snapshot_sources(shared, &plan) else {
         return Ok(false);
     };
-    let merged = build_merged(shared, &sources).await?;
+    let merged = build_merged(shared, &sources, rewrites_shard).await?;
     let _manifest_guard = shared.manifest_lock.lock().await;
     let Some((late_deleted, through)) = late_deletions(shared, &sources, &merged)? else {
         return Ok(false);
@@ -224,7 +224,8 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
 
 /// Snapshots what the merge reads: the sources and their deletions now; None
 /// when a source is gone already.
-fn snapshot_sources(shared: &Shared, plan: &MergePlan) -> Option<Vec<MergeSource>> {
+/// Also tells whether they are every segment of the shard.
+fn snapshot_sources(shared: &Shared, plan: &MergePlan) -> Option<(Vec<MergeSource>, bool)> {
     let state = shared.lock_state();
     let mut sources = Vec::new();
     for segment_id in &plan.segment_ids {
@@ -235,12 +236,17 @@ fn snapshot_sources(shared: &Shared, plan: &MergePlan) -> Option<Vec<MergeSource
             live.deleted.clone(),
         ));
     }
-    Some(sources)
+    let rewrites_shard = sources.len() == state.index.segments.len();
+    Some((sources, rewrites_shard))
 }
 
 /// Downloads the sources and builds one segment of their live rows (on the
 /// blocking pool, with the merge's thread count).
-async fn build_merged(shared: &Shared, sources: &[MergeSource]) -> IndexerResult<MergedRows> {
+async fn build_merged(
+    shared: &Shared,
+    sources: &[MergeSource],
+    rewrites_shard: bool,
+) -> IndexerResult<MergedRows> {
     let mut downloaded = Vec::new();
     for (_, entry, _) in sources {
         downloaded.push(download_segment(&shared.storage, &entry.key, &shared.scratch_dir).await?);
@@ -278,8 +284,9 @@ async fn build_merged(shared: &Shared, sources: &[MergeSource]) -> IndexerResult
             return Ok((None, origins));
         }
         // Rows that fit the shard's codebook join its lists without k-means;
-        // a merge that outgrew it trains the next one.
-        let codebook = ShardCodebook::for_build(current_codebook.as_ref(), rows);
+        // a merge that outgrew it trains the next one (sooner when it
+        // rewrites the whole shard).
+        let codebook = ShardCodebook::for_build(current_codebook.as_ref(), rows, rewrites_shard);
         let mut build = SegmentBuild::new(&spec, codebook, &scratch_dir)?;
         for (source, rows) in downloaded.iter().zip(&live) {
             for (row, id) in rows {
