@@ -8,12 +8,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use quiver_index::{Filter, SearchScratch, SegmentSpec};
-use quiver_proto::convert::{collection_from_proto, point_id, wire_hit, wire_point_id};
+use quiver_proto::convert::{
+    collection_from_proto, manifest_from_proto, point_id, wire_hit, wire_point_id,
+};
 use quiver_proto::data::searcher_server::Searcher;
 use quiver_proto::data::{self};
 use quiver_proto::meta as pb;
 use quiver_proto::status_of;
-use quiver_storage::manifest::ShardRef;
+use quiver_storage::manifest::{Manifest, ShardRef};
 use tonic::{Request, Response, Status};
 
 use crate::error::SearcherError;
@@ -115,16 +117,88 @@ impl SearcherGrpc {
         };
         match served.view() {
             Some(view) if view.manifest().version >= min_version => Ok(view),
-            _ => {
-                METRICS.manifest_waits.inc();
-                let target = ReloadTarget::AtLeast {
+            current => {
+                // The served view may hold the same rows as the newer manifest
+                // (only flushes and merges since): it answers, and the new
+                // layout loads in the background.
+                if let Some(view) = served.view_with_rows_of(min_version) {
+                    METRICS.manifest_same_rows.inc();
+                    return Ok(view);
+                }
+                let mut target = ReloadTarget::AtLeast {
                     version: min_version,
                     linearizable: true,
                 };
+                if let Some(view) = current {
+                    match self
+                        .same_rows_per_meta(shard, &reference, &served, view, min_version)
+                        .await
+                    {
+                        SameRows::Yes(view) => {
+                            METRICS.manifest_same_rows.inc();
+                            return Ok(view);
+                        }
+                        SameRows::No(manifest) => target = ReloadTarget::Fetched(manifest),
+                        SameRows::Unknown => {}
+                    }
+                }
+                METRICS.manifest_waits.inc();
                 reload(&self.state, &reference, &served, target, "query").await
             }
         }
     }
+
+    /// Asks meta for the shard's manifest (linearizable): when it is at least
+    /// `min_version` and has the served `view`'s rows (the same
+    /// `last_committed`, see [`ServedShard::view_with_rows_of`]), the view
+    /// answers and that manifest loads in the background. Otherwise the
+    /// manifest read is the one the query's reload loads.
+    async fn same_rows_per_meta(
+        &self,
+        shard: &pb::ShardRef,
+        reference: &ShardRef,
+        served: &Arc<ServedShard>,
+        view: Arc<ShardView>,
+        min_version: u64,
+    ) -> SameRows {
+        let Ok(manifest) = self.state.meta.get_manifest(*shard, true).await else {
+            return SameRows::Unknown;
+        };
+        let manifest = manifest_from_proto(&manifest);
+        if manifest.version < min_version {
+            return SameRows::Unknown;
+        }
+        if manifest.last_committed != view.manifest().last_committed {
+            return SameRows::No(manifest);
+        }
+        served.note_same_rows(view.manifest().version, manifest.version);
+        if served.want(manifest) {
+            let state = self.state.clone();
+            let reference = reference.clone();
+            let served = served.clone();
+            self.state.tasks.clone().spawn(async move {
+                tokio::select! {
+                    reloaded = reload(&state, &reference, &served, ReloadTarget::Announced, "query") => {
+                        if let Err(error) = reloaded {
+                            tracing::warn!(shard = %reference, %error, "shard reload failed");
+                        }
+                    }
+                    _ = state.shutdown.cancelled() => {}
+                }
+            });
+        }
+        SameRows::Yes(view)
+    }
+}
+
+/// Whether the served view holds the rows a strong read needs.
+enum SameRows {
+    /// It does: it answers.
+    Yes(Arc<ShardView>),
+    /// It does not: load this manifest (read for the check) first.
+    No(Manifest),
+    /// Meta did not say (no answer, or an older manifest than asked for).
+    Unknown,
 }
 
 /// The shard search a wire request asks for (its filter parsed).

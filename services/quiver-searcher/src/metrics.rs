@@ -12,6 +12,7 @@ pub(crate) struct SearcherMetrics {
     pub query_seconds: Histogram,
     pub shards_ready: IntGauge,
     pub manifest_waits: IntCounter,
+    pub manifest_same_rows: IntCounter,
     pub segment_opens: IntCounter,
     pub corrupted_objects: IntCounter,
     pub manifest_reloads: IntCounterVec,
@@ -46,6 +47,11 @@ pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
     manifest_waits: register_int_counter!(
         "quiver_searcher_manifest_waits_total",
         "Requests that had to load a newer manifest first (strong reads)."
+    )
+    .expect("metric registers once"),
+    manifest_same_rows: register_int_counter!(
+        "quiver_searcher_manifest_same_rows_total",
+        "Strong reads answered by the served view while a newer manifest with the same rows (only flushes and merges since) loads in the background."
     )
     .expect("metric registers once"),
     segment_opens: register_int_counter!(

@@ -29,6 +29,10 @@ pub(crate) struct ServedShard {
     reload: tokio::sync::Mutex<()>,
     /// The newest manifest the watch announced and no reload has taken yet.
     wanted: Mutex<Option<Manifest>>,
+    /// `(view version, manifest version)`: the manifest meta has at that
+    /// version holds exactly the rows of the view at that version (see
+    /// [`ServedShard::view_with_rows_of`]).
+    same_rows: Mutex<Option<(u64, u64)>>,
 }
 
 impl ServedShard {
@@ -38,6 +42,56 @@ impl ServedShard {
             view: Arc::new(RwLock::new(None)),
             reload: tokio::sync::Mutex::new(()),
             wanted: Mutex::new(None),
+            same_rows: Mutex::new(None),
+        }
+    }
+
+    /// Returns the served view if it holds exactly the rows of manifest
+    /// `version` or newer — what a strong read needs (every acknowledged
+    /// write), not the newest layout. Rows enter a shard only through WAL
+    /// commits, each of which moves the manifest's `last_committed`; flushes
+    /// and merges (the many manifest versions right after a load) only move
+    /// rows between the WAL tail and segments. So when a manifest at least as
+    /// new as `version` has the view's `last_committed`, so has every version
+    /// in between, and the view answers at once while the new layout loads in
+    /// the background, its codes warmed first — instead of the query waiting
+    /// for that warm-up (1.4 s for a merged 100k-row segment over S3).
+    /// Known from an earlier check, or from the manifest the watch announced.
+    pub(crate) fn view_with_rows_of(&self, version: u64) -> Option<Arc<ShardView>> {
+        let view = self.view()?;
+        let current = view.manifest().version;
+        if current >= version {
+            return Some(view);
+        }
+        let known = *self.same_rows.lock().unwrap_or_else(|p| p.into_inner());
+        if known
+            .is_some_and(|(view_version, through)| view_version == current && through >= version)
+        {
+            return Some(view);
+        }
+        let announced = {
+            let wanted = self.wanted.lock().unwrap_or_else(|p| p.into_inner());
+            wanted
+                .as_ref()
+                .filter(|manifest| {
+                    manifest.version >= version
+                        && manifest.last_committed == view.manifest().last_committed
+                })
+                .map(|manifest| manifest.version)
+        };
+        let through = announced?;
+        self.note_same_rows(current, through);
+        Some(view)
+    }
+
+    /// Records that the manifest at `through` holds the rows of the view at
+    /// `view_version`.
+    pub(crate) fn note_same_rows(&self, view_version: u64, through: u64) {
+        let mut known = self.same_rows.lock().unwrap_or_else(|p| p.into_inner());
+        if known.is_none_or(|(known_view, known_through)| {
+            known_view < view_version || (known_view == view_version && known_through < through)
+        }) {
+            *known = Some((view_version, through));
         }
     }
 
@@ -73,6 +127,8 @@ pub(crate) enum ReloadTarget {
     Announced,
     /// At least this version, read from meta (linearizable for strong reads).
     AtLeast { version: u64, linearizable: bool },
+    /// This manifest, just read from meta (linearizable) for a strong read.
+    Fetched(Manifest),
 }
 
 /// Logs a damaged object met on the read path (the shard view counts it).
@@ -138,6 +194,14 @@ pub(crate) async fn reload(
                     Status::unavailable(format!("manifest of shard {shard}: {error}"))
                 })?;
             manifest_from_proto(&manifest)
+        }
+        ReloadTarget::Fetched(manifest) => {
+            if let Some(view) = &current
+                && view.manifest().version >= manifest.version
+            {
+                return Ok(view.clone());
+            }
+            manifest
         }
     };
     let started = Instant::now();
