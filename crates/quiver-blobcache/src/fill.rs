@@ -13,9 +13,9 @@ use crate::inner::{Inner, ObjectIdentity, RegionKey};
 use crate::metrics::{METRICS, ReadCounts};
 use crate::slots::{Slot, SlotStatus, State};
 
-/// The most bytes of neighbouring regions a fetch-ahead asks for in one request
-/// (16 row regions; hot regions, 1 MiB and more, go one per request).
-const MAX_RUN_BYTES: usize = 1 << 20;
+/// The most bytes of neighbouring regions a query's fetch-ahead asks for in one
+/// request (16 row regions; hot regions, 1 MiB and more, go one per request).
+pub(crate) const FETCH_AHEAD_RUN_BYTES: usize = 1 << 20;
 
 /// The outcome of one fill, shared with every reader waiting for it.
 pub(crate) struct FillSignal {
@@ -102,9 +102,15 @@ impl Inner {
     /// Fills, with one request each and all in flight together, the regions of
     /// `object` in `regions` that are neither cached nor being filled, and returns
     /// once they are in (or failed: their readers fetch them again). The caller
-    /// sleeps once for the whole set, not once per region. Stops claiming, without
+    /// sleeps once for the whole set, not once per region. Neighbouring regions
+    /// go out as one request of up to `max_run_bytes`. Stops claiming, without
     /// error, once every slot is pinned.
-    pub(crate) fn fill_many(&self, object: &Arc<ObjectIdentity>, regions: &[u64]) {
+    pub(crate) fn fill_many(
+        &self,
+        object: &Arc<ObjectIdentity>,
+        regions: &[u64],
+        max_run_bytes: usize,
+    ) {
         let mut claimed = Vec::with_capacity(regions.len());
         for &region in regions {
             let key = RegionKey {
@@ -126,12 +132,12 @@ impl Inner {
         if claimed.is_empty() {
             return;
         }
-        // Neighbouring regions go out as one request (up to MAX_RUN_BYTES):
+        // Neighbouring regions go out as one request (up to max_run_bytes):
         // a store charges, and a server spends, per request more than per byte,
         // and the rows a list's candidates need are often next to each other.
         claimed.sort_unstable_by_key(|(key, _, _)| key.region);
         let region_bytes = self.region_bytes as u64;
-        let max_run = (MAX_RUN_BYTES / self.region_bytes).max(1);
+        let max_run = (max_run_bytes / self.region_bytes).max(1);
         let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
         for index in 0..claimed.len() {
             match runs.last_mut() {

@@ -2,8 +2,12 @@
 //! rescoring fetches 64 KiB ranges, and raw-vector traffic (an exact search over
 //! more vectors than the row tier holds) never evicts the codes.
 
+use std::time::Instant;
+
 use quiver_blobcache::{BlobCache, BlobCacheConfig, ReadCounts};
 use quiver_index::{MemorySource, SearchParams, SearchScratch, Segment};
+use quiver_storage::StorageOptions;
+use quiver_storage::testing::{FaultConfig, FaultProxy};
 
 use crate::search::segment_bytes;
 use crate::support::{memory_storage, put, runtime};
@@ -280,5 +284,78 @@ fn warming_codes_fills_every_region_they_span_once_and_says_how_much_it_fetched(
         cache.stats_by_tier().0.misses,
         hot_before,
         "codes were warm"
+    );
+}
+
+#[test]
+fn warming_rows_reads_a_cold_section_in_a_few_large_requests() {
+    let runtime = runtime();
+    let Some(server) = quiver_test_support::S3TestServer::from_env("the row warm-up request test")
+    else {
+        return;
+    };
+    let (bucket, proxy) = runtime.block_on(async {
+        let bucket = server.create_bucket("quiver-warm-rows").await;
+        let proxy = FaultProxy::start(server.endpoint(), FaultConfig::none())
+            .await
+            .unwrap();
+        (bucket, proxy)
+    });
+    let storage = server.storage_via(
+        &proxy.endpoint(),
+        &bucket,
+        "warm-rows",
+        StorageOptions::default(),
+    );
+    let dim = 64;
+    // 32k rows: 8 MiB of raw vectors, 128 row regions of 64 KiB.
+    let (bytes, _) = segment_bytes(32_000, dim);
+    put(&runtime, &storage, "segments/rows.qseg", &bytes);
+    let directory = tempfile::tempdir().unwrap();
+    let config = BlobCacheConfig {
+        directory: directory.path().to_path_buf(),
+        capacity_bytes: 64 << 20,
+        region_bytes: 1 << 20,
+        row_region_bytes: 64 << 10,
+        map_local_files: true,
+    };
+    let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
+    let segment = Segment::open(cache.open_blocking("segments/rows.qseg").unwrap()).unwrap();
+    let raw = segment
+        .sections()
+        .iter()
+        .find(|section| section.kind == quiver_index::SectionKind::RawVectors)
+        .copied()
+        .unwrap();
+    assert!(raw.length >= 8_000_000, "{raw:?}");
+    let started = Instant::now();
+    segment
+        .source()
+        .warm_rows(raw.offset..raw.offset + raw.length);
+    let window = started..Instant::now();
+    let rows = cache.stats_by_tier().1.expect("a row tier");
+    assert!(
+        rows.bytes_fetched >= raw.length,
+        "the raw vectors are in the row tier: {rows:?}"
+    );
+    // Requests of 4 MiB (one more for a region split at each end), not one
+    // round trip per 128 KiB: 64 requests one after another before.
+    let gets: Vec<_> = proxy
+        .spans(window.clone())
+        .into_iter()
+        .filter(|span| span.method == "GET")
+        .collect();
+    let most = raw.length.div_ceil(4 << 20) as usize + 2;
+    assert!(
+        gets.len() <= most,
+        "{} GETs for {} bytes of rows (at most {most}): {:?}",
+        gets.len(),
+        raw.length,
+        gets.iter().map(|span| &span.range).collect::<Vec<_>>()
+    );
+    let (round_trips, _) = proxy.dependent_round_trips(window);
+    assert!(
+        round_trips <= most.div_ceil(2) + 1,
+        "{round_trips} round trips one after another"
     );
 }
