@@ -62,3 +62,13 @@ pub fn context(
         tokio::runtime::Handle::current(),
     ))
 }
+
+/// Returns the sum of a counter's series in this process.
+pub fn counter(name: &str) -> f64 {
+    prometheus::gather()
+        .iter()
+        .filter(|family| family.name() == name)
+        .flat_map(|family| family.get_metric())
+        .map(|metric| metric.get_counter().get_value())
+        .sum()
+}

@@ -15,6 +15,8 @@ use quiver_storage::{Storage, StorageErrorKind, keys};
 use quiver_test_support::S3TestServer;
 use serde_json::{Value, json};
 
+use crate::in_process::counter;
+
 const MIN_AGE_MS: u64 = 2_000;
 const GRACE_MS: u64 = 1_500;
 
@@ -23,15 +25,6 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-fn counter(name: &str) -> f64 {
-    prometheus::gather()
-        .iter()
-        .filter(|family| family.name() == name)
-        .flat_map(|family| family.get_metric())
-        .map(|metric| metric.get_counter().get_value())
-        .sum()
 }
 
 async fn s3_storage() -> Option<Storage> {

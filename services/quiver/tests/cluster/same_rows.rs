@@ -17,7 +17,7 @@ use quiver_storage::StorageOptions;
 use quiver_storage::testing::{Fault, FaultConfig, FaultProxy};
 use quiver_test_support::S3TestServer;
 
-use crate::in_process::{context, manual_config};
+use crate::in_process::{context, counter, manual_config};
 
 const DIM: usize = 8;
 
@@ -69,16 +69,6 @@ fn num(id: u64) -> Option<data::PointId> {
     Some(data::PointId {
         kind: Some(data::point_id::Kind::Num(id)),
     })
-}
-
-/// Sum of a counter's series in this process.
-fn counter(name: &str) -> f64 {
-    prometheus::gather()
-        .iter()
-        .filter(|family| family.name() == name)
-        .flat_map(|family| family.get_metric())
-        .map(|metric| metric.get_counter().get_value())
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

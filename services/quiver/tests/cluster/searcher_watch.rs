@@ -12,7 +12,7 @@ use quiver_proto::data::{self, write_record};
 use quiver_proto::meta as pb;
 use quiver_searcher::{SearcherNode, SearcherNodeConfig};
 
-use crate::in_process::{context, manual_config, memory_storage};
+use crate::in_process::{context, counter, manual_config, memory_storage};
 
 const DIM: usize = 8;
 
@@ -89,16 +89,6 @@ async fn wait_visible(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Returns the sum of a counter's series in this process.
-fn counter(name: &str) -> f64 {
-    prometheus::gather()
-        .iter()
-        .filter(|family| family.name() == name)
-        .flat_map(|family| family.get_metric())
-        .map(|metric| metric.get_counter().get_value())
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
