@@ -15,6 +15,14 @@ use crate::reader::Segment;
 use crate::search::SearchScratch;
 use crate::source::ByteSource;
 
+/// Sample queries of a calibration. The sample's mean recall has a standard
+/// error of about 0.8 / √n points: with 100, one load of real 100k × 384
+/// MiniLM calibrated `nprobe` 116 (recall 0.944 on held-out queries) where other
+/// seeds gave 160–304; with 300 the seeds agree within 184–216 (0.962–0.968).
+/// Their exact answers come from one pass over the segment
+/// ([`Segment::flat_search_many`]), so the larger sample costs little more.
+pub const DEFAULT_SAMPLE_QUERIES: usize = 300;
+
 /// What to calibrate for.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CalibrationOptions {
@@ -33,7 +41,7 @@ impl Default for CalibrationOptions {
         CalibrationOptions {
             k: 10,
             target_recall: 0.97,
-            sample_queries: 100,
+            sample_queries: DEFAULT_SAMPLE_QUERIES,
             seed: 0x5155_4956,
         }
     }
@@ -67,19 +75,28 @@ pub fn calibrate_nprobe<S: ByteSource>(
     let mut rng = rand::rngs::StdRng::seed_from_u64(options.seed);
     let sample_rows = sample(&mut rng, rows, options.sample_queries.min(rows));
     let mut scratch = SearchScratch::new();
-    let mut queries = Vec::new();
-    for row in sample_rows.iter() {
-        let row = row as u32;
-        let vector = segment.vector(row)?;
-        let truth: Vec<u32> = segment
-            .flat_search(&vector, k + 1, None, &mut scratch)?
-            .into_iter()
-            .map(|hit| hit.row)
-            .filter(|&hit| hit != row)
-            .take(k)
-            .collect();
-        queries.push((row, vector, truth));
-    }
+    let rows_sampled: Vec<u32> = sample_rows.iter().map(|row| row as u32).collect();
+    let vectors = rows_sampled
+        .iter()
+        .map(|&row| segment.vector(row))
+        .collect::<IndexResult<Vec<_>>>()?;
+    // One pass over the full vectors for all sample queries.
+    let query_refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+    let truths = segment.flat_search_many(&query_refs, k + 1, None, &mut scratch)?;
+    let queries: Vec<(u32, &[f32], Vec<u32>)> = rows_sampled
+        .iter()
+        .zip(&query_refs)
+        .zip(truths)
+        .map(|((&row, &vector), truth)| {
+            let truth = truth
+                .into_iter()
+                .map(|hit| hit.row)
+                .filter(|&hit| hit != row)
+                .take(k)
+                .collect();
+            (row, vector, truth)
+        })
+        .collect();
     let mut measure = |nprobe: usize| -> IndexResult<f64> {
         let params = SearchParams {
             nprobe: Some(nprobe),

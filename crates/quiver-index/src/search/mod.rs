@@ -647,10 +647,29 @@ impl<S: ByteSource> Segment<S> {
         filter: Option<&dyn RowFilter>,
         scratch: &mut SearchScratch,
     ) -> IndexResult<Vec<Hit>> {
+        let mut answers = self.flat_search_many(&[query], k, filter, scratch)?;
+        Ok(answers.pop().unwrap_or_default())
+    }
+
+    /// Returns the exact top-`k` rows of each query, reading the full vectors
+    /// once for all of them: each list's rows are scored against every query
+    /// while they are in the CPU's cache, so many queries cost one pass over
+    /// memory instead of one each (what calibrating a large segment needs).
+    pub fn flat_search_many(
+        &self,
+        queries: &[&[f32]],
+        k: usize,
+        filter: Option<&dyn RowFilter>,
+        scratch: &mut SearchScratch,
+    ) -> IndexResult<Vec<Vec<Hit>>> {
         if k == 0 {
             return Err(IndexError::InvalidArgument("k must be at least 1".into()));
         }
-        self.prepare_query(query, scratch)?;
+        let mut prepared = Vec::with_capacity(queries.len());
+        for query in queries {
+            self.prepare_query(query, scratch)?;
+            prepared.push(scratch.query.clone());
+        }
         let dim = self.header.dim;
         let row_bytes = dim * self.header.raw_precision.value_bytes();
         let op = if self.header.metric == Metric::L2 {
@@ -658,7 +677,18 @@ impl<S: ByteSource> Segment<S> {
         } else {
             BulkOp::Dot
         };
-        let mut top = TopK::new(k, std::mem::take(&mut scratch.heap));
+        let mut tops: Vec<TopK> = prepared
+            .iter()
+            .enumerate()
+            .map(|(index, _)| {
+                let heap = if index == 0 {
+                    std::mem::take(&mut scratch.heap)
+                } else {
+                    BinaryHeap::new()
+                };
+                TopK::new(k, heap)
+            })
+            .collect();
         for entry in &self.lists {
             if entry.rows == 0 {
                 continue;
@@ -669,29 +699,31 @@ impl<S: ByteSource> Segment<S> {
                 entry.rows as usize * row_bytes,
             )?;
             scratch.row_scores.resize(entry.rows as usize, 0.0);
-            match self.header.raw_precision {
-                RawPrecision::F32 => quiver_simd::score_f32_bulk(
-                    op,
-                    &scratch.query,
-                    self.cast("raw vectors", &bytes)?,
-                    &mut scratch.row_scores,
-                ),
-                RawPrecision::Bf16 => quiver_simd::score_bf16_bulk(
-                    op,
-                    &scratch.query,
-                    self.cast("raw vectors", &bytes)?,
-                    &mut scratch.row_scores,
-                ),
-            }
-            for (offset, &score) in scratch.row_scores.iter().enumerate() {
-                let row = entry.row_start + offset as u32;
-                if filter.is_some_and(|f| !f.allows(row)) {
-                    continue;
+            for (query, top) in prepared.iter().zip(&mut tops) {
+                match self.header.raw_precision {
+                    RawPrecision::F32 => quiver_simd::score_f32_bulk(
+                        op,
+                        query,
+                        self.cast("raw vectors", &bytes)?,
+                        &mut scratch.row_scores,
+                    ),
+                    RawPrecision::Bf16 => quiver_simd::score_bf16_bulk(
+                        op,
+                        query,
+                        self.cast("raw vectors", &bytes)?,
+                        &mut scratch.row_scores,
+                    ),
                 }
-                top.push(
-                    if op == BulkOp::Dot { -score } else { score },
-                    u64::from(row),
-                );
+                for (offset, &score) in scratch.row_scores.iter().enumerate() {
+                    let row = entry.row_start + offset as u32;
+                    if filter.is_some_and(|f| !f.allows(row)) {
+                        continue;
+                    }
+                    top.push(
+                        if op == BulkOp::Dot { -score } else { score },
+                        u64::from(row),
+                    );
+                }
             }
         }
         scratch.stats = SearchStats {
@@ -699,7 +731,10 @@ impl<S: ByteSource> Segment<S> {
             rows_scanned: self.header.rows as usize,
             rows_rescored: 0,
         };
-        Ok(self.finish_hits(top, scratch))
+        Ok(tops
+            .into_iter()
+            .map(|top| self.finish_hits(top, scratch))
+            .collect())
     }
 }
 

@@ -178,3 +178,63 @@ fn calibrated_nprobe_reaches_the_target_on_unseen_queries() {
         calibration.nprobe
     );
 }
+
+#[test]
+fn many_exact_searches_in_one_pass_answer_as_each_search_alone() {
+    for (metric, raw_precision) in [
+        (Metric::Cosine, RawPrecision::F32),
+        (Metric::L2, RawPrecision::F32),
+        (Metric::Dot, RawPrecision::Bf16),
+    ] {
+        let dim = 48;
+        let (base, queries) = clustered(3_000, 20, dim, 12, 21);
+        let segment = build(&base, dim, metric, |spec| {
+            spec.build.raw_precision = raw_precision
+        });
+        let queries: Vec<&[f32]> = queries.chunks_exact(dim).collect();
+        let mut scratch = SearchScratch::new();
+        let together = segment
+            .flat_search_many(&queries, 7, None, &mut scratch)
+            .unwrap();
+        assert_eq!(together.len(), queries.len());
+        for (query, hits) in queries.iter().zip(&together) {
+            // Brute force over the segment's own rows, in this test.
+            let normalized = |v: &[f32]| -> Vec<f32> {
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.iter().map(|x| x / norm).collect()
+            };
+            let q = if metric == Metric::Cosine {
+                normalized(query)
+            } else {
+                query.to_vec()
+            };
+            let mut exact: Vec<(f32, u32)> = (0..segment.rows() as u32)
+                .map(|row| {
+                    let v = segment.vector(row).unwrap();
+                    let v = if metric == Metric::Cosine {
+                        normalized(&v)
+                    } else {
+                        v
+                    };
+                    let key = match metric {
+                        Metric::L2 => q.iter().zip(&v).map(|(a, b)| (a - b) * (a - b)).sum(),
+                        _ => -q.iter().zip(&v).map(|(a, b)| a * b).sum::<f32>(),
+                    };
+                    (key, row)
+                })
+                .collect();
+            exact.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let wanted: Vec<u32> = exact.iter().take(7).map(|&(_, row)| row).collect();
+            let got: Vec<u32> = hits.iter().map(|hit| hit.row).collect();
+            assert_eq!(got, wanted, "{metric:?} {raw_precision:?}");
+            let alone = segment.flat_search(query, 7, None, &mut scratch).unwrap();
+            assert_eq!(*hits, alone, "{metric:?} {raw_precision:?}");
+        }
+        // A bad query is named, and nothing is answered.
+        let short = [0.5f32; 3];
+        let error = segment
+            .flat_search_many(&[queries[0], &short], 7, None, &mut scratch)
+            .unwrap_err();
+        assert!(error.to_string().contains("dimension 3"), "{error}");
+    }
+}
