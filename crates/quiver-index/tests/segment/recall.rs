@@ -1,6 +1,8 @@
 //! IVF + RaBitQ against exact search on the same segment.
 
 use quiver_index::{Metric, RawPrecision, SearchParams, SearchScratch};
+use rand::{Rng, SeedableRng};
+use rand_distr::Distribution;
 
 use crate::data::{build, clustered};
 
@@ -237,4 +239,43 @@ fn many_exact_searches_in_one_pass_answer_as_each_search_alone() {
             .unwrap_err();
         assert!(error.to_string().contains("dimension 3"), "{error}");
     }
+}
+
+#[test]
+fn calibrations_of_one_segment_agree_whatever_rows_they_sample() {
+    use quiver_index::{CalibrationOptions, calibrate_nprobe};
+    let dim = 64;
+    // Clusters of very different spreads: most rows easy to find, a few hard,
+    // as with real embeddings, so a small sample's mean recall is noisy.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let unit = rand_distr::Normal::new(0.0f32, 1.0).unwrap();
+    let clusters = 40;
+    let centres: Vec<f32> = (0..clusters * dim).map(|_| unit.sample(&mut rng)).collect();
+    let mut base = Vec::with_capacity(20_000 * dim);
+    for _ in 0..20_000 {
+        let centre = rng.random_range(0..clusters);
+        let spread = if centre % 8 == 0 { 1.6 } else { 0.3 };
+        for d in 0..dim {
+            base.push(centres[centre * dim + d] + spread * unit.sample(&mut rng));
+        }
+    }
+    let segment = build(&base, dim, Metric::L2, |_| {});
+    let nprobes: Vec<usize> = (0..6u64)
+        .map(|seed| {
+            let options = CalibrationOptions {
+                seed: seed * 7919 + 1,
+                ..CalibrationOptions::default()
+            };
+            calibrate_nprobe(&segment, &options).unwrap().nprobe
+        })
+        .collect();
+    let (low, high) = (
+        *nprobes.iter().min().unwrap(),
+        *nprobes.iter().max().unwrap(),
+    );
+    // The sample's noise, not the data, would otherwise pick the default.
+    assert!(
+        high * 4 <= low * 5,
+        "calibrated nprobe by seed: {nprobes:?}"
+    );
 }
