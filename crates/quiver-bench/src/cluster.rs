@@ -37,6 +37,8 @@ pub struct ClusterOptions {
     pub include_payload: bool,
     /// --load writes a small payload on every point.
     pub load_payloads: bool,
+    /// Bytes of text in each loaded payload's `text` field (0: no text field).
+    pub payload_text_bytes: usize,
     /// Server processes whose CPU time per query is reported.
     pub server_pids: Vec<u32>,
     /// Also measure the engine alone on --base at the recall the server
@@ -202,10 +204,27 @@ async fn load(client: &Client, options: &ClusterOptions) -> Result<f64> {
         Err(error) => return Err(error.into()),
     }
     let started = Instant::now();
-    let payload: fn(usize) -> Option<serde_json::Value> = if options.load_payloads {
-        |row| Some(serde_json::json!({"row": row, "bucket": row % 100}))
-    } else {
-        |_| None
+    let (with_payloads, text_bytes) = (options.load_payloads, options.payload_text_bytes);
+    let payload = move |row: usize| -> Option<serde_json::Value> {
+        if !with_payloads {
+            return None;
+        }
+        let mut payload = serde_json::json!({"row": row, "bucket": row % 100});
+        if text_bytes > 0 {
+            // Words of a document's size, different per row.
+            let text: String = (0..text_bytes)
+                .map(|i| {
+                    let c = (row * 31 + i * 7) % 27;
+                    if c == 26 {
+                        ' '
+                    } else {
+                        (b'a' + c as u8) as char
+                    }
+                })
+                .collect();
+            payload["text"] = serde_json::Value::String(text);
+        }
+        Some(payload)
     };
     crate::load::upsert_rows(client, &options.collection, &Arc::new(base), payload).await?;
     Ok(started.elapsed().as_secs_f64())

@@ -24,7 +24,7 @@ pub async fn upsert_rows(
     client: &Client,
     collection: &str,
     base: &Arc<Matrix<f32>>,
-    payload: fn(usize) -> Option<Value>,
+    payload: impl Fn(usize) -> Option<Value> + Clone + Send + Sync + 'static,
 ) -> Result<()> {
     let rows = base.rows();
     let progress = bar("load", rows as u64);
@@ -32,7 +32,12 @@ pub async fn upsert_rows(
     let mut tasks = Vec::new();
     for start in (0..rows).step_by(BATCH) {
         let permit = semaphore.clone().acquire_owned().await?;
-        let (client, base, progress) = (client.clone(), base.clone(), progress.clone());
+        let (client, base, progress, payload) = (
+            client.clone(),
+            base.clone(),
+            progress.clone(),
+            payload.clone(),
+        );
         let name = collection.to_string();
         tasks.push(tokio::spawn(async move {
             let _permit = permit;

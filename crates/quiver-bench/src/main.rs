@@ -149,6 +149,10 @@ enum Command {
         /// Attach a payload `{"row": i, "bucket": i % 100}` to every point --load writes.
         #[arg(long)]
         load_payloads: bool,
+        /// With --load-payloads, also a `text` field of this many bytes in each
+        /// payload (documents of a retrieval workload are 1–4 KB).
+        #[arg(long, default_value_t = 0)]
+        payload_text_bytes: usize,
         /// Process ids of the server (standalone, or gateway + searchers): their CPU
         /// time (user + system, from /proc) per query is reported for each concurrency.
         #[arg(long, value_delimiter = ',')]
@@ -393,6 +397,7 @@ fn main() -> Result<()> {
             wait_settled,
             include_payload,
             load_payloads,
+            payload_text_bytes,
             server_pid,
             engine,
             batch,
@@ -422,6 +427,7 @@ fn main() -> Result<()> {
                 wait_settled,
                 include_payload,
                 load_payloads,
+                payload_text_bytes,
                 server_pids: server_pid,
                 engine,
                 batch,

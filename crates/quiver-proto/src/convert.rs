@@ -169,20 +169,19 @@ pub fn wire_point_id(id: &PointId) -> data::PointId {
     }
 }
 
-/// Returns the wire form of one search hit (the payload as JSON bytes, empty
-/// when absent; the vector empty when not asked for).
+/// Returns the wire form of one search hit: the payload as the JSON text it was
+/// stored as (passed on, not parsed and written again; empty when absent), the
+/// vector empty when not asked for.
 pub fn wire_hit(
     id: &PointId,
     score: f32,
-    payload: Option<&serde_json::Value>,
+    payload_json: Option<Vec<u8>>,
     vector: Option<Vec<f32>>,
 ) -> data::Hit {
     data::Hit {
         id: Some(wire_point_id(id)),
         score,
-        payload_json: payload
-            .map(|payload| serde_json::to_vec(payload).unwrap_or_default())
-            .unwrap_or_default(),
+        payload_json: payload_json.unwrap_or_default(),
         vector: vector.unwrap_or_default(),
     }
 }

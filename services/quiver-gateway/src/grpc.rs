@@ -211,7 +211,15 @@ fn hits_of(hits: Vec<crate::core::Hit>, took_ms: f64) -> api::SearchResponse {
     api::SearchResponse {
         hits: hits
             .into_iter()
-            .map(|hit| wire_hit(&hit.id, hit.score, hit.payload.as_ref(), hit.vector))
+            .map(|hit| {
+                wire_hit(
+                    &hit.id,
+                    hit.score,
+                    hit.payload
+                        .map(|payload| Box::<str>::from(payload).into_boxed_bytes().into_vec()),
+                    hit.vector,
+                )
+            })
             .collect(),
         took_ms,
     }

@@ -227,7 +227,7 @@ fn answer_of(hits: Vec<ShardHit>, cost: QueryCost, manifest_version: u64) -> dat
     data::SearchResponse {
         hits: hits
             .into_iter()
-            .map(|hit| wire_hit(&hit.id, hit.score, hit.payload.as_ref(), hit.vector))
+            .map(|hit| wire_hit(&hit.id, hit.score, hit.payload, hit.vector))
             .collect(),
         manifest_version,
         cost: Some(data::SearchCost {

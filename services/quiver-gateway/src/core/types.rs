@@ -92,7 +92,9 @@ pub struct SearchInput {
 pub struct Hit {
     pub id: PointId,
     pub score: f32,
-    pub payload: Option<Value>,
+    /// The payload as the JSON text it was stored as (checked to be JSON, not
+    /// parsed into a tree).
+    pub payload: Option<Box<serde_json::value::RawValue>>,
     pub vector: Option<Vec<f32>>,
 }
 

@@ -121,6 +121,16 @@ pub fn prepare_upsert(
     Ok(records)
 }
 
+/// Takes a hit's stored payload text as it is, once checked to be JSON (nothing
+/// for an empty one, or one that is not JSON).
+pub(crate) fn raw_payload(bytes: Vec<u8>) -> Option<Box<serde_json::value::RawValue>> {
+    if bytes.is_empty() {
+        return None;
+    }
+    let text = String::from_utf8(bytes).ok()?;
+    serde_json::value::RawValue::from_string(text).ok()
+}
+
 pub(crate) fn parse_payload(bytes: &[u8]) -> Option<Value> {
     if bytes.is_empty() {
         return None;

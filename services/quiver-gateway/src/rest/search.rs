@@ -4,18 +4,50 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use quiver_api::{BatchSearchResponse, SearchCost, SearchHit, SearchResponse};
+use quiver_api::{PointId, SearchCost};
+use serde::Serialize;
+use serde_json::value::RawValue;
 
 use super::decode::{BodyResult, body_bytes, decode_batch, decode_search, wire_id};
 use super::{Segment, Shared, handle};
 use crate::auth::Access;
 use crate::core::Hit;
 
-fn search_response(hits: Vec<Hit>, took_ms: f64, cost: Option<SearchCost>) -> SearchResponse {
-    SearchResponse {
+/// A search answer as the gateway writes it: the JSON of
+/// [`quiver_api::SearchResponse`], with each payload written as the JSON text it
+/// was stored as — never parsed into a tree and written out again, which for
+/// 1–4 KB payloads cost 26–69 µs per query of ten hits (searcher and gateway
+/// each parsed and wrote every payload).
+#[derive(Serialize)]
+struct Answer {
+    hits: Vec<AnswerHit>,
+    took_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<SearchCost>,
+}
+
+/// One hit of an [`Answer`]: [`quiver_api::SearchHit`]'s JSON.
+#[derive(Serialize)]
+struct AnswerHit {
+    id: PointId,
+    score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vector: Option<Vec<f32>>,
+}
+
+/// [`quiver_api::BatchSearchResponse`]'s JSON.
+#[derive(Serialize)]
+struct BatchAnswer {
+    results: Vec<Answer>,
+}
+
+fn search_response(hits: Vec<Hit>, took_ms: f64, cost: Option<SearchCost>) -> Answer {
+    Answer {
         hits: hits
             .into_iter()
-            .map(|hit| SearchHit {
+            .map(|hit| AnswerHit {
                 id: wire_id(&hit.id),
                 score: hit.score,
                 payload: hit.payload,
@@ -71,7 +103,79 @@ pub(super) async fn search_batch(
             .into_iter()
             .map(|(hits, took_ms, cost)| search_response(hits, took_ms, Some(cost)))
             .collect();
-        Ok(Json(BatchSearchResponse { results }))
+        Ok(Json(BatchAnswer { results }))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use quiver_api::{BatchSearchResponse, SearchHit, SearchResponse};
+    use quiver_index::PointId as ModelId;
+    use serde_json::json;
+
+    use super::*;
+
+    fn hit(id: u64, payload: Option<&str>, vector: Option<Vec<f32>>) -> Hit {
+        Hit {
+            id: ModelId::U64(id),
+            score: 0.5,
+            payload: payload.map(|text| RawValue::from_string(text.to_string()).unwrap()),
+            vector,
+        }
+    }
+
+    #[test]
+    fn an_answer_with_stored_payload_text_reads_as_the_api_response() {
+        let payload = r#"{"title": "ünï", "tags": ["a", "b"], "n": 1.5e3, "nested": {"x": null}}"#;
+        let answer = search_response(
+            vec![
+                hit(7, Some(payload), Some(vec![0.25, -1.0])),
+                hit(8, None, None),
+            ],
+            1.25,
+            Some(SearchCost::default()),
+        );
+        let text = serde_json::to_string(&answer).unwrap();
+        let read: SearchResponse = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            read,
+            SearchResponse {
+                hits: vec![
+                    SearchHit {
+                        id: PointId::U64(7),
+                        score: 0.5,
+                        payload: Some(serde_json::from_str(payload).unwrap()),
+                        vector: Some(vec![0.25, -1.0]),
+                    },
+                    SearchHit {
+                        id: PointId::U64(8),
+                        score: 0.5,
+                        payload: None,
+                        vector: None,
+                    },
+                ],
+                took_ms: 1.25,
+                cost: Some(SearchCost::default()),
+            }
+        );
+        // Absent fields are left out, as the API type does.
+        assert_eq!(
+            serde_json::to_value(search_response(vec![hit(8, None, None)], 2.0, None)).unwrap(),
+            json!({"hits": [{"id": 8, "score": 0.5}], "took_ms": 2.0})
+        );
+        let batch = BatchAnswer {
+            results: vec![search_response(
+                vec![hit(7, Some(payload), None)],
+                1.0,
+                None,
+            )],
+        };
+        let read: BatchSearchResponse =
+            serde_json::from_str(&serde_json::to_string(&batch).unwrap()).unwrap();
+        assert_eq!(
+            read.results[0].hits[0].payload,
+            Some(serde_json::from_str(payload).unwrap())
+        );
+    }
 }

@@ -45,8 +45,8 @@ pub struct ShardHit {
     pub id: PointId,
     /// Cosine similarity, inner product, or squared distance (by metric).
     pub score: f32,
-    /// Payload, when asked for and present.
-    pub payload: Option<Value>,
+    /// Payload as its stored JSON text, when asked for and present.
+    pub payload: Option<Vec<u8>>,
     /// Vector, when asked for.
     pub vector: Option<Vec<f32>>,
 }

@@ -312,8 +312,9 @@ impl ShardView {
                     id: chunk.ids[index].clone(),
                     score,
                     payload: chunk.payloads[index]
-                        .clone()
-                        .filter(|_| request.include_payload),
+                        .as_ref()
+                        .filter(|_| request.include_payload)
+                        .map(|payload| serde_json::to_vec(payload).unwrap_or_default()),
                     vector: request.include_vector.then(|| {
                         chunk.vectors[index * self.dimension..][..self.dimension].to_vec()
                     }),
@@ -321,8 +322,9 @@ impl ShardView {
             }
             HitSource::Segment { index, row } => {
                 let segment = &self.segments[index].segment;
+                // The stored JSON text, passed on as it is.
                 let payload = if request.include_payload {
-                    segment.payload(row)?
+                    segment.payload_bytes(row)?
                 } else {
                     None
                 };

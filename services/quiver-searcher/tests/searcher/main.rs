@@ -259,7 +259,9 @@ async fn check(fixture: Fixture) {
                 continue;
             }
             assert!((hits[0].score - 1.0).abs() < 1e-3, "{}", hits[0].score);
-            assert_eq!(hits[0].payload.as_ref().unwrap()["group"], id % 100);
+            let payload: serde_json::Value =
+                serde_json::from_slice(hits[0].payload.as_ref().unwrap()).unwrap();
+            assert_eq!(payload["group"], id % 100);
         }
         assert!(
             default_misses.len() * 50 <= sampled.len(),
