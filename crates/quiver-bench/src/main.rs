@@ -408,6 +408,9 @@ fn main() -> Result<()> {
             if k == 0 || batch == 0 || concurrency.is_empty() || concurrency.contains(&0) {
                 bail!("--k, --batch and --concurrency must be positive");
             }
+            if payload_text_bytes > 0 && !(load && load_payloads) {
+                bail!("--payload-text-bytes needs --load and --load-payloads");
+            }
             let options = cluster::ClusterOptions {
                 endpoint,
                 api_key,
