@@ -5,12 +5,44 @@
 use std::time::Instant;
 
 use quiver_blobcache::{BlobCache, BlobCacheConfig, ReadCounts};
-use quiver_index::{MemorySource, SearchParams, SearchScratch, Segment};
-use quiver_storage::StorageOptions;
+use quiver_index::{
+    ByteSource, MemorySource, SearchParams, SearchScratch, SectionEntry, SectionKind, Segment,
+};
 use quiver_storage::testing::{FaultConfig, FaultProxy};
+use quiver_storage::{Storage, StorageOptions};
 
 use crate::search::segment_bytes;
 use crate::support::{memory_storage, put, runtime};
+
+/// A cache of `capacity_bytes` over `storage` with hot regions of `region_bytes`
+/// and 64 KiB row regions, in a directory removed when the returned guard drops.
+fn two_tier_cache(
+    storage: Storage,
+    runtime: &tokio::runtime::Runtime,
+    capacity_bytes: u64,
+    region_bytes: u64,
+) -> (tempfile::TempDir, BlobCache) {
+    let directory = tempfile::tempdir().unwrap();
+    let config = BlobCacheConfig {
+        directory: directory.path().to_path_buf(),
+        capacity_bytes,
+        region_bytes,
+        row_region_bytes: 64 << 10,
+        map_local_files: true,
+    };
+    let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
+    (directory, cache)
+}
+
+/// The segment's section of `kind`.
+fn section<S: ByteSource>(segment: &Segment<S>, kind: SectionKind) -> SectionEntry {
+    segment
+        .sections()
+        .iter()
+        .find(|section| section.kind == kind)
+        .copied()
+        .unwrap()
+}
 
 #[test]
 fn row_sections_are_cached_in_small_regions_apart_from_the_codes() {
@@ -20,16 +52,8 @@ fn row_sections_are_cached_in_small_regions_apart_from_the_codes() {
     // 40k rows: 10 MB of raw vectors, more than the 6 MiB row tier.
     let (bytes, vectors) = segment_bytes(40_000, dim);
     put(&runtime, &storage, "segments/tiers.qseg", &bytes);
-    let directory = tempfile::tempdir().unwrap();
-    let config = BlobCacheConfig {
-        directory: directory.path().to_path_buf(),
-        capacity_bytes: 8 << 20,
-        // 2 MiB of hot regions: the 16 a split needs.
-        region_bytes: 128 << 10,
-        row_region_bytes: 64 << 10,
-        map_local_files: true,
-    };
-    let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
+    // 2 MiB of hot regions: the 16 a split needs.
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
     assert_eq!(cache.row_region_bytes(), Some(64 << 10));
     let segment = Segment::open(cache.open_blocking("segments/tiers.qseg").unwrap()).unwrap();
     let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
@@ -157,27 +181,14 @@ fn warming_rows_fills_the_row_tier_so_rescoring_reads_hit() {
     // 4k rows: 1 MB of raw vectors, a quarter of the 4 MiB row tier.
     let (bytes, vectors) = segment_bytes(4_000, dim);
     put(&runtime, &storage, "segments/warm.qseg", &bytes);
-    let directory = tempfile::tempdir().unwrap();
-    let config = BlobCacheConfig {
-        directory: directory.path().to_path_buf(),
-        capacity_bytes: 8 << 20,
-        region_bytes: 128 << 10,
-        row_region_bytes: 64 << 10,
-        map_local_files: true,
-    };
-    let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
     assert!(
         cache.row_tier_bytes() >= 4 << 20,
         "{}",
         cache.row_tier_bytes()
     );
     let segment = Segment::open(cache.open_blocking("segments/warm.qseg").unwrap()).unwrap();
-    let raw = segment
-        .sections()
-        .iter()
-        .find(|section| section.kind == quiver_index::SectionKind::RawVectors)
-        .copied()
-        .unwrap();
+    let raw = section(&segment, SectionKind::RawVectors);
     let hot_before = cache.stats_by_tier().0;
     segment
         .source()
@@ -204,12 +215,7 @@ fn warming_rows_fills_the_row_tier_so_rescoring_reads_hit() {
     assert!(reads.row_hits > 0, "{reads:?}");
     assert_eq!(reads.row_misses, 0, "{reads:?}");
     // A range the row tier does not serve (the codes) is not warmed there.
-    let codes = segment
-        .sections()
-        .iter()
-        .find(|section| section.kind == quiver_index::SectionKind::Codes)
-        .copied()
-        .unwrap();
+    let codes = section(&segment, SectionKind::Codes);
     let rows_before = cache.stats_by_tier().1.unwrap();
     segment
         .source()
@@ -224,22 +230,9 @@ fn warming_codes_fills_every_region_they_span_once_and_says_how_much_it_fetched(
     let dim = 64;
     let (bytes, vectors) = segment_bytes(20_000, dim);
     put(&runtime, &storage, "segments/codes.qseg", &bytes);
-    let directory = tempfile::tempdir().unwrap();
-    let config = BlobCacheConfig {
-        directory: directory.path().to_path_buf(),
-        capacity_bytes: 8 << 20,
-        region_bytes: 128 << 10,
-        row_region_bytes: 64 << 10,
-        map_local_files: true,
-    };
-    let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
     let segment = Segment::open(cache.open_blocking("segments/codes.qseg").unwrap()).unwrap();
-    let codes = segment
-        .sections()
-        .iter()
-        .find(|section| section.kind == quiver_index::SectionKind::Codes)
-        .copied()
-        .unwrap();
+    let codes = section(&segment, SectionKind::Codes);
     assert!(
         codes.length > 4 * (128 << 10),
         "the codes span several regions (several fills in flight): {codes:?}"
@@ -311,22 +304,9 @@ fn warming_rows_reads_a_cold_section_in_a_few_large_requests() {
     // 32k rows: 8 MiB of raw vectors, 128 row regions of 64 KiB.
     let (bytes, _) = segment_bytes(32_000, dim);
     put(&runtime, &storage, "segments/rows.qseg", &bytes);
-    let directory = tempfile::tempdir().unwrap();
-    let config = BlobCacheConfig {
-        directory: directory.path().to_path_buf(),
-        capacity_bytes: 64 << 20,
-        region_bytes: 1 << 20,
-        row_region_bytes: 64 << 10,
-        map_local_files: true,
-    };
-    let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 64 << 20, 1 << 20);
     let segment = Segment::open(cache.open_blocking("segments/rows.qseg").unwrap()).unwrap();
-    let raw = segment
-        .sections()
-        .iter()
-        .find(|section| section.kind == quiver_index::SectionKind::RawVectors)
-        .copied()
-        .unwrap();
+    let raw = section(&segment, SectionKind::RawVectors);
     assert!(raw.length >= 8_000_000, "{raw:?}");
     let started = Instant::now();
     segment
