@@ -12,8 +12,9 @@ use anyhow::{Context, Result, bail};
 use quiver_common::stats::percentile_or_zero;
 use quiver_common::vecs::{Matrix, read_fvecs, read_ivecs};
 use quiver_index::{
-    ByteSource, HugePageWriter, IdType, Metric, MmapSource, PointId, RawPrecision, SearchParams,
-    SearchScratch, Segment, SegmentSpec, SegmentWriter, merge_hits,
+    ByteSource, Codebook, HugePageWriter, IdType, Metric, MmapSource, PointId, RawPrecision,
+    SearchParams, SearchScratch, Segment, SegmentSpec, SegmentWriter, SharedProbe, merge_hits,
+    search_shared,
 };
 use serde::Serialize;
 
@@ -36,6 +37,10 @@ pub struct EngineOptions {
     pub threads: usize,
     pub build_threads: usize,
     pub segment_rows: Option<usize>,
+    /// Build every segment after the first with the first's codebook (as a
+    /// shard's flushes and merges are) and search them together, one top-k
+    /// over the segments (`search_shared`, as a searcher does).
+    pub shared_codebook: bool,
     pub nlist: Option<usize>,
     pub raw_precision: RawPrecision,
     pub bound_sigma: f32,
@@ -99,12 +104,14 @@ fn build_segments(
     let segment_rows = options.segment_rows.unwrap_or(rows).max(1);
     let started = Instant::now();
     let (mut file_bytes, mut hot_bytes, mut raw_bytes) = (0, 0, 0);
-    let mut paths = Vec::new();
+    let mut paths: Vec<PathBuf> = Vec::new();
     let mut file_sizes = Vec::new();
+    let mut codebook = None;
     for (index, start) in (0..rows).step_by(segment_rows).enumerate() {
         let end = (start + segment_rows).min(rows);
         let mut spec = SegmentSpec::new(base.dim, options.metric, IdType::U64);
         spec.build.nlist = options.nlist;
+        spec.build.codebook = codebook.clone();
         spec.build.threads = options.build_threads;
         spec.build.raw_precision = options.raw_precision;
         let mut writer = SegmentWriter::new(spec)?;
@@ -137,6 +144,10 @@ fn build_segments(
         file_bytes += summary.file_bytes;
         hot_bytes += summary.hot_bytes;
         raw_bytes += summary.raw_bytes;
+        if options.shared_codebook && codebook.is_none() {
+            let first = Segment::open(MmapSource::open(&path)?)?;
+            codebook = Codebook::of_segment(&first).map(std::sync::Arc::new);
+        }
         paths.push(path);
         file_sizes.push(summary.file_bytes);
     }
@@ -151,7 +162,9 @@ fn build_segments(
     })
 }
 
-/// Searches every segment and returns the merged top-k ids.
+/// Searches every segment and returns the merged top-k ids: together, against
+/// one top-k, when they share one codebook (as a searcher searches a shard's
+/// segments); otherwise one by one, merging their top-k.
 fn search_all<S: ByteSource>(
     segments: &[Segment<S>],
     metric: Metric,
@@ -160,6 +173,25 @@ fn search_all<S: ByteSource>(
     scratch: &mut SearchScratch,
     counters: &mut (usize, usize),
 ) -> Result<Vec<u64>> {
+    if segments.len() > 1 && share_one_codebook(segments) {
+        let members: Vec<SharedProbe<'_, S>> = segments
+            .iter()
+            .map(|segment| SharedProbe {
+                segment,
+                filter: None,
+            })
+            .collect();
+        let hits = search_shared(&members, query, params, scratch)?;
+        counters.0 += scratch.stats.rows_scanned;
+        counters.1 += scratch.stats.rows_rescored;
+        return hits
+            .into_iter()
+            .map(|(index, hit)| match segments[index].id(hit.row)? {
+                PointId::U64(id) => Ok(id),
+                PointId::String(id) => bail!("unexpected string id {id}"),
+            })
+            .collect();
+    }
     let mut lists = Vec::with_capacity(segments.len());
     for (index, segment) in segments.iter().enumerate() {
         let hits = segment.search(query, params, None, scratch)?;
@@ -179,6 +211,17 @@ fn search_all<S: ByteSource>(
             PointId::String(id) => bail!("unexpected string id {id}"),
         })
         .collect()
+}
+
+/// Whether every segment was built with one codebook.
+fn share_one_codebook<S: ByteSource>(segments: &[Segment<S>]) -> bool {
+    let first = segments
+        .first()
+        .and_then(|segment| segment.header().codebook);
+    first.is_some()
+        && segments.iter().all(|segment| {
+            segment.header().codebook.map(|info| info.id) == first.map(|info| info.id)
+        })
 }
 
 fn measure<S: ByteSource>(
@@ -663,6 +706,7 @@ pub fn at_recall(
         threads: 1,
         build_threads: 0,
         segment_rows: None,
+        shared_codebook: false,
         nlist: None,
         raw_precision: RawPrecision::F32,
         bound_sigma: SearchParams::new(k).bound_sigma,

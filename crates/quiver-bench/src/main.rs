@@ -281,6 +281,11 @@ enum Command {
         /// Rows per segment (default: one segment).
         #[arg(long)]
         segment_rows: Option<usize>,
+        /// With --segment-rows: build every segment after the first with the
+        /// first's codebook (as a shard's flushes are) and search them together,
+        /// one top-k over the segments (as a searcher does)
+        #[arg(long, requires = "segment_rows")]
+        shared_codebook: bool,
         /// IVF lists per segment (default: from the row count).
         #[arg(long)]
         nlist: Option<usize>,
@@ -535,6 +540,7 @@ fn main() -> Result<()> {
             threads,
             build_threads,
             segment_rows,
+            shared_codebook,
             nlist,
             raw_precision,
             bound_sigma,
@@ -566,6 +572,7 @@ fn main() -> Result<()> {
                 threads,
                 build_threads,
                 segment_rows,
+                shared_codebook,
                 nlist,
                 raw_precision: match raw_precision {
                     PrecisionArg::F32 => RawPrecision::F32,

@@ -51,8 +51,9 @@ pub struct CachedObject {
     /// The object's own file, mapped, when it is a file of a `file://` store:
     /// reads borrow it, and no region of the cache is used.
     pub(crate) mapped: Option<memmap2::Mmap>,
-    /// Fetch-ahead of the mapped file's rescoring rows, while it misses pages.
-    read_ahead: quiver_index::ReadAhead,
+    /// How the mapped file is advised (huge pages for its codes, fetch-ahead of
+    /// its rescoring rows while it misses pages).
+    advice: quiver_index::MappedAdvice,
     /// The same object in the cache's row tier, which serves the ranges of
     /// `row_ranges` (raw vectors, payloads) once a segment is open on it.
     pub(crate) rows: Option<Box<CachedObject>>,
@@ -71,7 +72,7 @@ impl CachedObject {
             hints: Mutex::new(Vec::new()),
             checksums: OnceLock::new(),
             mapped: None,
-            read_ahead: quiver_index::ReadAhead::new(),
+            advice: quiver_index::MappedAdvice::new(),
             rows: None,
             row_ranges: OnceLock::new(),
         }
@@ -88,7 +89,7 @@ impl CachedObject {
             hints: Mutex::new(Vec::new()),
             checksums: OnceLock::new(),
             mapped: Some(map),
-            read_ahead: quiver_index::ReadAhead::new(),
+            advice: quiver_index::MappedAdvice::new(),
             rows: None,
             row_ranges: OnceLock::new(),
         }
@@ -123,11 +124,7 @@ impl CachedObject {
             return Ok(0);
         }
         if let Some(map) = &self.mapped {
-            let _ = map.advise_range(
-                memmap2::Advice::WillNeed,
-                range.start as usize,
-                (end - range.start) as usize,
-            );
+            self.advice.warm(map, range.start, end);
             return Ok(0);
         }
         if self.inner.is_read_through() {
@@ -315,19 +312,13 @@ impl CachedObject {
             .collect()
     }
 
-    /// Starts filling the regions under `ranges` in the background.
+    /// Starts filling the regions under `ranges` in the background. A mapped
+    /// file is left to the faults of its reads: a read-ahead of it here, before
+    /// the segment said which of its ranges are scanned, would read them in as
+    /// small folios, mapped with 4 KiB pages for as long as they stay cached
+    /// (see `quiver_index::MappedAdvice`).
     pub fn prefetch(&self, ranges: &[Range<u64>]) {
-        if let Some(map) = &self.mapped {
-            for range in ranges {
-                let end = range.end.min(self.identity.size);
-                if range.start < end {
-                    let _ = map.advise_range(
-                        memmap2::Advice::WillNeed,
-                        range.start as usize,
-                        (end - range.start) as usize,
-                    );
-                }
-            }
+        if self.mapped.is_some() {
             return;
         }
         if self.inner.is_read_through() {
@@ -480,25 +471,7 @@ impl ByteSource for CachedObject {
 
     fn advise(&self, offset: u64, length: usize, pattern: AccessPattern) {
         if let Some(map) = &self.mapped {
-            // Sections scanned on every query get huge pages (asked before they
-            // are read in, so the read-in makes huge folios; see
-            // `quiver_index::HugePageWriter`); rows read at random do not — a
-            // cold read of one row would read 2 MiB. Ranges are rounded so no
-            // huge page is split between two advices.
-            let Some(range) =
-                quiver_index::advice_range(offset, length, self.identity.size, pattern)
-            else {
-                return;
-            };
-            let advice: &[memmap2::Advice] = match pattern {
-                AccessPattern::Sequential => {
-                    &[memmap2::Advice::HugePage, memmap2::Advice::WillNeed]
-                }
-                AccessPattern::Random => &[memmap2::Advice::Random],
-            };
-            for advice in advice {
-                let _ = map.advise_range(*advice, range.start, range.end - range.start);
-            }
+            self.advice.advise(map, offset, length, pattern);
             return;
         }
         self.hints
@@ -526,7 +499,7 @@ impl ByteSource for CachedObject {
 
     fn fetch_ahead(&self, ranges: &[(u64, usize)]) {
         if let Some(map) = &self.mapped {
-            self.read_ahead.fetch_ahead(map, ranges);
+            self.advice.fetch_ahead(map, ranges);
             return;
         }
         if self.inner.is_read_through() {

@@ -40,7 +40,8 @@ pub use search::{
     search_shared,
 };
 pub use source::{
-    AccessPattern, ByteSource, DirectSession, MemorySource, MmapSource, ReadAhead, ReadSession,
+    AccessPattern, ByteSource, DirectSession, MappedAdvice, MemorySource, MmapSource, ReadAhead,
+    ReadSession,
 };
 pub use writer::{
     BuildProgress, BuildStage, PointId, SegmentHeader, SegmentSpec, SegmentSummary, SegmentWriter,

@@ -87,6 +87,17 @@ impl<S: ByteSource> Segment<S> {
             format::decode_footer(&object, &footer, trailer.footer_offset)?
         };
         let entry = |kind: SectionKind| *sections.iter().find(|e| e.kind == kind).expect("checked");
+        // How the big sections will be read, said before anything near them is
+        // read: a mapped file's codes must come in as huge folios (see
+        // `MappedAdvice`), and the small sections below share their first page.
+        let codes = entry(SectionKind::Codes);
+        source.advise(
+            codes.offset,
+            codes.length as usize,
+            AccessPattern::Sequential,
+        );
+        let raw = entry(SectionKind::RawVectors);
+        source.advise(raw.offset, raw.length as usize, AccessPattern::Random);
         // The small sections read below, asked for together: a cache fetches the
         // ones it misses at once (one round trip, not one per section).
         source.fetch_ahead(
@@ -277,16 +288,6 @@ impl<S: ByteSource> Segment<S> {
             lists,
             rotation,
         };
-        let codes = segment.section(SectionKind::Codes);
-        segment.source.advise(
-            codes.offset,
-            codes.length as usize,
-            AccessPattern::Sequential,
-        );
-        let raw = segment.section(SectionKind::RawVectors);
-        segment
-            .source
-            .advise(raw.offset, raw.length as usize, AccessPattern::Random);
         Ok(segment)
     }
 

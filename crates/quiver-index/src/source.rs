@@ -231,6 +231,17 @@ impl ReadAhead {
     /// Fetches the ranges `(offset, length)` of `map` ahead of their reads (see
     /// the type); returns how many ranges were advised.
     pub fn fetch_ahead(&self, map: &memmap2::Mmap, ranges: &[(u64, usize)]) -> usize {
+        self.fetch_ahead_where(map, ranges, |_, _| true)
+    }
+
+    /// [`ReadAhead::fetch_ahead`] of the ranges `wanted` says yes to (asked
+    /// only when the gate looks).
+    pub fn fetch_ahead_where(
+        &self,
+        map: &memmap2::Mmap,
+        ranges: &[(u64, usize)],
+        wanted: impl Fn(u64, usize) -> bool,
+    ) -> usize {
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
         let ranges = if self.is_looking() {
             ranges
@@ -242,7 +253,7 @@ impl ReadAhead {
         let mut advised = 0;
         for &(offset, length) in ranges {
             let end = offset.saturating_add(length as u64).min(map.len() as u64);
-            if offset >= end || is_resident(map, offset, end) {
+            if offset >= end || !wanted(offset, length) || is_resident(map, offset, end) {
                 continue;
             }
             let _ = map.advise_range(
@@ -265,16 +276,116 @@ impl ReadAhead {
     }
 }
 
-/// The advice for a mapped range read with `pattern`. Sections scanned on
-/// every query (centroids, codes) are mapped with huge pages where the page cache
-/// holds huge folios, and their pages faulted in make huge folios
-/// (`MADV_HUGEPAGE`; see [`crate::HugePageWriter`]). Rows read at random (raw
-/// vectors, payloads) are not: a cold read of one row would read 2 MiB.
-fn advice_for(pattern: AccessPattern) -> &'static [memmap2::Advice] {
-    match pattern {
-        AccessPattern::Sequential => &[memmap2::Advice::HugePage, memmap2::Advice::Sequential],
-        AccessPattern::Random => &[memmap2::Advice::Random],
+/// How a mapped segment file is advised: the one place that decides which of
+/// its pages come in as 2 MiB folios.
+///
+/// Sections scanned on every query (codes, and the small sections sharing
+/// their first huge page) are advised `MADV_HUGEPAGE` before anything reads
+/// them, and are only read in by faults through the mapping (or
+/// `MADV_POPULATE_READ`, which faults): a fault in a huge-page range reads a
+/// whole 2 MiB folio, which the mapping maps with one TLB entry.
+/// `MADV_WILLNEED` on such a range spoils it: its read-ahead makes small folios
+/// whatever the mapping's advice, and a file range in small folios stays
+/// mapped with 4 KiB pages for as long as it is cached. That is what happened
+/// to every segment of `quiver standalone` read in cold (after a restart of
+/// the machine, or once its pages had made room for other work): 0 of 10 MiB
+/// of codes mapped huge, where a segment the indexer had just written was
+/// mapped huge throughout.
+///
+/// Rows read at random (raw vectors, payloads) are not huge (a cold read of
+/// one row would read 2 MiB); they are read ahead with `MADV_WILLNEED` while
+/// the file misses pages (see [`ReadAhead`]).
+#[derive(Debug, Default)]
+pub struct MappedAdvice {
+    /// Ranges advised `MADV_HUGEPAGE` (rounded to whole huge pages).
+    huge: std::sync::Mutex<Vec<std::ops::Range<usize>>>,
+    read_ahead: ReadAhead,
+}
+
+impl MappedAdvice {
+    /// No advice given yet.
+    pub fn new() -> Self {
+        MappedAdvice::default()
     }
+
+    /// Advises `offset..offset + length` of `map` as read with `pattern` (a
+    /// hint: a failure changes nothing but the page size).
+    pub fn advise(&self, map: &memmap2::Mmap, offset: u64, length: usize, pattern: AccessPattern) {
+        let Some(range) =
+            crate::huge_pages::advice_range(offset, length, map.len() as u64, pattern)
+        else {
+            return;
+        };
+        let advice = match pattern {
+            AccessPattern::Sequential => memmap2::Advice::HugePage,
+            AccessPattern::Random => memmap2::Advice::Random,
+        };
+        let _ = map.advise_range(advice, range.start, range.end - range.start);
+        if pattern == AccessPattern::Sequential {
+            self.huge
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(range);
+        }
+    }
+
+    /// Fetch-ahead of `ranges` (see [`ByteSource::fetch_ahead`]): ranges in a
+    /// huge-page range are left to the faults of the reads that follow;
+    /// others are read ahead while the file misses pages.
+    pub fn fetch_ahead(&self, map: &memmap2::Mmap, ranges: &[(u64, usize)]) {
+        self.read_ahead
+            .fetch_ahead_where(map, ranges, |offset, length| !self.is_huge(offset, length));
+    }
+
+    /// Brings `offset..end` of `map` into memory now: the parts in huge-page
+    /// ranges by faulting them in (`MADV_POPULATE_READ`, which blocks until
+    /// they are read), the rest in the background (`MADV_WILLNEED`).
+    pub fn warm(&self, map: &memmap2::Mmap, offset: u64, end: u64) {
+        let (start, end) = (offset as usize, (end as usize).min(map.len()));
+        if start >= end {
+            return;
+        }
+        let huge = self.huge.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut cursor = start;
+        let mut pieces = huge
+            .iter()
+            .filter_map(|range| {
+                let (from, to) = (range.start.max(start), range.end.min(end));
+                (from < to).then_some(from..to)
+            })
+            .collect::<Vec<_>>();
+        pieces.sort_by_key(|piece| piece.start);
+        for piece in pieces {
+            if cursor < piece.start {
+                let _ = map.advise_range(memmap2::Advice::WillNeed, cursor, piece.start - cursor);
+            }
+            let from = piece.start.max(cursor);
+            if from < piece.end {
+                let _ = map.advise_range(memmap2::Advice::PopulateRead, from, piece.end - from);
+            }
+            cursor = cursor.max(piece.end);
+        }
+        if cursor < end {
+            let _ = map.advise_range(memmap2::Advice::WillNeed, cursor, end - cursor);
+        }
+    }
+
+    /// Tells whether `offset..offset + length` lies in a huge-page range.
+    pub fn is_huge(&self, offset: u64, length: usize) -> bool {
+        overlaps(
+            &self.huge.lock().unwrap_or_else(|p| p.into_inner()),
+            offset as usize,
+            length,
+        )
+    }
+}
+
+/// Whether `offset..offset + length` overlaps any of `ranges`.
+fn overlaps(ranges: &[std::ops::Range<usize>], offset: usize, length: usize) -> bool {
+    let end = offset.saturating_add(length.max(1));
+    ranges
+        .iter()
+        .any(|range| range.start < end && offset < range.end)
 }
 
 /// Tells whether every page of `offset..end` (within `map`) is in memory;
@@ -310,7 +421,7 @@ fn is_resident(map: &memmap2::Mmap, offset: u64, end: u64) -> bool {
 pub struct MmapSource {
     name: String,
     map: memmap2::Mmap,
-    read_ahead: ReadAhead,
+    advice: MappedAdvice,
 }
 
 impl MmapSource {
@@ -330,7 +441,7 @@ impl MmapSource {
         Ok(MmapSource {
             name,
             map,
-            read_ahead: ReadAhead::new(),
+            advice: MappedAdvice::new(),
         })
     }
 
@@ -348,7 +459,7 @@ impl MmapSource {
         Ok(MmapSource {
             name,
             map,
-            read_ahead: ReadAhead::new(),
+            advice: MappedAdvice::new(),
         })
     }
 
@@ -392,7 +503,7 @@ impl ByteSource for MmapSource {
     }
 
     fn fetch_ahead(&self, ranges: &[(u64, usize)]) {
-        self.read_ahead.fetch_ahead(&self.map, ranges);
+        self.advice.fetch_ahead(&self.map, ranges);
     }
 
     fn name(&self) -> &str {
@@ -400,17 +511,7 @@ impl ByteSource for MmapSource {
     }
 
     fn advise(&self, offset: u64, length: usize, pattern: AccessPattern) {
-        // Advice is a hint; a failure changes nothing.
-        let Some(range) =
-            crate::huge_pages::advice_range(offset, length, self.map.len() as u64, pattern)
-        else {
-            return;
-        };
-        for advice in advice_for(pattern) {
-            let _ = self
-                .map
-                .advise_range(*advice, range.start, range.end - range.start);
-        }
+        self.advice.advise(&self.map, offset, length, pattern);
     }
 }
 

@@ -154,3 +154,118 @@ fn a_damaged_local_file_is_an_error_naming_the_object() {
         other => panic!("expected a checksum error, got {other}"),
     }
 }
+
+/// Bytes this process maps with 2 MiB pages from the file at `path`, in its
+/// mappings advised `MADV_HUGEPAGE` (`hugepage_advised`) or in all of them
+/// (`FilePmdMapped` in `/proc/self/smaps`).
+fn huge_mapped_bytes(path: &std::path::Path, hugepage_advised: bool) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = path.to_str().unwrap();
+    let (mut in_file, mut pmd_kib, mut total) = (false, 0, 0);
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or_default();
+        if first.contains('-') && !first.ends_with(':') {
+            in_file = line.ends_with(name);
+        } else if in_file && let Some(value) = line.strip_prefix("FilePmdMapped:") {
+            pmd_kib = value
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .unwrap();
+        } else if in_file && let Some(flags) = line.strip_prefix("VmFlags:") {
+            // The last line of a mapping's block.
+            if !hugepage_advised || flags.split_whitespace().any(|flag| flag == "hg") {
+                total += pmd_kib << 10;
+            }
+            pmd_kib = 0;
+        }
+    }
+    total
+}
+
+/// Drops the file's pages from the page cache, as if the machine had
+/// restarted or needed the memory for something else.
+fn evict(path: &std::path::Path) {
+    let file = std::fs::File::open(path).unwrap();
+    rustix::fs::fdatasync(&file).unwrap();
+    rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+}
+
+#[test]
+fn a_local_segment_read_in_cold_maps_its_codes_with_huge_pages() {
+    const HUGE: u64 = quiver_index::HUGE_PAGE_BYTES as u64;
+    // On disk beside the test binary (a tmpfs `/tmp` may not do huge pages).
+    let exe = std::env::current_exe().unwrap();
+    let objects = tempfile::tempdir_in(exe.parent().unwrap()).unwrap();
+    // This kernel and file system must make 2 MiB folios of a file faulted in
+    // through a mapping advised MADV_HUGEPAGE, or the test cannot say anything:
+    // say so, loudly.
+    let probe = objects.path().join("probe");
+    std::fs::write(&probe, vec![7u8; 4 * HUGE as usize]).unwrap();
+    evict(&probe);
+    {
+        let file = std::fs::File::open(&probe).unwrap();
+        // SAFETY: the test's own file; nothing writes to it while mapped.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        map.advise(memmap2::Advice::HugePage).unwrap();
+        let touched: u64 = map.iter().step_by(4096).map(|&byte| byte as u64).sum();
+        std::hint::black_box(touched);
+        assert!(
+            huge_mapped_bytes(&probe, true) >= HUGE,
+            "this kernel or file system ({}) does not fault files in as huge pages; \
+             the test needs large folios (ext4 or xfs on Linux 6.x)",
+            objects.path().display()
+        );
+    }
+
+    let runtime = runtime();
+    let storage = local_storage(objects.path());
+    let dim = 64;
+    let (bytes, vectors) = segment_bytes(100_000, dim);
+    put(&runtime, &storage, KEY, &bytes);
+    let path = storage.local_path(KEY).unwrap();
+    let codes = Segment::open(MemorySource::new("reference", &bytes))
+        .unwrap()
+        .sections()
+        .iter()
+        .find(|section| section.kind == SectionKind::Codes)
+        .copied()
+        .unwrap();
+    let hot_end = (codes.offset + codes.length).div_ceil(HUGE) * HUGE;
+    assert!(
+        hot_end >= 2 * HUGE,
+        "codes end at {} bytes: too few huge pages to tell",
+        codes.offset + codes.length
+    );
+    // Not in the page cache any more (a restart, or memory given to others).
+    evict(&path);
+
+    let cache_directory = tempfile::tempdir().unwrap();
+    let cache = local_cache(&runtime, storage, cache_directory.path(), true);
+    let object = cache.open_blocking(KEY).unwrap();
+    assert!(object.is_mapped());
+    // What a searcher does with a new segment: ask for its first bytes, open it
+    // (the small sections at the file's start are read), warm its codes, search.
+    object.prefetch(std::slice::from_ref(&(0..1)));
+    let segment = Segment::open(object).unwrap();
+    segment
+        .source()
+        .warm(codes.offset..codes.offset + codes.length)
+        .unwrap();
+    let mut scratch = SearchScratch::new();
+    for query in vectors.chunks_exact(dim).step_by(9_973) {
+        segment
+            .search(query, &SearchParams::new(10), None, &mut scratch)
+            .unwrap();
+    }
+    // Every huge page from the file's start to the end of the codes (the range
+    // the segment advised MADV_HUGEPAGE) is mapped as one: an advice of
+    // MADV_WILLNEED, or a read before the mapping was advised, reads them in
+    // as small folios, mapped with 4 KiB pages for as long as they stay cached.
+    let huge = huge_mapped_bytes(&path, true);
+    assert!(
+        huge >= hot_end,
+        "{huge} bytes of the first {hot_end} (header, centroids, codes) mapped with huge pages"
+    );
+}
