@@ -46,7 +46,8 @@ pub struct IndexerConfig {
     pub codebook_refresh: bool,
     /// Once a shard has taken no write and no flush for this long, its segments
     /// are merged into one when the others hold at least an eighth of the
-    /// largest's rows (up to `max_segment_rows`; 0 = never): a settled shard is
+    /// largest's rows — a sixty-fourth while the largest has at most 250,000
+    /// rows — (up to `max_segment_rows`; 0 = never): a settled shard is
     /// searched as one segment (see `merge.rs`).
     pub consolidate_quiet_ms: u64,
     /// Threads a merge's index build may use (kept low so merges do not starve
