@@ -173,7 +173,7 @@ fn search_all<S: ByteSource>(
     scratch: &mut SearchScratch,
     counters: &mut (usize, usize),
 ) -> Result<Vec<u64>> {
-    if segments.len() > 1 && share_one_codebook(segments) {
+    let merged = if segments.len() > 1 && share_one_codebook(segments) {
         let members: Vec<SharedProbe<'_, S>> = segments
             .iter()
             .map(|segment| SharedProbe {
@@ -184,25 +184,20 @@ fn search_all<S: ByteSource>(
         let hits = search_shared(&members, query, params, scratch)?;
         counters.0 += scratch.stats.rows_scanned;
         counters.1 += scratch.stats.rows_rescored;
-        return hits
-            .into_iter()
-            .map(|(index, hit)| match segments[index].id(hit.row)? {
-                PointId::U64(id) => Ok(id),
-                PointId::String(id) => bail!("unexpected string id {id}"),
-            })
-            .collect();
-    }
-    let mut lists = Vec::with_capacity(segments.len());
-    for (index, segment) in segments.iter().enumerate() {
-        let hits = segment.search(query, params, None, scratch)?;
-        counters.0 += scratch.stats.rows_scanned;
-        counters.1 += scratch.stats.rows_rescored;
-        lists.push(hits.into_iter().map(|hit| (index, hit)).collect());
-    }
-    let merged = if segments.len() == 1 {
-        lists.pop().unwrap_or_default()
+        hits
     } else {
-        merge_hits(metric, lists, params.k)
+        let mut lists = Vec::with_capacity(segments.len());
+        for (index, segment) in segments.iter().enumerate() {
+            let hits = segment.search(query, params, None, scratch)?;
+            counters.0 += scratch.stats.rows_scanned;
+            counters.1 += scratch.stats.rows_rescored;
+            lists.push(hits.into_iter().map(|hit| (index, hit)).collect());
+        }
+        if segments.len() == 1 {
+            lists.pop().unwrap_or_default()
+        } else {
+            merge_hits(metric, lists, params.k)
+        }
     };
     merged
         .into_iter()

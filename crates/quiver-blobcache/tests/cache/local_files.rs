@@ -101,6 +101,17 @@ fn objects_of_a_local_store_are_mapped_and_searched_without_regions() {
     );
 }
 
+/// Where section `kind` lies in the segment `bytes`.
+fn section_of(bytes: &[u8], kind: SectionKind) -> quiver_index::SectionEntry {
+    Segment::open(MemorySource::new("reference", bytes))
+        .unwrap()
+        .sections()
+        .iter()
+        .find(|section| section.kind == kind)
+        .copied()
+        .unwrap()
+}
+
 #[test]
 fn with_mapping_off_a_local_store_is_read_through_regions() {
     let runtime = runtime();
@@ -129,13 +140,7 @@ fn a_damaged_local_file_is_an_error_naming_the_object() {
     let storage = local_storage(objects.path());
     let dim = 32;
     let (bytes, vectors) = segment_bytes(5_000, dim);
-    let raw = Segment::open(MemorySource::new("reference", &bytes))
-        .unwrap()
-        .sections()
-        .iter()
-        .find(|section| section.kind == SectionKind::RawVectors)
-        .copied()
-        .unwrap();
+    let raw = section_of(&bytes, SectionKind::RawVectors);
     let mut damaged = bytes.clone();
     damaged[(raw.offset + raw.length / 2) as usize] ^= 0x40;
     put(&runtime, &storage, KEY, &damaged);
@@ -225,13 +230,7 @@ fn a_local_segment_read_in_cold_maps_its_codes_with_huge_pages() {
     let (bytes, vectors) = segment_bytes(100_000, dim);
     put(&runtime, &storage, KEY, &bytes);
     let path = storage.local_path(KEY).unwrap();
-    let codes = Segment::open(MemorySource::new("reference", &bytes))
-        .unwrap()
-        .sections()
-        .iter()
-        .find(|section| section.kind == SectionKind::Codes)
-        .copied()
-        .unwrap();
+    let codes = section_of(&bytes, SectionKind::Codes);
     let hot_end = (codes.offset + codes.length).div_ceil(HUGE) * HUGE;
     assert!(
         hot_end >= 2 * HUGE,
