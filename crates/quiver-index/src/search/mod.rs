@@ -194,7 +194,8 @@ fn select_candidates(
     reserve: &mut TopK,
 ) {
     scratch.candidates.clear();
-    for (block, &block_mask) in scratch.masks.iter().enumerate() {
+    let blocks = (entry.rows as usize).div_ceil(RABITQ_BLOCK_ROWS);
+    for (block, &block_mask) in scratch.masks[..blocks].iter().enumerate() {
         let lanes = (entry.rows as usize - block * RABITQ_BLOCK_ROWS).min(RABITQ_BLOCK_ROWS);
         let mut mask = if lanes == RABITQ_BLOCK_ROWS {
             block_mask
@@ -216,6 +217,14 @@ fn select_candidates(
                 reserve.push(key, handle(member, row));
             }
         }
+    }
+}
+
+/// Makes `buffer` at least `length` long (never shorter).
+#[inline]
+fn grow<T: Copy>(buffer: &mut Vec<T>, length: usize, fill: T) {
+    if buffer.len() < length {
+        buffer.resize(length, fill);
     }
 }
 
@@ -467,8 +476,16 @@ impl<S: ByteSource> Segment<S> {
         )?;
         let (code_bytes, factor_bytes) = list_bytes.split_at(blocks * block_u64s * 8);
         let codes: &[u64] = self.cast("codes", code_bytes)?;
-        scratch.counts.resize(blocks * RABITQ_BLOCK_ROWS, 0);
-        quiver_simd::rabitq_scan_blocks(codes, words, &scratch.planes, &mut scratch.counts);
+        let lanes = blocks * RABITQ_BLOCK_ROWS;
+        // The buffers only grow: the kernels write the lanes of this list, and
+        // shrinking them for a short list made the next long one zero them again.
+        grow(&mut scratch.counts, lanes, 0);
+        quiver_simd::rabitq_scan_blocks(
+            codes,
+            words,
+            &scratch.planes,
+            &mut scratch.counts[..lanes],
+        );
         let factors: &[f32] = self.cast("factors", factor_bytes)?;
 
         let threshold = ranking.top.threshold();
@@ -482,17 +499,16 @@ impl<S: ByteSource> Segment<S> {
             lower_threshold: threshold,
             key_threshold: ranking.reserve.threshold(),
         };
-        let rows_in_blocks = blocks * RABITQ_BLOCK_ROWS;
-        scratch.keys.resize(rows_in_blocks, 0.0);
-        scratch.lowers.resize(rows_in_blocks, 0.0);
-        scratch.masks.resize(blocks, 0);
+        grow(&mut scratch.keys, lanes, 0.0);
+        grow(&mut scratch.lowers, lanes, 0.0);
+        grow(&mut scratch.masks, blocks, 0);
         quiver_simd::rabitq_estimate_blocks(
-            &scratch.counts,
+            &scratch.counts[..lanes],
             factors,
             &terms,
-            &mut scratch.keys,
-            &mut scratch.lowers,
-            &mut scratch.masks,
+            &mut scratch.keys[..lanes],
+            &mut scratch.lowers[..lanes],
+            &mut scratch.masks[..blocks],
         );
         select_candidates(
             entry,
@@ -520,6 +536,12 @@ impl<S: ByteSource> Segment<S> {
         scratch: &mut SearchScratch,
         ranking: &mut Ranking,
     ) -> IndexResult<()> {
+        // Most probes of a settled query find no row worth reading (and a
+        // small segment's few rows per list rarely hold one): nothing to sort,
+        // bound or fetch.
+        if scratch.candidates.is_empty() {
+            return Ok(());
+        }
         scratch
             .candidates
             .sort_unstable_by(|a, b| a.lower.total_cmp(&b.lower));
