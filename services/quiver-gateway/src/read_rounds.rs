@@ -7,8 +7,10 @@
 //! arrived, which is what keeps the read linearizable. At most one round per key
 //! is in flight and one more is gathering waiters.
 //!
-//! A round runs in its own task: a caller that goes away (its request was
-//! cancelled) does not cancel the round the other callers wait for.
+//! A round other callers share runs in its own task: a caller that goes away
+//! (its request was cancelled) does not cancel the round the other callers
+//! wait for. A caller that finds no round in flight runs one itself, in its
+//! own task — nobody else waits for that round's answer.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -41,14 +43,20 @@ impl<T: Clone + Send + Sync + 'static> SharedRounds<T> {
     }
 
     /// Returns the result of a round of `key` that started after this call
-    /// began: the next round already gathering callers, or a new one made by
-    /// `start_round` (run once the round in flight, if any, has ended).
+    /// began: the next round already gathering callers, a new one gathering
+    /// callers once the round in flight has ended, or — when no round is in
+    /// flight — one this caller runs itself, at once, in its own task (no
+    /// spawn, no hand-off: the common case when strong reads do not overlap, and
+    /// the only one on a metadata service that answers without a round). A
+    /// caller running its own round shares it with nobody: callers arriving
+    /// meanwhile gather for the next, which waits only for its end, so
+    /// cancelling it cancels nobody else's answer.
     pub(crate) async fn join<F, Fut>(&self, key: &str, start_round: F) -> GatewayResult<T>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = GatewayResult<T>> + Send + 'static,
     {
-        let round = {
+        let own = {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             let slot = slots.entry(key.to_string()).or_insert(Slot {
                 running: None,
@@ -56,15 +64,29 @@ impl<T: Clone + Send + Sync + 'static> SharedRounds<T> {
             });
             if let Some(next) = &slot.next {
                 METRICS.strong_read_rounds_shared.inc();
-                next.clone()
+                Joined::Gathering(next.clone())
             } else {
                 let (sender, receiver) = watch::channel(None);
-                let previous = slot.running.clone();
-                if previous.is_some() {
-                    slot.next = Some(receiver.clone());
-                } else {
-                    slot.running = Some(receiver.clone());
+                match slot.running.clone() {
+                    Some(previous) => {
+                        slot.next = Some(receiver.clone());
+                        Joined::Next(previous, sender, receiver)
+                    }
+                    None => {
+                        slot.running = Some(receiver.clone());
+                        Joined::Own(OwnRound {
+                            slots: self.slots.clone(),
+                            key: key.to_string(),
+                            sender,
+                            own: receiver,
+                        })
+                    }
                 }
+            }
+        };
+        let round = match own {
+            Joined::Gathering(round) => round,
+            Joined::Next(previous, sender, receiver) => {
                 tokio::spawn(run_round(
                     self.slots.clone(),
                     key.to_string(),
@@ -75,8 +97,60 @@ impl<T: Clone + Send + Sync + 'static> SharedRounds<T> {
                 ));
                 receiver
             }
+            Joined::Own(own) => {
+                METRICS.strong_read_rounds.inc();
+                let result = start_round().await;
+                let _ = own.sender.send(Some(result.clone()));
+                return result;
+            }
         };
         wait(round).await
+    }
+}
+
+/// What a caller of [`SharedRounds::join`] found.
+enum Joined<T> {
+    /// A round gathering callers: wait for its answer.
+    Gathering(Round<T>),
+    /// A round in flight: start the next one (it waits for that one to end).
+    Next(Round<T>, watch::Sender<Option<GatewayResult<T>>>, Round<T>),
+    /// Nothing in flight: run a round in this task.
+    Own(OwnRound<T>),
+}
+
+/// A round a caller runs in its own task: when it ends — answered or
+/// cancelled — the slot forgets it and the next round, if one is gathering,
+/// may begin.
+struct OwnRound<T> {
+    slots: Arc<Mutex<HashMap<String, Slot<T>>>>,
+    key: String,
+    sender: watch::Sender<Option<GatewayResult<T>>>,
+    own: Round<T>,
+}
+
+impl<T> Drop for OwnRound<T> {
+    fn drop(&mut self) {
+        // The next round waits for this one to end (its sender, dropped
+        // after this, tells it even when this one was cancelled unanswered).
+        round_ended(&self.slots, &self.key, &self.own);
+    }
+}
+
+/// Forgets the ended round `own` of `key`, and the key once no round is in
+/// flight or gathering.
+fn round_ended<T>(slots: &Mutex<HashMap<String, Slot<T>>>, key: &str, own: &Round<T>) {
+    let mut slots = slots.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(slot) = slots.get_mut(key) {
+        if slot
+            .running
+            .as_ref()
+            .is_some_and(|running| running.same_channel(own))
+        {
+            slot.running = None;
+        }
+        if slot.running.is_none() && slot.next.is_none() {
+            slots.remove(key);
+        }
     }
 }
 
@@ -96,14 +170,14 @@ async fn wait<T: Clone>(mut round: Round<T>) -> GatewayResult<T> {
 async fn run_round<T: Clone + Send + Sync + 'static>(
     slots: Arc<Mutex<HashMap<String, Slot<T>>>>,
     key: String,
-    previous: Option<Round<T>>,
+    mut previous: Round<T>,
     sender: watch::Sender<Option<GatewayResult<T>>>,
     own: Round<T>,
     round: impl Future<Output = GatewayResult<T>>,
 ) {
-    if let Some(mut previous) = previous {
-        // Only its end matters; its answer is older than some of our callers.
-        let _ = previous.wait_for(Option::is_some).await;
+    // Only its end matters; its answer is older than some of our callers.
+    let _ = previous.wait_for(Option::is_some).await;
+    {
         let mut slots = slots.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = slots.get_mut(&key) {
             // This round starts now: callers from here on need the one after it.
@@ -120,19 +194,7 @@ async fn run_round<T: Clone + Send + Sync + 'static>(
     METRICS.strong_read_rounds.inc();
     let result = round.await;
     let _ = sender.send(Some(result));
-    let mut slots = slots.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(slot) = slots.get_mut(&key) {
-        if slot
-            .running
-            .as_ref()
-            .is_some_and(|running| running.same_channel(&own))
-        {
-            slot.running = None;
-        }
-        if slot.running.is_none() && slot.next.is_none() {
-            slots.remove(&key);
-        }
-    }
+    round_ended(&slots, &key, &own);
 }
 
 #[cfg(test)]
@@ -265,5 +327,64 @@ mod tests {
         }
         gate.add_permits(1);
         assert_eq!(waiter.await.expect("joined").expect("answered"), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_round_with_none_in_flight_runs_in_the_callers_task() {
+        let rounds = SharedRounds::<Option<tokio::task::Id>>::new();
+        let caller = tokio::spawn(async move {
+            let round = rounds
+                .join("docs", || async { Ok(tokio::task::try_id()) })
+                .await
+                .expect("answered");
+            (
+                tokio::task::id(),
+                round,
+                rounds.slots.lock().expect("lock").len(),
+            )
+        });
+        let (caller, round, slots_left) = caller.await.expect("joined");
+        assert_eq!(round, Some(caller), "no task spawned for the round");
+        assert_eq!(slots_left, 0, "an ended round is forgotten");
+    }
+
+    #[tokio::test]
+    async fn cancelling_a_callers_own_round_lets_the_next_one_begin() {
+        let gate = Arc::new(Semaphore::new(0));
+        let rounds = Arc::new(SharedRounds::<u64>::new());
+        let own = tokio::spawn({
+            let (rounds, gate) = (rounds.clone(), gate.clone());
+            async move {
+                rounds
+                    .join("docs", move || async move {
+                        gate.acquire().await.expect("gate").forget();
+                        Ok(1)
+                    })
+                    .await
+            }
+        });
+        until(|| !rounds.slots.lock().expect("lock").is_empty()).await;
+        // Arrived while round 1 runs: gathers for round 2, which waits for it.
+        let later = tokio::spawn({
+            let rounds = rounds.clone();
+            async move { rounds.join("docs", || async { Ok(2) }).await }
+        });
+        until(|| {
+            rounds
+                .slots
+                .lock()
+                .expect("lock")
+                .get("docs")
+                .is_some_and(|slot| slot.next.is_some())
+        })
+        .await;
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!later.is_finished(), "round 2 waits for round 1 to end");
+        // Round 1's caller goes away unanswered: round 2 begins and answers.
+        own.abort();
+        assert_eq!(later.await.expect("joined").expect("answered"), 2);
+        assert!(rounds.slots.lock().expect("lock").is_empty());
     }
 }

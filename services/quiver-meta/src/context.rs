@@ -5,6 +5,7 @@
 //! linearizable read.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use openraft::error::{ClientWriteError, RaftError};
@@ -32,6 +33,10 @@ pub(crate) struct MetaContext {
     pub(crate) log_store: LogStore,
     /// The catalog time this node stamps commands with as leader.
     pub(crate) clock: LeaderClock,
+    /// Set (for good, until the process restarts) before this node first
+    /// proposes a membership change: from then on every linearizable read takes
+    /// a read-index round (see [`MetaContext::decides_alone`]).
+    pub(crate) membership_changing: AtomicBool,
 }
 
 pub(crate) fn forward_error(
@@ -176,9 +181,57 @@ impl MetaContext {
         }
     }
 
-    /// Confirms leadership with a read-index round and waits until the catalog has
-    /// applied everything committed before it.
+    /// Whether this node alone decides what is committed, so that a
+    /// linearizable read needs no read-index round: it leads, it has applied
+    /// an entry of its own term (so every entry of earlier terms — writes
+    /// acknowledged before a restart among them — is applied too), it is the
+    /// only member (voter or learner) of the latest membership in its log,
+    /// committed or not, and no membership change was ever proposed through it
+    /// since it started. Then its applied catalog holds every write
+    /// acknowledged before the read — a write is acknowledged only once applied
+    /// (`client_write` answers with the applied outcome) — and no other node
+    /// can lead or commit anything without first being added by a membership
+    /// change, which only this node can propose and which ends this path before
+    /// it is proposed. This is `quiver standalone`'s meta and a one-node
+    /// metadata service.
+    pub(crate) fn decides_alone(&self) -> bool {
+        if self.membership_changing.load(Ordering::SeqCst) {
+            return false;
+        }
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        metrics.current_leader == Some(self.node_id)
+            && metrics.state == openraft::ServerState::Leader
+            && metrics
+                .last_applied
+                .is_some_and(|applied| applied.leader_id.get_term() == metrics.current_term)
+            && membership.nodes().all(|(id, _)| *id == self.node_id)
+            && membership.voter_ids().all(|id| id == self.node_id)
+    }
+
+    /// Marks that a membership change is about to be proposed through this
+    /// node: linearizable reads take read-index rounds from now on.
+    pub(crate) fn begin_membership_change(&self) {
+        self.membership_changing.store(true, Ordering::SeqCst);
+    }
+
+    /// Makes a read linearizable: nothing to do on a node that decides alone
+    /// ([`Self::decides_alone`]); otherwise confirms leadership with a
+    /// read-index round and waits until the catalog has applied everything
+    /// committed before it.
     pub(crate) async fn linearize(&self) -> MetaResult<()> {
+        if self.decides_alone() {
+            self.metrics
+                .linearizable_reads_total
+                .with_label_values(&["local"])
+                .inc();
+            return Ok(());
+        }
+        self.metrics
+            .linearizable_reads_total
+            .with_label_values(&["read_index"])
+            .inc();
         self.refuse_if_cut_off()?;
         let started = Instant::now();
         let timeout = self.config.proposal_timeout();

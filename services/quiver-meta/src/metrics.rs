@@ -42,6 +42,9 @@ pub struct MetaMetrics {
     pub pre_vote_rounds_total: IntCounterVec,
     /// Times this node stepped down as leader because no quorum acknowledged it.
     pub leader_step_downs_total: IntCounter,
+    /// Linearizable reads served, by path: `local` (this node decides alone: a
+    /// one-node metadata service) or `read_index` (a Raft read-index round).
+    pub linearizable_reads_total: IntCounterVec,
 }
 
 impl MetaMetrics {
@@ -150,6 +153,11 @@ impl MetaMetrics {
             leader_step_downs_total: counter(
                 "quiver_meta_leader_step_downs_total",
                 "times this node stepped down as leader because no quorum acknowledged it (check-quorum)",
+            )?,
+            linearizable_reads_total: counter_vec(
+                "quiver_meta_linearizable_reads_total",
+                "linearizable reads served, by path: local (a one-node metadata service decides alone) or read_index (a raft read-index round)",
+                &["path"],
             )?,
             registry,
         })

@@ -146,6 +146,7 @@ impl MetaServer {
             metrics: metrics.clone(),
             log_store,
             clock: LeaderClock::system(),
+            membership_changing: std::sync::atomic::AtomicBool::new(false),
         });
 
         let shutdown = CancellationToken::new();

@@ -85,6 +85,7 @@ impl MetaGrpc {
         change: ChangeMembers<MetaNodeId, MetaNode>,
     ) -> MetaResult<pb::MembershipResponse> {
         let timeout = self.context.config.proposal_timeout() * 4;
+        self.context.begin_membership_change();
         let result =
             tokio::time::timeout(timeout, self.context.raft.change_membership(change, false)).await;
         membership_result(result, timeout)?;
@@ -692,6 +693,7 @@ impl MetaService for MetaGrpc {
                 address: request.address,
             };
             let timeout = self.context.config.proposal_timeout() * 4;
+            self.context.begin_membership_change();
             let result = tokio::time::timeout(
                 timeout,
                 self.context.raft.add_learner(request.id, node, true),

@@ -110,3 +110,58 @@ async fn registered_handlers_answer_direct_calls_without_encoding() -> anyhow::R
     server.shutdown().await?;
     Ok(())
 }
+
+/// A one-node metadata service decides alone what is committed: its
+/// linearizable reads take no read-index round (every acknowledged write is
+/// already applied on it), and see every write acknowledged before them. Once a
+/// second node is added — the first step of any membership change — reads go
+/// back to read-index rounds, and still see every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_alone_reads_linearizably_without_a_round_until_it_has_company() -> anyhow::Result<()>
+{
+    let reads = |server: &quiver_meta::MetaServer, path: &str| {
+        server
+            .metrics()
+            .linearizable_reads_total
+            .with_label_values(&[path])
+            .get()
+    };
+    let directory = tempfile::tempdir()?;
+    let server = run_single_node(&directory.path().join("node-1"), "127.0.0.1:0").await?;
+    let client = test_client(vec![server.local_address().to_string()]);
+    for index in 0..20 {
+        let name = format!("c{index:02}");
+        client
+            .create_collection(collection_spec(&name, 1, 1))
+            .await?;
+        // Each read right after its write's acknowledgement sees it.
+        let routing = client.get_routing(&name, true).await?;
+        assert_eq!(routing.collections.len(), 1, "{name} seen by the next read");
+    }
+    assert_eq!(reads(&server, "read_index"), 0, "no read-index round alone");
+    assert!(reads(&server, "local") >= 20, "every read served locally");
+
+    // A second node joins as a learner: reads take rounds from now on.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?.to_string();
+    let config = quiver_meta::MetaConfig::new(2, directory.path().join("node-2"), address.clone())
+        .with_fast_timings();
+    let learner =
+        quiver_meta::MetaServer::start_with_listener(config, listener, None, None).await?;
+    client.add_learner(2, &address).await?;
+    let local_before = reads(&server, "local");
+    client
+        .create_collection(collection_spec("with-company", 1, 1))
+        .await?;
+    let routing = client.get_routing("with-company", true).await?;
+    assert_eq!(routing.collections.len(), 1, "the write is seen");
+    assert_eq!(
+        reads(&server, "local"),
+        local_before,
+        "no local read once another node was added"
+    );
+    assert!(reads(&server, "read_index") >= 1, "a read-index round");
+    learner.shutdown().await?;
+    server.shutdown().await?;
+    Ok(())
+}
