@@ -52,7 +52,121 @@ pub struct ClusterOptions {
     /// `/metrics`, which `quiver standalone` serves for every role): settling
     /// also waits for `quiver_indexer_merges_running` to be 0 there.
     pub indexer_metrics: Vec<String>,
+    /// Measured searches go over the gateway's gRPC API at this address.
+    pub grpc_endpoint: Option<String>,
     pub json: PathBuf,
+}
+
+/// The gateway's gRPC client API, for the measured searches.
+type GrpcClient = quiver_proto::client::quiver_client::QuiverClient<tonic::transport::Channel>;
+
+/// What the measurement keeps of one search's answer, whatever the transport.
+struct Answer {
+    /// The hits' numeric ids (row numbers of the base), in rank order.
+    ids: Vec<Option<u64>>,
+    /// The REST answer's cost block (gRPC answers have none).
+    cost: Option<quiver_client::SearchCost>,
+}
+
+impl From<quiver_client::SearchResponse> for Answer {
+    fn from(response: quiver_client::SearchResponse) -> Self {
+        Answer {
+            ids: response.hits.iter().map(|hit| hit.id.as_u64()).collect(),
+            cost: response.cost,
+        }
+    }
+}
+
+impl From<quiver_proto::client::SearchResponse> for Answer {
+    fn from(response: quiver_proto::client::SearchResponse) -> Self {
+        use quiver_proto::data::point_id::Kind;
+        Answer {
+            ids: response
+                .hits
+                .iter()
+                .map(
+                    |hit| match hit.id.as_ref().and_then(|id| id.kind.as_ref()) {
+                        Some(Kind::Num(id)) => Some(*id),
+                        _ => None,
+                    },
+                )
+                .collect(),
+            cost: None,
+        }
+    }
+}
+
+/// The gRPC form of a search.
+fn grpc_search(name: &str, search: &Search) -> quiver_proto::client::SearchRequest {
+    use quiver_proto::client::Consistency;
+    quiver_proto::client::SearchRequest {
+        collection: name.to_string(),
+        vector: search.vector.clone(),
+        k: search.k as u32,
+        nprobe: search.nprobe.unwrap_or(0),
+        consistency: match search.consistency.as_deref() {
+            Some("eventual") => Consistency::Eventual,
+            _ => Consistency::Strong,
+        } as i32,
+        include_payload: search.include_payload,
+        ..Default::default()
+    }
+}
+
+/// A gRPC request carrying the API key, if any, as the gateway expects it.
+fn grpc_request<T>(message: T, api_key: Option<&str>) -> Result<tonic::Request<T>> {
+    let mut request = tonic::Request::new(message);
+    if let Some(key) = api_key {
+        let value = format!("Bearer {key}")
+            .parse()
+            .context("the API key is not valid gRPC metadata")?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    Ok(request)
+}
+
+/// Runs `searches` (one request: single or batch) over REST or gRPC.
+async fn send_searches(
+    client: &Client,
+    grpc: Option<&GrpcClient>,
+    api_key: Option<&str>,
+    name: &str,
+    searches: &[Search],
+) -> Result<Vec<Answer>> {
+    match grpc {
+        None if searches.len() == 1 => Ok(vec![client.search(name, &searches[0]).await?.into()]),
+        None => Ok(client
+            .search_batch(name, searches)
+            .await?
+            .into_iter()
+            .map(Answer::from)
+            .collect()),
+        Some(grpc) if searches.len() == 1 => {
+            let request = grpc_request(grpc_search(name, &searches[0]), api_key)?;
+            Ok(vec![
+                grpc.clone().search(request).await?.into_inner().into(),
+            ])
+        }
+        Some(grpc) => {
+            let batch = quiver_proto::client::SearchBatchRequest {
+                collection: name.to_string(),
+                searches: searches
+                    .iter()
+                    .map(|search| grpc_search(name, search))
+                    .collect(),
+            };
+            let request = grpc_request(batch, api_key)?;
+            Ok(grpc
+                .clone()
+                .search_batch(request)
+                .await?
+                .into_inner()
+                .results
+                .into_iter()
+                .map(Answer::from)
+                .collect())
+        }
+    }
 }
 
 /// CPU time (user + system) of the processes `pids` so far, in milliseconds,
@@ -321,6 +435,15 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         }
         None
     };
+    let grpc = match &options.grpc_endpoint {
+        Some(address) => Some(
+            GrpcClient::connect(address.clone())
+                .await
+                .with_context(|| format!("cannot reach the gRPC API at {address}"))?
+                .max_decoding_message_size(256 << 20),
+        ),
+        None => None,
+    };
     let queries = Arc::new(read_fvecs(&options.queries, options.max_queries)?);
     let truth = read_ivecs(&options.ground_truth, options.max_queries)?;
     if truth.rows() < queries.rows() {
@@ -368,6 +491,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         let mut workers = Vec::new();
         for _ in 0..concurrency.max(1) {
             let (client, queries, next) = (client.clone(), queries.clone(), next.clone());
+            let (grpc, api_key) = (grpc.clone(), options.api_key.clone());
             let name = options.collection.clone();
             let (k, nprobe, consistency) = (options.k, options.nprobe, options.consistency.clone());
             let include_payload = options.include_payload;
@@ -392,14 +516,9 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
                         })
                         .collect();
                     let begun = Instant::now();
-                    let outcome = if batch == 1 {
-                        client
-                            .search(&name, &searches[0])
-                            .await
-                            .map(|answer| vec![answer])
-                    } else {
-                        client.search_batch(&name, &searches).await
-                    };
+                    let outcome =
+                        send_searches(&client, grpc.as_ref(), api_key.as_deref(), &name, &searches)
+                            .await;
                     match outcome {
                         Ok(results) => {
                             let latency = begun.elapsed().as_secs_f64() * 1e3;
@@ -431,13 +550,9 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             for (row, result, latency) in answers {
                 let expected = &truth.row(row)[..options.k.min(truth.dim)];
                 found += result
-                    .hits
+                    .ids
                     .iter()
-                    .filter(|hit| {
-                        hit.id
-                            .as_u64()
-                            .is_some_and(|id| expected.contains(&(id as i32)))
-                    })
+                    .filter(|id| id.is_some_and(|id| expected.contains(&(id as i32))))
                     .count();
                 wanted += expected.len();
                 answered += 1;

@@ -175,6 +175,12 @@ enum Command {
         /// /metrics (quiver standalone serves every role's metrics there).
         #[arg(long, value_delimiter = ',')]
         indexer_metrics: Vec<String>,
+        /// Send the measured searches over the gateway's gRPC API at this address
+        /// (http://HOST:PORT: `quiver standalone --grpc-listen`, a gateway's
+        /// `--grpc-listen`) instead of REST; loading and settling still use REST.
+        /// gRPC answers carry no cost block, so the cost columns stay 0.
+        #[arg(long)]
+        grpc_endpoint: Option<String>,
         /// JSON report path; the latency plot is written beside it as .png.
         #[arg(long)]
         json: PathBuf,
@@ -408,6 +414,7 @@ fn main() -> Result<()> {
             batch,
             no_warm_up,
             indexer_metrics,
+            grpc_endpoint,
             json,
         } => {
             if k == 0 || batch == 0 || concurrency.is_empty() || concurrency.contains(&0) {
@@ -441,6 +448,7 @@ fn main() -> Result<()> {
                 batch,
                 no_warm_up,
                 indexer_metrics,
+                grpc_endpoint,
                 json,
             };
             tokio::runtime::Builder::new_multi_thread()

@@ -197,6 +197,7 @@ fn engine_through_the_region_cache_reports_cold_and_warm_numbers() {
 struct Standalone {
     child: std::process::Child,
     endpoint: String,
+    grpc_endpoint: String,
     _data: tempfile::TempDir,
 }
 
@@ -245,6 +246,7 @@ fn standalone() -> Option<Standalone> {
     let server = Standalone {
         child,
         endpoint: format!("http://{http}"),
+        grpc_endpoint: format!("http://{grpc}"),
         _data: data,
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -344,6 +346,39 @@ fn cluster_filter_and_ingest_benches_against_a_standalone_process() {
         for field in ["qps", "p50_ms", "p99_ms"] {
             assert!(point[field].as_f64().unwrap() > 0.0, "{field} in {point}");
         }
+    }
+
+    // The same searches over the gRPC client API, single and in batches.
+    for batch in ["1", "8"] {
+        let json = directory.path().join(format!("cluster-grpc-{batch}.json"));
+        run_bench(
+            &[
+                "cluster",
+                "--endpoint",
+                &server.endpoint,
+                "--grpc-endpoint",
+                &server.grpc_endpoint,
+                "--collection",
+                "bench",
+                "--k",
+                "10",
+                "--concurrency",
+                "2",
+                "--batch",
+                batch,
+                "--max-queries",
+                "100",
+                "--include-payload",
+            ],
+            &[("--queries", &queries), ("--gt", &gt), ("--json", &json)],
+        );
+        let point = &report(&json)["points"][0];
+        assert_eq!(point["errors"], 0, "gRPC, batch {batch}: {point}");
+        assert!(
+            point["recall"].as_f64().unwrap() >= 0.95,
+            "gRPC, batch {batch}: {point}"
+        );
+        assert!(point["qps"].as_f64().unwrap() > 0.0, "{point}");
     }
 
     let json = directory.path().join("filter.json");

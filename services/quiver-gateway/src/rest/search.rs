@@ -1,9 +1,8 @@
 //! `POST /v1/collections/{name}/search` and `…/search/batch`.
 
-use axum::Json;
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use quiver_api::{PointId, SearchCost};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -43,6 +42,78 @@ struct BatchAnswer {
     results: Vec<Answer>,
 }
 
+impl Answer {
+    /// About how many bytes its JSON takes (a little more, rarely less): the
+    /// answer is written into a buffer of this size at once instead of one
+    /// grown by doubling from 128 bytes (eight reallocations and copies of
+    /// the payloads for ten hits of 2 KB).
+    fn json_size_hint(&self) -> usize {
+        128 + self
+            .hits
+            .iter()
+            .map(|hit| {
+                96 + hit
+                    .payload
+                    .as_ref()
+                    .map_or(0, |payload| payload.get().len())
+                    + hit.vector.as_ref().map_or(0, |vector| vector.len() * 16)
+            })
+            .sum::<usize>()
+    }
+}
+
+/// A JSON answer serialized into a buffer sized for it up front.
+struct SizedJson<T> {
+    body: T,
+    size_hint: usize,
+}
+
+impl<T: Serialize> IntoResponse for SizedJson<T> {
+    fn into_response(self) -> Response {
+        let mut buffer = Vec::with_capacity(self.size_hint);
+        match serde_json::to_writer(&mut buffer, &self.body) {
+            Ok(()) => (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                buffer,
+            )
+                .into_response(),
+            Err(error) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot encode the answer: {error}"),
+            )
+                .into_response(),
+        }
+    }
+}
+
+impl From<Answer> for SizedJson<Answer> {
+    fn from(answer: Answer) -> Self {
+        let size_hint = answer.json_size_hint();
+        SizedJson {
+            body: answer,
+            size_hint,
+        }
+    }
+}
+
+impl From<BatchAnswer> for SizedJson<BatchAnswer> {
+    fn from(batch: BatchAnswer) -> Self {
+        let size_hint = 32
+            + batch
+                .results
+                .iter()
+                .map(Answer::json_size_hint)
+                .sum::<usize>();
+        SizedJson {
+            body: batch,
+            size_hint,
+        }
+    }
+}
+
 fn search_response(hits: Vec<Hit>, took_ms: f64, cost: Option<SearchCost>) -> Answer {
     Answer {
         hits: hits
@@ -76,7 +147,7 @@ pub(super) async fn search(
     handle(&state, &headers, "search", Access::Read, async move {
         let input = decode_search(body_bytes(&body, gateway.limits())?, gateway.limits())?;
         let (hits, took_ms, cost) = gateway.search_with_cost(&name, input).await?;
-        Ok(Json(search_response(hits, took_ms, Some(cost))))
+        Ok(SizedJson::from(search_response(hits, took_ms, Some(cost))))
     })
     .await
 }
@@ -103,7 +174,7 @@ pub(super) async fn search_batch(
             .into_iter()
             .map(|(hits, took_ms, cost)| search_response(hits, took_ms, Some(cost)))
             .collect();
-        Ok(Json(BatchAnswer { results }))
+        Ok(SizedJson::from(BatchAnswer { results }))
     })
     .await
 }
