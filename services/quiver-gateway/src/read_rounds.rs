@@ -301,32 +301,54 @@ mod tests {
         assert_eq!(answer.expect("answered"), 5);
     }
 
+    /// A caller whose round answers `answer` once the gate lets one through.
+    fn gated_caller(
+        rounds: &Arc<SharedRounds<u64>>,
+        gate: &Arc<Semaphore>,
+        answer: u64,
+    ) -> tokio::task::JoinHandle<GatewayResult<u64>> {
+        let (rounds, gate) = (rounds.clone(), gate.clone());
+        tokio::spawn(async move {
+            rounds
+                .join("docs", move || async move {
+                    gate.acquire().await.expect("gate").forget();
+                    Ok(answer)
+                })
+                .await
+        })
+    }
+
+    /// Whether a round of "docs" is gathering callers.
+    fn gathering(rounds: &SharedRounds<u64>) -> bool {
+        rounds
+            .slots
+            .lock()
+            .expect("lock")
+            .get("docs")
+            .is_some_and(|slot| slot.next.is_some())
+    }
+
     #[tokio::test]
     async fn a_cancelled_caller_does_not_cancel_the_shared_round() {
         let gate = Arc::new(Semaphore::new(0));
         let rounds = Arc::new(SharedRounds::<u64>::new());
-        let cancelled = tokio::spawn({
-            let (rounds, gate) = (rounds.clone(), gate.clone());
-            async move {
-                rounds
-                    .join("docs", move || async move {
-                        gate.acquire().await.expect("gate").forget();
-                        Ok(1)
-                    })
-                    .await
-            }
-        });
+        let first = gated_caller(&rounds, &gate, 1);
         until(|| !rounds.slots.lock().expect("lock").is_empty()).await;
-        cancelled.abort();
-        let waiter = tokio::spawn({
-            let rounds = rounds.clone();
-            async move { rounds.join("docs", || async { Ok(2) }).await }
-        });
+        // Two callers gather for round 2; the one that started it goes away.
+        let cancelled = gated_caller(&rounds, &gate, 2);
+        until(|| gathering(&rounds)).await;
+        let waiter = gated_caller(&rounds, &gate, 3);
         for _ in 0..20 {
             tokio::task::yield_now().await;
         }
-        gate.add_permits(1);
-        assert_eq!(waiter.await.expect("joined").expect("answered"), 2);
+        cancelled.abort();
+        gate.add_permits(2);
+        assert_eq!(first.await.expect("joined").expect("answered"), 1);
+        assert_eq!(
+            waiter.await.expect("joined").expect("answered"),
+            2,
+            "round 2 ran although the caller that started it went away"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,32 +374,14 @@ mod tests {
     async fn cancelling_a_callers_own_round_lets_the_next_one_begin() {
         let gate = Arc::new(Semaphore::new(0));
         let rounds = Arc::new(SharedRounds::<u64>::new());
-        let own = tokio::spawn({
-            let (rounds, gate) = (rounds.clone(), gate.clone());
-            async move {
-                rounds
-                    .join("docs", move || async move {
-                        gate.acquire().await.expect("gate").forget();
-                        Ok(1)
-                    })
-                    .await
-            }
-        });
+        let own = gated_caller(&rounds, &gate, 1);
         until(|| !rounds.slots.lock().expect("lock").is_empty()).await;
         // Arrived while round 1 runs: gathers for round 2, which waits for it.
         let later = tokio::spawn({
             let rounds = rounds.clone();
             async move { rounds.join("docs", || async { Ok(2) }).await }
         });
-        until(|| {
-            rounds
-                .slots
-                .lock()
-                .expect("lock")
-                .get("docs")
-                .is_some_and(|slot| slot.next.is_some())
-        })
-        .await;
+        until(|| gathering(&rounds)).await;
         for _ in 0..20 {
             tokio::task::yield_now().await;
         }
