@@ -41,7 +41,7 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| {
     .expect("metric registers once"),
     strong_read_rounds: register_int_counter!(
         "quiver_gateway_strong_read_rounds_total",
-        "Linearizable routing reads (one meta read-index round each) started for strong reads."
+        "Linearizable routing reads from meta (a read-index round, or none on a one-node meta) started for strong reads."
     )
     .expect("metric registers once"),
     strong_read_rounds_shared: register_int_counter!(
