@@ -204,17 +204,27 @@ impl Client {
             .map_err(|error| self.transport_error(&error))?;
         let status = response.status().as_u16();
         let retry_after = retry_hint(response.headers());
-        let text = response
-            .text()
+        // The body's bytes are decoded as they are: serde_json checks the UTF-8
+        // of what it reads, and a lossy copy of a search answer with payloads
+        // (reqwest's `text`) cost the caller more CPU than decoding it.
+        let body = response
+            .bytes()
             .await
             .map_err(|error| self.transport_error(&error))?;
         if status >= 400 {
-            return Err(api_error(status, &text, retry_after));
+            return Err(api_error(
+                status,
+                &String::from_utf8_lossy(&body),
+                retry_after,
+            ));
         }
-        serde_json::from_str(&text).map_err(|error| {
+        serde_json::from_slice(&body).map_err(|error| {
             Error::Decode(format!(
                 "{error}: {}",
-                text.chars().take(200).collect::<String>()
+                String::from_utf8_lossy(&body[..body.len().min(800)])
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
             ))
         })
     }

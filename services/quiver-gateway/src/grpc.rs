@@ -211,15 +211,7 @@ fn hits_of(hits: Vec<crate::core::Hit>, took_ms: f64) -> api::SearchResponse {
     api::SearchResponse {
         hits: hits
             .into_iter()
-            .map(|hit| {
-                wire_hit(
-                    &hit.id,
-                    hit.score,
-                    hit.payload
-                        .map(|payload| Box::<str>::from(payload).into_boxed_bytes().into_vec()),
-                    hit.vector,
-                )
-            })
+            .map(|hit| wire_hit(&hit.id, hit.score, hit.payload, hit.vector))
             .collect(),
         took_ms,
     }

@@ -13,7 +13,7 @@ use quiver_proto::data::searcher_client::SearcherClient;
 use quiver_proto::{ErrorCode, LocalSearcher, RpcChannel, meta as pb};
 
 use crate::core::validate::{
-    check_id, check_search_options, parse_payload, prepare_search, raw_payload, validate_name,
+    check_id, check_search_options, parse_payload, prepare_search, stored_payload, validate_name,
 };
 use crate::core::{Consistency, Gateway, Hit, PointOut, SearchCost, SearchInput};
 use crate::error::{GatewayError, GatewayResult};
@@ -399,7 +399,7 @@ fn merge_shard_answers(
                 id,
                 score: hit.score,
                 payload: if input.include_payload {
-                    raw_payload(hit.payload_json)
+                    stored_payload(hit.payload_json)
                 } else {
                     None
                 },

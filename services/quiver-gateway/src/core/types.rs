@@ -92,9 +92,10 @@ pub struct SearchInput {
 pub struct Hit {
     pub id: PointId,
     pub score: f32,
-    /// The payload as the JSON text it was stored as (checked to be JSON, not
-    /// parsed into a tree).
-    pub payload: Option<Box<serde_json::value::RawValue>>,
+    /// The payload as the JSON text it was stored as: what serde_json wrote
+    /// when the point was upserted (`validate::prepare_upsert`), passed
+    /// through as it is — not parsed into a tree, nor checked again.
+    pub payload: Option<Vec<u8>>,
     pub vector: Option<Vec<f32>>,
 }
 

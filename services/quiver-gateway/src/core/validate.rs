@@ -121,14 +121,18 @@ pub fn prepare_upsert(
     Ok(records)
 }
 
-/// Takes a hit's stored payload text as it is, once checked to be JSON (nothing
-/// for an empty one, or one that is not JSON).
-pub(crate) fn raw_payload(bytes: Vec<u8>) -> Option<Box<serde_json::value::RawValue>> {
+/// Takes a hit's stored payload text as it is (nothing for an empty one). The
+/// text is what serde_json wrote at upsert ([`prepare_upsert`]); a debug build
+/// checks that it still is JSON.
+pub(crate) fn stored_payload(bytes: Vec<u8>) -> Option<Vec<u8>> {
     if bytes.is_empty() {
         return None;
     }
-    let text = String::from_utf8(bytes).ok()?;
-    serde_json::value::RawValue::from_string(text).ok()
+    debug_assert!(
+        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_ok(),
+        "a stored payload is JSON text"
+    );
+    Some(bytes)
 }
 
 pub(crate) fn parse_payload(bytes: &[u8]) -> Option<Value> {

@@ -3,9 +3,7 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use quiver_api::{PointId, SearchCost};
-use serde::Serialize;
-use serde_json::value::RawValue;
+use quiver_api::SearchCost;
 
 use super::decode::{BodyResult, body_bytes, decode_batch, decode_search, wire_id};
 use super::{Segment, Shared, handle};
@@ -16,63 +14,115 @@ use crate::core::Hit;
 /// [`quiver_api::SearchResponse`], with each payload written as the JSON text it
 /// was stored as — never parsed into a tree and written out again, which for
 /// 1–4 KB payloads cost 26–69 µs per query of ten hits (searcher and gateway
-/// each parsed and wrote every payload).
-#[derive(Serialize)]
+/// each parsed and wrote every payload), nor checked again (~4 µs per query of
+/// ten 2 KB payloads): the text is what serde_json wrote when the point was
+/// upserted ([`crate::core::Hit::payload`]).
 struct Answer {
-    hits: Vec<AnswerHit>,
+    hits: Vec<Hit>,
     took_ms: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     cost: Option<SearchCost>,
 }
 
-/// One hit of an [`Answer`]: [`quiver_api::SearchHit`]'s JSON.
-#[derive(Serialize)]
-struct AnswerHit {
-    id: PointId,
-    score: f32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payload: Option<Box<RawValue>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    vector: Option<Vec<f32>>,
-}
-
 /// [`quiver_api::BatchSearchResponse`]'s JSON.
-#[derive(Serialize)]
 struct BatchAnswer {
     results: Vec<Answer>,
 }
 
-impl Answer {
-    /// About how many bytes its JSON takes (a little more, rarely less): the
+/// A JSON answer written straight into one buffer.
+trait WriteJson {
+    /// About how many bytes the JSON takes (a little more, rarely less): the
     /// answer is written into a buffer of this size at once instead of one
-    /// grown by doubling from 128 bytes (eight reallocations and copies of
-    /// the payloads for ten hits of 2 KB).
+    /// grown by doubling (eight reallocations and copies of the payloads for
+    /// ten hits of 2 KB).
+    fn json_size_hint(&self) -> usize;
+
+    /// Appends the JSON to `out`.
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()>;
+}
+
+impl WriteJson for Answer {
     fn json_size_hint(&self) -> usize {
         128 + self
             .hits
             .iter()
             .map(|hit| {
-                96 + hit
-                    .payload
-                    .as_ref()
-                    .map_or(0, |payload| payload.get().len())
+                96 + hit.payload.as_ref().map_or(0, Vec::len)
                     + hit.vector.as_ref().map_or(0, |vector| vector.len() * 16)
             })
             .sum::<usize>()
     }
+
+    /// Writes `{"hits": [{"id", "score", "payload"?, "vector"?}…], "took_ms",
+    /// "cost"?}`, the fields [`quiver_api::SearchResponse`] reads (absent ones
+    /// left out, as its serializer does).
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.extend_from_slice(b"{\"hits\":[");
+        for (index, hit) in self.hits.iter().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"id\":");
+            serde_json::to_writer(&mut *out, &wire_id(&hit.id))?;
+            out.extend_from_slice(b",\"score\":");
+            serde_json::to_writer(&mut *out, &hit.score)?;
+            if let Some(payload) = &hit.payload {
+                out.extend_from_slice(b",\"payload\":");
+                out.extend_from_slice(payload);
+            }
+            if let Some(vector) = &hit.vector {
+                out.extend_from_slice(b",\"vector\":");
+                serde_json::to_writer(&mut *out, vector)?;
+            }
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"],\"took_ms\":");
+        serde_json::to_writer(&mut *out, &self.took_ms)?;
+        if let Some(cost) = &self.cost {
+            out.extend_from_slice(b",\"cost\":");
+            serde_json::to_writer(&mut *out, cost)?;
+        }
+        out.push(b'}');
+        Ok(())
+    }
 }
 
-/// A JSON answer serialized into a buffer sized for it up front.
-struct SizedJson<T> {
-    body: T,
-    size_hint: usize,
+impl WriteJson for BatchAnswer {
+    fn json_size_hint(&self) -> usize {
+        32 + self
+            .results
+            .iter()
+            .map(Answer::json_size_hint)
+            .sum::<usize>()
+    }
+
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.extend_from_slice(b"{\"results\":[");
+        for (index, answer) in self.results.iter().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            answer.write_json(out)?;
+        }
+        out.extend_from_slice(b"]}");
+        Ok(())
+    }
 }
 
-impl<T: Serialize> IntoResponse for SizedJson<T> {
+/// A [`WriteJson`] answer as an HTTP response.
+struct SizedJson<T>(T);
+
+impl<T: WriteJson> SizedJson<T> {
+    fn to_bytes(&self) -> serde_json::Result<Vec<u8>> {
+        let mut buffer = Vec::with_capacity(self.0.json_size_hint());
+        self.0.write_json(&mut buffer)?;
+        Ok(buffer)
+    }
+}
+
+impl<T: WriteJson> IntoResponse for SizedJson<T> {
     fn into_response(self) -> Response {
-        let mut buffer = Vec::with_capacity(self.size_hint);
-        match serde_json::to_writer(&mut buffer, &self.body) {
-            Ok(()) => (
+        match self.to_bytes() {
+            Ok(buffer) => (
                 [(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
@@ -89,42 +139,9 @@ impl<T: Serialize> IntoResponse for SizedJson<T> {
     }
 }
 
-impl From<Answer> for SizedJson<Answer> {
-    fn from(answer: Answer) -> Self {
-        let size_hint = answer.json_size_hint();
-        SizedJson {
-            body: answer,
-            size_hint,
-        }
-    }
-}
-
-impl From<BatchAnswer> for SizedJson<BatchAnswer> {
-    fn from(batch: BatchAnswer) -> Self {
-        let size_hint = 32
-            + batch
-                .results
-                .iter()
-                .map(Answer::json_size_hint)
-                .sum::<usize>();
-        SizedJson {
-            body: batch,
-            size_hint,
-        }
-    }
-}
-
 fn search_response(hits: Vec<Hit>, took_ms: f64, cost: Option<SearchCost>) -> Answer {
     Answer {
-        hits: hits
-            .into_iter()
-            .map(|hit| AnswerHit {
-                id: wire_id(&hit.id),
-                score: hit.score,
-                payload: hit.payload,
-                vector: hit.vector,
-            })
-            .collect(),
+        hits,
         took_ms,
         cost,
     }
@@ -147,7 +164,7 @@ pub(super) async fn search(
     handle(&state, &headers, "search", Access::Read, async move {
         let input = decode_search(body_bytes(&body, gateway.limits())?, gateway.limits())?;
         let (hits, took_ms, cost) = gateway.search_with_cost(&name, input).await?;
-        Ok(SizedJson::from(search_response(hits, took_ms, Some(cost))))
+        Ok(SizedJson(search_response(hits, took_ms, Some(cost))))
     })
     .await
 }
@@ -174,14 +191,14 @@ pub(super) async fn search_batch(
             .into_iter()
             .map(|(hits, took_ms, cost)| search_response(hits, took_ms, Some(cost)))
             .collect();
-        Ok(SizedJson::from(BatchAnswer { results }))
+        Ok(SizedJson(BatchAnswer { results }))
     })
     .await
 }
 
 #[cfg(test)]
 mod tests {
-    use quiver_api::{BatchSearchResponse, SearchHit, SearchResponse};
+    use quiver_api::{BatchSearchResponse, PointId, SearchHit, SearchResponse};
     use quiver_index::PointId as ModelId;
     use serde_json::json;
 
@@ -191,7 +208,7 @@ mod tests {
         Hit {
             id: ModelId::U64(id),
             score: 0.5,
-            payload: payload.map(|text| RawValue::from_string(text.to_string()).unwrap()),
+            payload: payload.map(|text| text.as_bytes().to_vec()),
             vector,
         }
     }
@@ -207,8 +224,8 @@ mod tests {
             1.25,
             Some(SearchCost::default()),
         );
-        let text = serde_json::to_string(&answer).unwrap();
-        let read: SearchResponse = serde_json::from_str(&text).unwrap();
+        let text = SizedJson(answer).to_bytes().unwrap();
+        let read: SearchResponse = serde_json::from_slice(&text).unwrap();
         assert_eq!(
             read,
             SearchResponse {
@@ -232,7 +249,12 @@ mod tests {
         );
         // Absent fields are left out, as the API type does.
         assert_eq!(
-            serde_json::to_value(search_response(vec![hit(8, None, None)], 2.0, None)).unwrap(),
+            serde_json::from_slice::<serde_json::Value>(
+                &SizedJson(search_response(vec![hit(8, None, None)], 2.0, None))
+                    .to_bytes()
+                    .unwrap()
+            )
+            .unwrap(),
             json!({"hits": [{"id": 8, "score": 0.5}], "took_ms": 2.0})
         );
         let batch = BatchAnswer {
@@ -243,10 +265,73 @@ mod tests {
             )],
         };
         let read: BatchSearchResponse =
-            serde_json::from_str(&serde_json::to_string(&batch).unwrap()).unwrap();
+            serde_json::from_slice(&SizedJson(batch).to_bytes().unwrap()).unwrap();
         assert_eq!(
             read.results[0].hits[0].payload,
             Some(serde_json::from_str(payload).unwrap())
+        );
+    }
+
+    #[test]
+    fn the_written_answer_is_the_api_types_json() {
+        let payload = r#"{"quote": "a \"b\" \\ c", "emoji": "😀", "list": [1, 2.5, -3e-7]}"#;
+        let hits = vec![
+            Hit {
+                id: ModelId::String("doc \"7\" ünï\n".into()),
+                score: -1.25e-3,
+                payload: Some(payload.as_bytes().to_vec()),
+                vector: Some(vec![0.1, f32::MIN_POSITIVE, -3.5e10]),
+            },
+            Hit {
+                id: ModelId::U64(u64::MAX),
+                score: 0.75,
+                payload: None,
+                vector: Some(Vec::new()),
+            },
+        ];
+        let api_hits: Vec<SearchHit> = hits
+            .iter()
+            .map(|hit| SearchHit {
+                id: wire_id(&hit.id),
+                score: hit.score,
+                payload: hit
+                    .payload
+                    .as_ref()
+                    .map(|text| serde_json::from_slice(text).unwrap()),
+                vector: hit.vector.clone(),
+            })
+            .collect();
+        let cost = SearchCost {
+            rows_scanned: 12_345,
+            search_ms: 0.5,
+            ..SearchCost::default()
+        };
+        let batch = BatchAnswer {
+            results: vec![
+                search_response(hits, 3.5, Some(cost)),
+                search_response(Vec::new(), 0.0, None),
+            ],
+        };
+        let expected = BatchSearchResponse {
+            results: vec![
+                SearchResponse {
+                    hits: api_hits,
+                    took_ms: 3.5,
+                    cost: Some(cost),
+                },
+                SearchResponse {
+                    hits: Vec::new(),
+                    took_ms: 0.0,
+                    cost: None,
+                },
+            ],
+        };
+        let written = SizedJson(batch).to_bytes().unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&written).unwrap(),
+            // (through text: a tree holds an f32 as the f64 it widens to)
+            serde_json::from_str::<serde_json::Value>(&serde_json::to_string(&expected).unwrap())
+                .unwrap()
         );
     }
 }
