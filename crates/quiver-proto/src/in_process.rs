@@ -17,6 +17,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tonic::body::Body;
+
+use crate::http2::EndAwareBody;
 use tonic::codegen::{Service, StdError, http};
 use tonic::transport::Channel;
 
@@ -269,7 +271,7 @@ impl Service<http::Request<Body>> for RpcChannel {
     fn call(&mut self, request: http::Request<Body>) -> ResponseFuture {
         match self {
             RpcChannel::Remote(channel) => {
-                let call = channel.call(request);
+                let call = channel.call(request.map(|body| Body::new(EndAwareBody::new(body))));
                 Box::pin(async move { call.await.map_err(Into::into) })
             }
             RpcChannel::Local(service, timeout) => {

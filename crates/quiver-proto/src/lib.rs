@@ -17,6 +17,7 @@
 
 pub mod convert;
 mod error;
+pub mod http2;
 pub mod in_process;
 pub mod tls;
 mod trace;

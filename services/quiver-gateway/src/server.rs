@@ -151,7 +151,7 @@ impl GatewayServer {
             })?,
         };
         let grpc_task = tokio::spawn(async move {
-            let result = tonic::transport::Server::builder()
+            let result = quiver_proto::http2::grpc_server()
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, stop_grpc)
                 .await;

@@ -162,7 +162,7 @@ impl IndexerNode {
             .map_err(|error| IndexerError::Internal(format!("grpc listener: {error}")))?;
         let server_shutdown = shutdown.clone().cancelled_owned();
         tasks.push(tokio::spawn(async move {
-            let result = tonic::transport::Server::builder()
+            let result = quiver_proto::http2::grpc_server()
                 .trace_fn(quiver_proto::request_span)
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, server_shutdown)

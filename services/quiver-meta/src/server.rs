@@ -154,7 +154,7 @@ impl MetaServer {
         let incoming = quiver_proto::tls::incoming(listener, tls.as_ref()).map_err(|error| {
             MetaError::Config(format!("cannot accept on `{local_address}`: {error}"))
         })?;
-        let router = tonic::transport::Server::builder()
+        let router = quiver_proto::http2::grpc_server()
             .add_service(
                 RaftServiceServer::new(RaftGrpc {
                     raft: raft.clone(),

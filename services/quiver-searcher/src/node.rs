@@ -151,7 +151,7 @@ impl SearcherNode {
             .map_err(|error| SearcherError::Internal(format!("grpc listener: {error}")))?;
         let server_shutdown = state.shutdown.clone().cancelled_owned();
         state.tasks.spawn(async move {
-            let result = tonic::transport::Server::builder()
+            let result = quiver_proto::http2::grpc_server()
                 .trace_fn(quiver_proto::request_span)
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, server_shutdown)

@@ -24,8 +24,9 @@ use super::diagnose::{Side, explain_handshake_failure};
 /// mutual TLS one (this role's certificate presented, the server's checked
 /// against the cluster CA). The endpoint's connect timeout covers the TLS
 /// handshake too. Give the endpoint an `http://` URL: the TLS is this
-/// channel's, not tonic's.
+/// channel's, not tonic's. The channel has the HTTP/2 settings of [`crate::http2`].
 pub fn connect_lazy(endpoint: Endpoint, tls: Option<&ClusterTls>) -> Channel {
+    let endpoint = crate::http2::tune_endpoint(endpoint);
     match tls {
         None => endpoint.connect_lazy(),
         Some(tls) => endpoint.connect_with_connector_lazy(ClusterConnector {
