@@ -151,10 +151,13 @@ echo "cluster healthy after $(( $(date +%s) - cluster_started ))s"
 
 # --- driving it through the gateway ------------------------------------------------------
 base="http://127.0.0.1:$port"
+# A call may wait out the S3 server: moto (Python, in a container) has stalled for
+# ~30 s on a 2-core CI machine (the indexer's PUTs timed out and were retried while
+# the write waited), so the bound is 120 s — this test checks the wiring, not speed.
 api() {
     local answer body=()
     [[ $# -ge 3 ]] && body=(--data "$3")
-    answer="$(curl -sS --max-time 30 --fail-with-body -X "$1" -H 'content-type: application/json' \
+    answer="$(curl -sS --max-time 120 --fail-with-body -X "$1" -H 'content-type: application/json' \
         "${body[@]}" "$base$2")" || fail "$1 $2 -> ${answer:-no answer}"
     printf '%s' "$answer"
 }
