@@ -256,10 +256,14 @@ struct ClusterPoint {
     /// their anonymous memory (RssAnon) after the point (0 without --server-pid).
     server_peak_rss_mib: f64,
     server_rss_anon_mib: f64,
-    /// Server CPU per query ÷ the engine alone's at the same recall (--engine
-    /// with --server-pid).
+    /// Server CPU per query ÷ the engine alone's at the same recall, one
+    /// search thread (--engine with --server-pid).
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu_vs_engine: Option<f64>,
+    /// The same ÷ the engine's CPU per query with one search thread per core
+    /// (every core busy, as the server's are under concurrent load).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_vs_engine_all_cores: Option<f64>,
 }
 
 /// Region-cache counters of a point's answers (their cost blocks), summed.
@@ -599,6 +603,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             server_peak_rss_mib: peak_mib,
             server_rss_anon_mib: anon_mib,
             cpu_vs_engine: None,
+            cpu_vs_engine_all_cores: None,
         };
         println!(
             "{:>11} {:>8.4} {:>10.0} {:>8.2} {:>8.2} {:>7} {:>10.3} {:>9.0} {:>8.0} {:>6.1} {:>9.3} {:>6.1} {:>7.2} {:>9.0}",
@@ -672,20 +677,33 @@ fn compare_with_engine(
     );
     let engine = crate::engine::at_recall(&base, queries, truth, metric, options.k, target)?;
     println!(
-        "engine alone: nprobe {} recall {:.4}, {:.3} ms per query, {:.0} rows scanned (built in {:.1} s)",
-        engine.nprobe, engine.recall, engine.ms_per_query, engine.rows_scanned, engine.build_s
+        "engine alone: nprobe {} recall {:.4}, {:.3} ms per query on one thread, {:.3} ms of CPU per query on {} threads (every core busy), {:.0} rows scanned (built in {:.1} s)",
+        engine.nprobe,
+        engine.recall,
+        engine.ms_per_query,
+        engine.cpu_ms_per_query_all_cores,
+        engine.cores,
+        engine.rows_scanned,
+        engine.build_s
     );
     if !options.server_pids.is_empty() {
         println!(
-            "{:>11} {:>10} {:>10} {:>7}",
-            "concurrency", "cpu_ms/q", "engine_ms", "ratio"
+            "{:>11} {:>10} {:>10} {:>7} {:>14} {:>7}",
+            "concurrency", "cpu_ms/q", "engine_ms", "ratio", "engine_cores", "ratio"
         );
         for point in points.iter_mut() {
             let ratio = point.server_cpu_ms_per_query / engine.ms_per_query;
+            let ratio_all_cores = point.server_cpu_ms_per_query / engine.cpu_ms_per_query_all_cores;
             point.cpu_vs_engine = Some(ratio);
+            point.cpu_vs_engine_all_cores = Some(ratio_all_cores);
             println!(
-                "{:>11} {:>10.3} {:>10.3} {:>7.2}",
-                point.concurrency, point.server_cpu_ms_per_query, engine.ms_per_query, ratio
+                "{:>11} {:>10.3} {:>10.3} {:>7.2} {:>14.3} {:>7.2}",
+                point.concurrency,
+                point.server_cpu_ms_per_query,
+                engine.ms_per_query,
+                ratio,
+                engine.cpu_ms_per_query_all_cores,
+                ratio_all_cores
             );
         }
     }

@@ -158,8 +158,10 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         server_pid: Vec<u32>,
         /// Also build one segment of --base in this process and measure the engine
-        /// alone (one thread) at the recall the server delivered; with --server-pid,
-        /// print the server's CPU per query as a ratio to it.
+        /// alone at the recall the server delivered, on one thread and with one
+        /// thread per core (its CPU per query with every core busy, as a server's
+        /// are under concurrent load); with --server-pid, print the server's CPU
+        /// per query as a ratio to each.
         #[arg(long, requires = "base")]
         engine: bool,
         /// Send the queries as batch searches of this many (`/search/batch`): QPS

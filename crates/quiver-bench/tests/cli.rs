@@ -311,6 +311,7 @@ fn cluster_filter_and_ingest_benches_against_a_standalone_process() {
     );
 
     let json = directory.path().join("cluster.json");
+    let server_pid = server.child.id().to_string();
     let stdout = run_bench(
         &[
             "cluster",
@@ -327,6 +328,9 @@ fn cluster_filter_and_ingest_benches_against_a_standalone_process() {
             "100",
             "--settle-seconds",
             "1",
+            "--server-pid",
+            &server_pid,
+            "--engine",
         ],
         &[
             ("--base", &base),
@@ -343,10 +347,38 @@ fn cluster_filter_and_ingest_benches_against_a_standalone_process() {
         assert_eq!(point["concurrency"], concurrency);
         assert_eq!(point["errors"], 0, "{point}");
         assert!(point["recall"].as_f64().unwrap() >= 0.95, "{point}");
-        for field in ["qps", "p50_ms", "p99_ms"] {
-            assert!(point[field].as_f64().unwrap() > 0.0, "{field} in {point}");
+        for field in [
+            "qps",
+            "p50_ms",
+            "p99_ms",
+            "server_cpu_ms_per_query",
+            "cpu_vs_engine",
+            "cpu_vs_engine_all_cores",
+        ] {
+            assert!(
+                point[field].as_f64().is_some_and(|value| value > 0.0),
+                "{field} in {point}"
+            );
         }
     }
+    // The engine alone at the server's recall, on one thread and on every core.
+    let engine = &cluster["engine"];
+    let lowest = points
+        .iter()
+        .map(|point| point["recall"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        engine["recall"].as_f64().unwrap() >= lowest - 1e-9,
+        "{engine}"
+    );
+    for field in ["ms_per_query", "cpu_ms_per_query_all_cores"] {
+        assert!(
+            engine[field].as_f64().is_some_and(|value| value > 0.0),
+            "{field} in {engine}"
+        );
+    }
+    assert!(engine["cores"].as_u64().unwrap() >= 1, "{engine}");
+    assert!(stdout.contains("engine_cores"), "{stdout}");
 
     // The same searches over the gRPC client API, single and in batches.
     for batch in ["1", "8"] {
