@@ -347,16 +347,22 @@ fn cluster_filter_and_ingest_benches_against_a_standalone_process() {
         assert_eq!(point["concurrency"], concurrency);
         assert_eq!(point["errors"], 0, "{point}");
         assert!(point["recall"].as_f64().unwrap() >= 0.95, "{point}");
+        for field in ["qps", "p50_ms", "p99_ms"] {
+            assert!(
+                point[field].as_f64().is_some_and(|value| value > 0.0),
+                "{field} in {point}"
+            );
+        }
+        // The server's CPU is read in clock ticks (10 ms): a short run may
+        // count none, so these are numbers (not null, as an infinite ratio
+        // is written), not necessarily above zero.
         for field in [
-            "qps",
-            "p50_ms",
-            "p99_ms",
             "server_cpu_ms_per_query",
             "cpu_vs_engine",
             "cpu_vs_engine_all_cores",
         ] {
             assert!(
-                point[field].as_f64().is_some_and(|value| value > 0.0),
+                point[field].as_f64().is_some_and(|value| value >= 0.0),
                 "{field} in {point}"
             );
         }
