@@ -109,16 +109,11 @@ impl HttpBody for EndAwareBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.next.is_some() || self.ended {
-            // Only an exact hint for an ended body; a kept frame has a size
-            // the inner body no longer counts.
-            let mut hint = SizeHint::default();
-            if self.ended && self.next.is_none() {
-                hint.set_exact(0);
-            }
-            hint
-        } else {
-            self.inner.size_hint()
+        match (&self.next, self.ended) {
+            (None, true) => SizeHint::with_exact(0),
+            (None, false) => self.inner.size_hint(),
+            // A kept frame has a size the inner body no longer counts.
+            (Some(_), _) => SizeHint::default(),
         }
     }
 }

@@ -17,10 +17,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tonic::body::Body;
-
-use crate::http2::EndAwareBody;
 use tonic::codegen::{Service, StdError, http};
 use tonic::transport::Channel;
+
+use crate::http2::EndAwareBody;
 
 /// A gRPC service to call in this process: an encoded gRPC request in, its
 /// encoded answer out (errors are answers too, with a `grpc-status`).
