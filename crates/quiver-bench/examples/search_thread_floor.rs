@@ -57,11 +57,12 @@ fn main() -> Result<()> {
     let mut junk = vec![0u8; 2 << 20];
     for mode in ["tight", "sleep 200us", "touch 2MiB", "tight"] {
         let started = thread_cpu_ms()?;
-        let mut rows = 0;
+        let (mut rows, mut rescored) = (0, 0);
         for index in 0..queries.rows() {
             let hits = segment.search(queries.row(index), &params, None, &mut scratch)?;
             std::hint::black_box(hits);
             rows += scratch.stats.rows_scanned;
+            rescored += scratch.stats.rows_rescored;
             match mode {
                 "sleep 200us" => std::thread::sleep(Duration::from_micros(200)),
                 "touch 2MiB" => touch(&mut junk),
@@ -70,9 +71,10 @@ fn main() -> Result<()> {
         }
         let spent = thread_cpu_ms()? - started;
         println!(
-            "{mode:12} {:.4} ms of CPU per query, {:.0} rows scanned",
+            "{mode:12} {:.4} ms of CPU per query, {:.0} rows scanned, {:.1} rescored",
             spent / queries.rows() as f64,
-            rows as f64 / queries.rows() as f64
+            rows as f64 / queries.rows() as f64,
+            rescored as f64 / queries.rows() as f64
         );
     }
     let started = thread_cpu_ms()?;

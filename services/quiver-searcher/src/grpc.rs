@@ -201,6 +201,15 @@ enum SameRows {
     Unknown,
 }
 
+/// Cuts a batch of `len` searches into at most `slots` consecutive parts of
+/// nearly equal size (none empty), one per CPU slot.
+fn batch_parts(len: usize, slots: usize) -> Vec<std::ops::Range<usize>> {
+    let parts = len.min(slots.max(1));
+    (0..parts)
+        .map(|part| part * len / parts..(part + 1) * len / parts)
+        .collect()
+}
+
 /// The shard search a wire request asks for (its filter parsed).
 fn search_of(request: data::SearchRequest) -> Result<SearchRequest, Status> {
     let filter = if request.filter.is_empty() {
@@ -279,9 +288,12 @@ impl Searcher for SearcherGrpc {
         )))
     }
 
-    /// A batch of searches of one shard: one view, one task on the search
-    /// pool, the batch run segment group by segment group
-    /// ([`ShardView::search_batch`]).
+    /// A batch of searches of one shard: one view, the batch cut into one part
+    /// per CPU slot of the search pool ([`batch_parts`]), each part one task on
+    /// the pool run segment group by segment group
+    /// ([`ShardView::search_batch`]), so a batch computes on every core instead
+    /// of one. The answers come back in the batch's order; an invalid search
+    /// refuses the whole batch before any of it runs.
     async fn search_batch(
         &self,
         request: Request<data::SearchBatchRequest>,
@@ -291,7 +303,7 @@ impl Searcher for SearcherGrpc {
         let view = self
             .view(request.shard.as_ref(), request.min_manifest_version)
             .await?;
-        let searches = request
+        let mut searches = request
             .searches
             .into_iter()
             .enumerate()
@@ -304,16 +316,29 @@ impl Searcher for SearcherGrpc {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        view.check_batch(&searches)
+            .map_err(|error| status_of(&error))?;
         let count = searches.len();
-        let context = self.state.context.clone();
-        let searched_view = view.clone();
-        let answers = self
-            .on_pool(request.shard.as_ref(), move || {
+        let mut parts = Vec::new();
+        for range in batch_parts(count, self.state.search_pool.slots())
+            .into_iter()
+            .rev()
+        {
+            parts.push(searches.split_off(range.start));
+        }
+        parts.reverse();
+        let shard = request.shard.as_ref();
+        let answers = futures_util::future::try_join_all(parts.into_iter().map(|part| {
+            let context = self.state.context.clone();
+            let searched_view = view.clone();
+            self.on_pool(shard, move || {
                 SCRATCH.with(|scratch| {
-                    searched_view.search_batch(&context, &searches, &mut scratch.borrow_mut())
+                    searched_view.search_batch(&context, &part, &mut scratch.borrow_mut())
                 })
             })
-            .await?;
+        }))
+        .await?;
+        let answers = answers.into_iter().flatten();
         METRICS.queries.inc_by(count as u64);
         METRICS
             .query_seconds
@@ -321,7 +346,6 @@ impl Searcher for SearcherGrpc {
         let version = view.manifest().version;
         Ok(Response::new(data::SearchBatchResponse {
             results: answers
-                .into_iter()
                 .map(|(hits, cost)| answer_of(hits, cost, version))
                 .collect(),
             manifest_version: version,
@@ -379,5 +403,29 @@ impl Searcher for SearcherGrpc {
             segment_bytes: view.segment_bytes(),
             manifest_version: view.manifest().version,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batch_parts;
+
+    #[test]
+    fn a_batch_is_cut_into_one_part_per_slot_in_order() {
+        assert_eq!(batch_parts(64, 2), vec![0..32, 32..64]);
+        assert_eq!(batch_parts(7, 3), vec![0..2, 2..4, 4..7]);
+        // Fewer searches than slots: one part each; no slot count: one part.
+        assert_eq!(batch_parts(2, 8), vec![0..1, 1..2]);
+        assert_eq!(batch_parts(5, 0), vec![0..5]);
+        assert!(batch_parts(0, 4).is_empty());
+        // Every search in exactly one part, in order.
+        for len in 0..40 {
+            for slots in 1..9 {
+                let parts = batch_parts(len, slots);
+                let covered: Vec<usize> = parts.iter().flat_map(|part| part.clone()).collect();
+                assert_eq!(covered, (0..len).collect::<Vec<_>>(), "{len} / {slots}");
+                assert!(parts.iter().all(|part| !part.is_empty()));
+            }
+        }
     }
 }

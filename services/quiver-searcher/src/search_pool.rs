@@ -158,6 +158,11 @@ impl SearchPool {
         Ok(SearchPool { shared })
     }
 
+    /// Returns how many searches may compute at once (CPU slots).
+    pub(crate) fn slots(&self) -> usize {
+        self.shared.slots
+    }
+
     /// Runs `job` on a pool thread and returns its result; refuses it with
     /// [`SearcherError::Overloaded`] when the queue is full. Dropping the future
     /// before the job started means it never runs.

@@ -83,6 +83,13 @@ impl ShardView {
         requests: &[SearchRequest],
         scratch: &mut SearchScratch,
     ) -> SearcherResult<Vec<(Vec<ShardHit>, QueryCost)>> {
+        self.check_batch(requests)?;
+        counted(self.search_checked(context, requests, scratch))
+    }
+
+    /// Refuses a batch holding a search this shard cannot answer, naming it
+    /// (`searches[i]`) and what is wrong with it.
+    pub fn check_batch(&self, requests: &[SearchRequest]) -> SearcherResult<()> {
         for (index, request) in requests.iter().enumerate() {
             self.check(request).map_err(|error| match error {
                 SearcherError::InvalidArgument(message) => {
@@ -91,7 +98,7 @@ impl ShardView {
                 other => other,
             })?;
         }
-        counted(self.search_checked(context, requests, scratch))
+        Ok(())
     }
 
     /// Refuses a search this shard cannot answer, naming what is wrong.
