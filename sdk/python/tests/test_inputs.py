@@ -182,6 +182,29 @@ def test_float32_is_written_exactly_and_briefly_with_orjson(each_encoder: str) -
         assert b"0.10000000149011612" in body
 
 
+def test_search_vectors_are_written_exactly_and_briefly_with_orjson(each_encoder: str) -> None:
+    vector = np.array([0.1, 0.2, -0.3], dtype=np.float32)
+    tree = {"field": "lang", "value": "en"}
+    body = _convert.encode_search_json(_convert.search_request(vector, k=5, filter=tree))
+    decoded = json.loads(body)
+    assert np.array_equal(np.asarray(decoded["vector"], dtype=np.float32), vector)
+    assert decoded["k"] == 5 and decoded["filter"] == tree
+    batch = json.loads(_convert.search_batch_body([{"vector": vector}, {"vector": [1, 2, 3], "k": 2}]))
+    assert np.array_equal(np.asarray(batch["searches"][0]["vector"], dtype=np.float32), vector)
+    assert batch["searches"][1]["vector"] == [1, 2, 3] and batch["searches"][1]["k"] == 2
+    if each_encoder == "orjson":
+        assert b'"vector":[0.1,0.2,-0.3]' in body
+    else:
+        assert b"0.10000000149011612" in body
+    # What either encoder refuses, both refuse, naming it.
+    with pytest.raises(quiver.InvalidArgument, match="NaN or Infinity"):
+        _convert.encode_search_json(
+            _convert.search_request(vector, filter={"field": "size", "op": ">", "value": math.nan})
+        )
+    with pytest.raises(quiver.InvalidArgument, match=r"vector\[0\]\[1\] is nan"):
+        _convert.search_request(np.array([0.5, np.nan], dtype=np.float32))
+
+
 def test_strided_and_fortran_arrays(client: quiver.Client, gateway: FakeGateway, vectors16: str) -> None:
     base = np.arange(64, dtype=np.float32).reshape(2, 32)
     client.upsert("v", ids=[1, 2], vectors=base[:, ::2])

@@ -83,7 +83,7 @@ def search(
     request = convert.search_request(
         vector, k, filter, nprobe, rescore, consistency, include_payload, include_vector
     )
-    body = convert.encode_json(request)
+    body = convert.encode_search_json(request)
     return ApiCall("POST", _collection_path(name, "/search"), convert.search_result, body)
 
 
