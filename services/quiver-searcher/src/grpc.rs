@@ -319,14 +319,10 @@ impl Searcher for SearcherGrpc {
         view.check_batch(&searches)
             .map_err(|error| status_of(&error))?;
         let count = searches.len();
-        let mut parts = Vec::new();
-        for range in batch_parts(count, self.state.search_pool.slots())
+        let parts: Vec<Vec<SearchRequest>> = batch_parts(count, self.state.search_pool.slots())
             .into_iter()
-            .rev()
-        {
-            parts.push(searches.split_off(range.start));
-        }
-        parts.reverse();
+            .map(|range| searches.drain(..range.len()).collect())
+            .collect();
         let shard = request.shard.as_ref();
         let answers = futures_util::future::try_join_all(parts.into_iter().map(|part| {
             let context = self.state.context.clone();
