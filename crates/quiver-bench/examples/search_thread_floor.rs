@@ -3,8 +3,7 @@
 //! searches (as a server's search thread does while the next request is on its
 //! way), and when something else touches 2 MiB between searches (as the load
 //! generator and the HTTP work on the same core do). CPU time of the searching
-//! thread per query, the mode's own work included (the 2 MiB touch alone is
-//! printed last); experiments item 29 in `docs/bench/served-real100k/calibrated-300/`.
+//! thread per query, the search alone (the 2 MiB touch alone is printed last); experiments item 29 in `docs/bench/served-real100k/calibrated-300/`.
 //!
 //! ```text
 //! cargo run --release -p quiver-bench --example search_thread_floor -- \
@@ -54,22 +53,51 @@ fn main() -> Result<()> {
     let mut params = SearchParams::new(10);
     params.nprobe = Some(options.nprobe);
     let mut scratch = SearchScratch::new();
+    let mut sizes = segment.list_sizes();
+    sizes.sort_unstable();
+    let rows: u64 = sizes.iter().map(|&size| size as u64).sum();
+    let squares: f64 = sizes.iter().map(|&size| (size as f64).powi(2)).sum();
+    println!(
+        "{} rows in {} blocks of {} rows, {} lists: median {} rows, max {}, sum of squares / rows {:.0} (the rows a probe of a random row's list scans)",
+        rows,
+        segment.header().blocks,
+        segment.header().block_rows,
+        sizes.len(),
+        sizes[sizes.len() / 2],
+        sizes.last().copied().unwrap_or(0),
+        squares / rows as f64
+    );
     let mut junk = vec![0u8; 2 << 20];
-    for mode in ["tight", "sleep 200us", "touch 2MiB", "tight"] {
-        let started = thread_cpu_ms()?;
+    for mode in [
+        "tight",
+        "sleep 200us",
+        "spin 200us",
+        "sleep 20us",
+        "touch 2MiB",
+        "tight",
+    ] {
+        let mut spent = 0.0;
         let (mut rows, mut rescored) = (0, 0);
         for index in 0..queries.rows() {
+            let started = thread_cpu_ms()?;
             let hits = segment.search(queries.row(index), &params, None, &mut scratch)?;
+            spent += thread_cpu_ms()? - started;
             std::hint::black_box(hits);
             rows += scratch.stats.rows_scanned;
             rescored += scratch.stats.rows_rescored;
             match mode {
                 "sleep 200us" => std::thread::sleep(Duration::from_micros(200)),
+                "sleep 20us" => std::thread::sleep(Duration::from_micros(20)),
+                "spin 200us" => {
+                    let until = std::time::Instant::now() + Duration::from_micros(200);
+                    while std::time::Instant::now() < until {
+                        std::hint::spin_loop();
+                    }
+                }
                 "touch 2MiB" => touch(&mut junk),
                 _ => {}
             }
         }
-        let spent = thread_cpu_ms()? - started;
         println!(
             "{mode:12} {:.4} ms of CPU per query, {:.0} rows scanned, {:.1} rescored",
             spent / queries.rows() as f64,

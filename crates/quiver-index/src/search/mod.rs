@@ -138,6 +138,10 @@ pub struct SearchScratch {
     planes: Vec<u64>,
     list_keys: Vec<(f32, u32)>,
     list_dots: Vec<f32>,
+    /// The shortlisted lists and their centroids' inner products with the
+    /// query (`choose_lists`).
+    shortlist_rows: Vec<u32>,
+    shortlist_dots: Vec<f32>,
     keys: Vec<f32>,
     lowers: Vec<f32>,
     masks: Vec<u32>,
@@ -391,7 +395,6 @@ impl<S: ByteSource> Segment<S> {
     /// longer, and miss neighbours in looser ones. Only for dot is the query's
     /// inner product the ranking.
     fn choose_lists(&self, encoded: &EncodedQuery, nprobe: usize, scratch: &mut SearchScratch) {
-        let padded_dim = self.header.padded_dim;
         let nlist = self.header.nlist;
         let query_norm_sq = encoded.norm_sq;
         self.list_codes.estimate(
@@ -408,12 +411,31 @@ impl<S: ByteSource> Segment<S> {
                 .select_nth_unstable_by(shortlist - 1, |a, b| a.0.total_cmp(&b.0));
             scratch.list_keys.truncate(shortlist);
         }
-        // One exact inner product per shortlisted list, kept for the scan.
+        // One inner product per shortlisted list, kept for the scan; the
+        // shortlisted centroids are scattered over the centroid table, so they
+        // are gathered with the next ones prefetched meanwhile.
         scratch.list_dots.resize(nlist, 0.0);
-        for (key, list) in scratch.list_keys.iter_mut() {
+        scratch.shortlist_rows.clear();
+        scratch
+            .shortlist_rows
+            .extend(scratch.list_keys.iter().map(|&(_, list)| list));
+        scratch.shortlist_dots.clear();
+        scratch
+            .shortlist_dots
+            .resize(scratch.shortlist_rows.len(), 0.0);
+        quiver_simd::score_bf16_gather(
+            quiver_simd::BulkOp::Dot,
+            &scratch.rotated,
+            &self.centroids_bf16,
+            &scratch.shortlist_rows,
+            &mut scratch.shortlist_dots,
+        );
+        for ((key, list), &dot) in scratch
+            .list_keys
+            .iter_mut()
+            .zip(scratch.shortlist_dots.iter())
+        {
             let list = *list as usize;
-            let centroid = &self.centroids[list * padded_dim..][..padded_dim];
-            let dot = quiver_simd::dot_f32(centroid, &scratch.rotated);
             scratch.list_dots[list] = dot;
             *key = if self.header.metric == Metric::Dot {
                 -dot
