@@ -146,7 +146,7 @@ fn build_segments(
         raw_bytes += summary.raw_bytes;
         if options.shared_codebook && codebook.is_none() {
             let first = Segment::open(MmapSource::open(&path)?)?;
-            codebook = Codebook::of_segment(&first).map(std::sync::Arc::new);
+            codebook = Codebook::of_segment(&first)?.map(std::sync::Arc::new);
         }
         paths.push(path);
         file_sizes.push(summary.file_bytes);

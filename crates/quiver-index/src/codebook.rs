@@ -60,16 +60,19 @@ pub(crate) fn codebook_id(seed: u64, dim: usize, rotated_centroids: &[f32]) -> u
 
 impl Codebook {
     /// Returns the codebook `segment` was built with (the one it trained, or
-    /// the one it was given); `None` for segments written before codebooks.
-    pub fn of_segment<S: ByteSource>(segment: &Segment<S>) -> Option<Codebook> {
+    /// the one it was given), its centroids read from the segment's centroid
+    /// section; `None` for segments written before codebooks.
+    pub fn of_segment<S: ByteSource>(segment: &Segment<S>) -> IndexResult<Option<Codebook>> {
         let header = segment.header();
-        let info = header.codebook?;
-        Some(Codebook {
+        let Some(info) = header.codebook else {
+            return Ok(None);
+        };
+        Ok(Some(Codebook {
             seed: header.rotation_seed,
             dim: header.dim,
-            rotated_centroids: segment.centroids.clone(),
+            rotated_centroids: segment.rotated_centroids()?,
             info,
-        })
+        }))
     }
 
     /// Returns the header facts: id and trained rows.

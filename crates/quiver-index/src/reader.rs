@@ -34,14 +34,14 @@ pub struct Segment<S: ByteSource> {
     checksums: Arc<ChunkChecksums>,
     /// Chunks checked so far (all set when the source checks its own copies).
     verified_chunks: Vec<AtomicU64>,
-    pub(crate) centroids: Vec<f32>,
     /// The rotated centroids as bf16 bit patterns: what a search ranks its
     /// shortlisted lists with (~1.5 centroids per probed list, scattered over
-    /// the table). Half the bytes of `centroids` to read per query, and half
-    /// the cache the table takes between queries; the rounding (2⁻⁹ relative
-    /// per coordinate) moves an inner product by ~10⁻⁴ of ‖q‖‖c‖, far inside
-    /// the RaBitQ estimate's own error, and exact scores come from the full
-    /// vectors.
+    /// the table). Half the bytes of the f32 table to read per query and to
+    /// keep in memory (the f32 table stays in the file, read again only to
+    /// make a codebook of the segment: [`Segment::rotated_centroids`]); the
+    /// rounding (2⁻⁹ relative per coordinate) moves an inner product by ~10⁻⁴
+    /// of ‖q‖‖c‖, far inside the RaBitQ estimate's own error, and exact scores
+    /// come from the full vectors.
     pub(crate) centroids_bf16: Vec<u16>,
     /// 1-bit codes of the centroids, to shortlist the lists to probe.
     pub(crate) list_codes: crate::rabitq::ListCodes,
@@ -293,7 +293,6 @@ impl<S: ByteSource> Segment<S> {
             sections,
             checksums,
             verified_chunks,
-            centroids,
             centroids_bf16,
             list_codes,
             centroid_norms,
@@ -332,6 +331,15 @@ impl<S: ByteSource> Segment<S> {
     /// Returns the byte source the segment reads from.
     pub fn source(&self) -> &S {
         &self.source
+    }
+
+    /// Reads the rotated centroids (f32, as trained) from the segment's
+    /// centroid section, its checksums verified.
+    pub fn rotated_centroids(&self) -> IndexResult<Vec<f32>> {
+        let length = self.section(SectionKind::Centroids).length as usize;
+        let bytes = self.read(SectionKind::Centroids, 0, length)?;
+        let values: &[u8] = &bytes;
+        Ok(bytemuck::pod_collect_to_vec(values))
     }
 
     /// Returns the bytes that stay hot during search: centroids, list directory,

@@ -72,15 +72,17 @@ impl ShardCodebook {
     pub fn of_segment<S: quiver_index::ByteSource>(
         segment: &Segment<S>,
         entry: &SegmentEntry,
-    ) -> Option<ShardCodebook> {
-        let codebook = Codebook::of_segment(segment)?;
+    ) -> Result<Option<ShardCodebook>, quiver_index::IndexError> {
+        let Some(codebook) = Codebook::of_segment(segment)? else {
+            return Ok(None);
+        };
         let nprobe = entry
             .default_nprobe
             .unwrap_or_else(|| default_nprobe(codebook.nlist()) as u32);
-        Some(ShardCodebook {
+        Ok(Some(ShardCodebook {
             codebook: Arc::new(codebook),
             nprobe,
-        })
+        }))
     }
 
     /// Returns the codebook a build of `rows` rows should use: this one,
@@ -235,7 +237,7 @@ impl SegmentBuild {
             None => {
                 let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default())?;
                 ShardCodebook {
-                    codebook: Arc::new(Codebook::of_segment(&segment).ok_or_else(|| {
+                    codebook: Arc::new(Codebook::of_segment(&segment)?.ok_or_else(|| {
                         IndexerError::Internal("a new segment carries no codebook".into())
                     })?),
                     nprobe: calibration.nprobe as u32,
@@ -282,7 +284,7 @@ pub(crate) async fn read_ids_and_codebook(
         let source = crate::ranged::RangedSource::new(storage, &entry.key, size, runtime);
         let segment = Segment::open(source)?;
         let ids = segment.ids()?;
-        let codebook = ShardCodebook::of_segment(&segment, &entry);
+        let codebook = ShardCodebook::of_segment(&segment, &entry)?;
         tracing::debug!(
             segment = %entry.key,
             rows = ids.len(),

@@ -44,7 +44,11 @@ fn segments_of_one_codebook_answer_together_like_one_segment() {
     let (base, queries) = clustered(parts * per_part, 50, dim, 40, 11);
     // The first part trains the codebook; the others reuse it (no k-means).
     let first = build_with(&base[..per_part * dim], dim, 0, None);
-    let codebook = Arc::new(Codebook::of_segment(&first).expect("new segments carry a codebook"));
+    let codebook = Arc::new(
+        Codebook::of_segment(&first)
+            .expect("centroids read")
+            .expect("new segments carry a codebook"),
+    );
     assert_eq!(codebook.trained_rows(), per_part as u64);
     let mut members = vec![first];
     for part in 1..parts {
@@ -134,7 +138,7 @@ fn segments_of_different_codebooks_are_refused_together() {
 fn a_codebook_of_another_dimension_is_refused() {
     let (base, _) = clustered(500, 0, 16, 4, 1);
     let first = build_with(&base, 16, 0, None);
-    let codebook = Arc::new(Codebook::of_segment(&first).unwrap());
+    let codebook = Arc::new(Codebook::of_segment(&first).unwrap().unwrap());
     let mut spec = SegmentSpec::new(32, Metric::Cosine, IdType::U64);
     spec.build.codebook = Some(codebook);
     let mut writer = SegmentWriter::new(spec).unwrap();
@@ -148,7 +152,7 @@ fn a_segment_smaller_than_the_codebook_keeps_its_lists_and_finds_its_rows() {
     let dim = 32;
     let (base, _) = clustered(3_000, 0, dim, 12, 9);
     let first = build_with(&base, dim, 0, None);
-    let codebook = Arc::new(Codebook::of_segment(&first).unwrap());
+    let codebook = Arc::new(Codebook::of_segment(&first).unwrap().unwrap());
     // Five rows over every list of the codebook: most lists are empty.
     let small = build_with(&base[..5 * dim], dim, 10_000, Some(codebook.clone()));
     assert_eq!(small.header().nlist, codebook.nlist());
