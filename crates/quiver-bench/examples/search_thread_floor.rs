@@ -1,9 +1,11 @@
 //! What a search costs its thread on this machine when the thread does nothing
-//! else (a tight loop, as the engine alone is measured), when it sleeps between
-//! searches (as a server's search thread does while the next request is on its
-//! way), and when something else touches 2 MiB between searches (as the load
-//! generator and the HTTP work on the same core do). CPU time of the searching
-//! thread per query, the search alone (the 2 MiB touch alone is printed last); experiments item 29 in `docs/bench/served-real100k/calibrated-300/`.
+//! else (a tight loop, as the engine alone is measured), when it sleeps or spins
+//! between searches (as a server's search thread waits for the next request),
+//! and when something else touches 2 MiB between searches (as the load
+//! generator and the HTTP work on the same core do). Each search is timed alone
+//! (the thread's CPU clock around it); the 2 MiB touch alone is printed last,
+//! and the segment's list layout first. Experiments items 29 and 32 in
+//! `docs/bench/served-real100k/calibrated-300/`.
 //!
 //! ```text
 //! cargo run --release -p quiver-bench --example search_thread_floor -- \
