@@ -34,23 +34,82 @@ pub struct Segment<S: ByteSource> {
     checksums: Arc<ChunkChecksums>,
     /// Chunks checked so far (all set when the source checks its own copies).
     verified_chunks: Vec<AtomicU64>,
-    /// The rotated centroids as bf16 bit patterns: what a search ranks its
-    /// shortlisted lists with (~1.5 centroids per probed list, scattered over
-    /// the table). Half the bytes of the f32 table to read per query and to
-    /// keep in memory (the f32 table stays in the file, read again only to
-    /// make a codebook of the segment: [`Segment::rotated_centroids`]); the
-    /// rounding (2⁻⁹ relative per coordinate) moves an inner product by ~10⁻⁴
-    /// of ‖q‖‖c‖, far inside the RaBitQ estimate's own error, and exact scores
-    /// come from the full vectors.
-    pub(crate) centroids_bf16: Vec<u16>,
+    /// What a search ranks and scores lists by, derived from the centroids;
+    /// one copy per codebook in the process ([`centroid_tables`]).
+    pub(crate) tables: Arc<CentroidTables>,
+    pub(crate) lists: Vec<ListEntry>,
+    pub(crate) rotation: Rotation,
+}
+
+/// What a search ranks and scores a segment's lists by, derived from its rotated
+/// centroids (which stay in the file: [`Segment::rotated_centroids`]).
+pub(crate) struct CentroidTables {
+    /// The centroids as bf16 bit patterns: what a search scores its shortlisted
+    /// lists with (~1.5 centroids per probed list, scattered over the table).
+    /// Half the bytes of the f32 table to read per query and to keep in memory;
+    /// the rounding (2⁻⁹ relative per coordinate) moves an inner product by
+    /// ~10⁻⁴ of ‖q‖‖c‖, far inside the RaBitQ estimate's own error, and exact
+    /// scores come from the full vectors.
+    pub(crate) bf16: Vec<u16>,
     /// 1-bit codes of the centroids, to shortlist the lists to probe.
     pub(crate) list_codes: crate::rabitq::ListCodes,
     /// ‖c‖² of every rotated centroid.
-    pub(crate) centroid_norms: Vec<f32>,
+    pub(crate) norms: Vec<f32>,
     /// Σ c_i of every rotated centroid.
-    pub(crate) centroid_sums: Vec<f32>,
-    pub(crate) lists: Vec<ListEntry>,
-    pub(crate) rotation: Rotation,
+    pub(crate) sums: Vec<f32>,
+}
+
+/// A codebook's tables, by codebook id, padded dimension and probe metric.
+type TablesKey = (u64, usize, crate::params::Metric);
+
+/// The tables of every codebook some open segment uses: a shard's segments are
+/// built with one codebook (flushes and merges alike), so they share one copy
+/// instead of holding one each.
+static SHARED_TABLES: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<TablesKey, std::sync::Weak<CentroidTables>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// Returns the tables of `centroids` (rotated, as read from a segment with
+/// `header`): the copy another open segment of the same codebook holds when
+/// there is one (its bf16 table checked equal), else a new one.
+fn centroid_tables(
+    header: &SegmentHeader,
+    centroids: &[f32],
+    probe_metric: crate::params::Metric,
+) -> Arc<CentroidTables> {
+    let bf16: Vec<u16> = centroids
+        .iter()
+        .map(|&value| quiver_simd::f32_to_bf16_bits(value))
+        .collect();
+    let key = header
+        .codebook
+        .map(|codebook| (codebook.id, header.padded_dim, probe_metric));
+    let shared = || SHARED_TABLES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(key) = key
+        && let Some(tables) = shared().get(&key).and_then(std::sync::Weak::upgrade)
+        && tables.bf16 == bf16
+    {
+        return tables;
+    }
+    let padded_dim = header.padded_dim;
+    let tables = Arc::new(CentroidTables {
+        bf16,
+        list_codes: crate::rabitq::ListCodes::new(centroids, padded_dim, probe_metric),
+        norms: centroids
+            .chunks_exact(padded_dim)
+            .map(|c| quiver_simd::dot_f32(c, c))
+            .collect(),
+        sums: centroids
+            .chunks_exact(padded_dim)
+            .map(|c| c.iter().sum())
+            .collect(),
+    });
+    if let Some(key) = key {
+        let mut shared = shared();
+        shared.retain(|_, tables| tables.strong_count() > 0);
+        shared.insert(key, Arc::downgrade(&tables));
+    }
+    tables
 }
 
 fn cast<'b, T: bytemuck::Pod>(object: &str, what: &str, bytes: &'b [u8]) -> IndexResult<&'b [T]> {
@@ -274,29 +333,14 @@ impl<S: ByteSource> Segment<S> {
         } else {
             crate::params::Metric::L2
         };
-        let list_codes = crate::rabitq::ListCodes::new(&centroids, header.padded_dim, probe_metric);
-        let centroid_norms = centroids
-            .chunks_exact(header.padded_dim)
-            .map(|c| quiver_simd::dot_f32(c, c))
-            .collect();
-        let centroid_sums = centroids
-            .chunks_exact(header.padded_dim)
-            .map(|c| c.iter().sum())
-            .collect();
-        let centroids_bf16 = centroids
-            .iter()
-            .map(|&value| quiver_simd::f32_to_bf16_bits(value))
-            .collect();
+        let tables = centroid_tables(&header, &centroids, probe_metric);
         let segment = Segment {
             source,
             header,
             sections,
             checksums,
             verified_chunks,
-            centroids_bf16,
-            list_codes,
-            centroid_norms,
-            centroid_sums,
+            tables,
             lists,
             rotation,
         };
@@ -333,8 +377,16 @@ impl<S: ByteSource> Segment<S> {
         &self.source
     }
 
+    /// Tells whether `self` and `other` rank lists with one in-memory copy of
+    /// their codebook's tables (bf16 centroids, their 1-bit codes, norms and
+    /// sums): open segments built with one codebook do.
+    pub fn shares_centroid_tables_with<T: ByteSource>(&self, other: &Segment<T>) -> bool {
+        Arc::ptr_eq(&self.tables, &other.tables)
+    }
+
     /// Reads the rotated centroids (f32, as trained) from the segment's
-    /// centroid section, its checksums verified.
+    /// centroid section, its checksums verified (an open segment keeps only
+    /// the tables derived from them).
     pub fn rotated_centroids(&self) -> IndexResult<Vec<f32>> {
         let length = self.section(SectionKind::Centroids).length as usize;
         let bytes = self.read(SectionKind::Centroids, 0, length)?;

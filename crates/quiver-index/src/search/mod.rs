@@ -397,7 +397,7 @@ impl<S: ByteSource> Segment<S> {
     fn choose_lists(&self, encoded: &EncodedQuery, nprobe: usize, scratch: &mut SearchScratch) {
         let nlist = self.header.nlist;
         let query_norm_sq = encoded.norm_sq;
-        self.list_codes.estimate(
+        self.tables.list_codes.estimate(
             &scratch.planes,
             &encoded.quantized,
             query_norm_sq,
@@ -426,7 +426,7 @@ impl<S: ByteSource> Segment<S> {
         quiver_simd::score_bf16_gather(
             quiver_simd::BulkOp::Dot,
             &scratch.rotated,
-            &self.centroids_bf16,
+            &self.tables.bf16,
             &scratch.shortlist_rows,
             &mut scratch.shortlist_dots,
         );
@@ -440,7 +440,7 @@ impl<S: ByteSource> Segment<S> {
             *key = if self.header.metric == Metric::Dot {
                 -dot
             } else {
-                query_norm_sq + self.centroid_norms[list] - 2.0 * dot
+                query_norm_sq + self.tables.norms[list] - 2.0 * dot
             };
         }
         if nprobe < scratch.list_keys.len() {
@@ -480,12 +480,12 @@ impl<S: ByteSource> Segment<S> {
         let block_u64s = words * RABITQ_BLOCK_ROWS;
         let query_dot_centroid = scratch.list_dots[list];
         let residual_norm_sq =
-            (query_norm_sq + self.centroid_norms[list] - 2.0 * query_dot_centroid).max(0.0);
+            (query_norm_sq + self.tables.norms[list] - 2.0 * query_dot_centroid).max(0.0);
         let list_constant = match metric {
             Metric::L2 => residual_norm_sq,
             Metric::Dot | Metric::Cosine => -query_dot_centroid,
         };
-        let list_term = self.centroid_sums[list] - quantized.sum;
+        let list_term = self.tables.sums[list] - quantized.sum;
         let bound_scale = -multiplier * residual_norm_sq.sqrt() * params.bound_sigma;
 
         let blocks = (entry.rows as usize).div_ceil(RABITQ_BLOCK_ROWS);

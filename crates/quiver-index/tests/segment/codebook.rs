@@ -61,6 +61,12 @@ fn segments_of_one_codebook_answer_together_like_one_segment() {
     let whole = build(&base, dim, Metric::Cosine, |spec| {
         spec.build.nlist = Some(codebook.nlist())
     });
+    // One copy of the codebook's tables in memory for all of them; a segment
+    // that trained its own has its own.
+    for member in &members[1..] {
+        assert!(member.shares_centroid_tables_with(&members[0]));
+    }
+    assert!(!whole.shares_centroid_tables_with(&members[0]));
     let probes: Vec<SharedProbe<'_, MemorySource>> = members
         .iter()
         .map(|segment| SharedProbe {
