@@ -329,7 +329,7 @@ impl Searcher for SearcherGrpc {
             let searched_view = view.clone();
             self.on_pool(shard, move || {
                 SCRATCH.with(|scratch| {
-                    searched_view.search_batch(&context, &part, &mut scratch.borrow_mut())
+                    searched_view.search_batch_checked(&context, &part, &mut scratch.borrow_mut())
                 })
             })
         }))

@@ -84,6 +84,18 @@ impl ShardView {
         scratch: &mut SearchScratch,
     ) -> SearcherResult<Vec<(Vec<ShardHit>, QueryCost)>> {
         self.check_batch(requests)?;
+        self.search_batch_checked(context, requests, scratch)
+    }
+
+    /// [`ShardView::search_batch`] of searches that already passed
+    /// [`ShardView::check_batch`] (the gRPC handler checks a batch once, then
+    /// runs it in parts).
+    pub fn search_batch_checked(
+        &self,
+        context: &ReadContext,
+        requests: &[SearchRequest],
+        scratch: &mut SearchScratch,
+    ) -> SearcherResult<Vec<(Vec<ShardHit>, QueryCost)>> {
         counted(self.search_checked(context, requests, scratch))
     }
 
