@@ -58,6 +58,6 @@ pub use bytes::CacheBytes;
 pub use cache::{BlobCache, BlobCacheConfig};
 pub use error::{CacheError, CacheResult};
 pub use metrics::{CacheStats, ReadCounts};
-pub use object::CachedObject;
+pub use object::{CachedObject, held_row_bytes};
 pub use session::CacheSession;
 pub use waits::{StoreWaitObserver, observe_store_waits, waiting_for_store};

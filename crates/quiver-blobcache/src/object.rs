@@ -60,6 +60,30 @@ pub struct CachedObject {
     /// The object ranges the row tier serves: the segment's sections read a row
     /// at a time whose chunks fit a row region (set with the checksums).
     row_ranges: OnceLock<Vec<Range<u64>>>,
+    /// Bytes of this mapped file's rows held in memory as huge pages
+    /// ([`CachedObject::hold_rows`]), counted in [`held_row_bytes`] until the
+    /// object is dropped.
+    held_rows: AtomicU64,
+}
+
+/// Bytes of rows that mapped objects of this process hold in memory as huge
+/// pages (see [`CachedObject::hold_rows`]).
+static HELD_ROW_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of rows the open mapped objects of this process hold in memory as
+/// huge pages (see [`CachedObject::hold_rows`]): what a caller deciding
+/// whether to hold more weighs against its memory.
+pub fn held_row_bytes() -> u64 {
+    HELD_ROW_BYTES.load(Ordering::Relaxed)
+}
+
+impl Drop for CachedObject {
+    fn drop(&mut self) {
+        let held = *self.held_rows.get_mut();
+        if held > 0 {
+            HELD_ROW_BYTES.fetch_sub(held, Ordering::Relaxed);
+        }
+    }
 }
 
 impl CachedObject {
@@ -75,6 +99,7 @@ impl CachedObject {
             advice: quiver_index::MappedAdvice::new(),
             rows: None,
             row_ranges: OnceLock::new(),
+            held_rows: AtomicU64::new(0),
         }
     }
 
@@ -88,10 +113,11 @@ impl CachedObject {
             region_slots: Vec::new(),
             hints: Mutex::new(Vec::new()),
             checksums: OnceLock::new(),
+            advice: quiver_index::MappedAdvice::of_map(&map),
             mapped: Some(map),
-            advice: quiver_index::MappedAdvice::new(),
             rows: None,
             row_ranges: OnceLock::new(),
+            held_rows: AtomicU64::new(0),
         }
     }
 
@@ -201,6 +227,37 @@ impl CachedObject {
                 WARM_ROW_RUN_BYTES,
             );
         }
+    }
+
+    /// Holds `range` of a mapped file — rows read at random: raw vectors,
+    /// payloads — in memory as huge pages (see
+    /// [`quiver_index::MappedAdvice::hold`]); [`CachedObject::warm`] then reads
+    /// them in. For a caller that has the memory to keep them resident (see
+    /// [`held_row_bytes`]), before anything reads them. Returns the bytes held:
+    /// 0 for an object read through the cache's regions (its row tier decides
+    /// what stays).
+    pub fn hold_rows(&self, range: Range<u64>) -> u64 {
+        let Some(map) = &self.mapped else {
+            return 0;
+        };
+        let end = range.end.min(self.identity.size);
+        if range.start >= end {
+            return 0;
+        }
+        let held = self
+            .advice
+            .hold(map, range.start, (end - range.start) as usize);
+        if held > 0 {
+            self.held_rows.fetch_add(held, Ordering::Relaxed);
+            HELD_ROW_BYTES.fetch_add(held, Ordering::Relaxed);
+        }
+        held
+    }
+
+    /// Tells whether [`CachedObject::hold_rows`] holds some of this object's
+    /// rows in memory.
+    pub fn holds_rows(&self) -> bool {
+        self.held_rows.load(Ordering::Relaxed) > 0
     }
 
     /// Returns the object's key.
@@ -513,6 +570,13 @@ impl ByteSource for CachedObject {
         match (in_rows, self.rows.as_deref()) {
             (true, Some(rows)) => rows.fetch_missing(ranges),
             _ => self.fetch_missing(ranges),
+        }
+    }
+
+    fn read_ahead(&self, offset: u64, length: usize) {
+        match &self.mapped {
+            Some(map) => self.advice.read_ahead(map, offset, length),
+            None => self.fetch_ahead(&[(offset, length)]),
         }
     }
 

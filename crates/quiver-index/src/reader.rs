@@ -388,8 +388,7 @@ impl<S: ByteSource> Segment<S> {
     /// centroid section, its checksums verified (an open segment keeps only
     /// the tables derived from them).
     pub fn rotated_centroids(&self) -> IndexResult<Vec<f32>> {
-        let length = self.section(SectionKind::Centroids).length as usize;
-        let bytes = self.read(SectionKind::Centroids, 0, length)?;
+        let bytes = self.read_section(SectionKind::Centroids)?;
         let values: &[u8] = &bytes;
         Ok(bytemuck::pod_collect_to_vec(values))
     }
@@ -425,6 +424,14 @@ impl<S: ByteSource> Segment<S> {
     ) -> IndexResult<S::Bytes<'_>> {
         let absolute = self.checked_range(kind, offset, length)?;
         self.source.read_at(absolute, length)
+    }
+
+    /// Reads all of section `kind`, asked for ahead first
+    /// ([`ByteSource::read_ahead`]): one read-ahead, not a fault per page.
+    pub(crate) fn read_section(&self, kind: SectionKind) -> IndexResult<S::Bytes<'_>> {
+        let entry = self.section(kind);
+        self.source.read_ahead(entry.offset, entry.length as usize);
+        self.read(kind, 0, entry.length as usize)
     }
 
     /// Like [`Segment::read`], through a read session of this segment's source.
@@ -499,6 +506,7 @@ impl<S: ByteSource> Segment<S> {
     /// Reads every section and checks its whole-section checksum.
     pub fn verify(&self) -> IndexResult<()> {
         for entry in &self.sections {
+            self.source.read_ahead(entry.offset, entry.length as usize);
             let bytes = self.source.read_at(entry.offset, entry.length as usize)?;
             if crc32c::crc32c(&bytes) != entry.crc {
                 return Err(IndexError::corrupted(
@@ -542,8 +550,7 @@ impl<S: ByteSource> Segment<S> {
     pub fn ids(&self) -> IndexResult<Vec<PointId>> {
         let object = self.source.name();
         let rows = self.header.rows as usize;
-        let section = self.section(SectionKind::RowIds);
-        let bytes = self.read(SectionKind::RowIds, 0, section.length as usize)?;
+        let bytes = self.read_section(SectionKind::RowIds)?;
         match self.header.id_type {
             IdType::U64 => {
                 if bytes.len() < rows * 8 {
@@ -672,8 +679,7 @@ impl<S: ByteSource> Segment<S> {
 
     /// Returns the decoded column of filterable field `name`, if the segment has it.
     pub fn field_column(&self, name: &str) -> IndexResult<Option<FieldColumn>> {
-        let entry = self.section(SectionKind::Fields);
-        let bytes = self.read(SectionKind::Fields, 0, entry.length as usize)?;
+        let bytes = self.read_section(SectionKind::Fields)?;
         fields::decode_column(self.source.name(), &bytes, name, self.header.rows as usize)
     }
 

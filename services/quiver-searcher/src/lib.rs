@@ -27,6 +27,7 @@
 mod context;
 mod error;
 mod grpc;
+mod memory;
 mod metrics;
 mod node;
 mod ranking;

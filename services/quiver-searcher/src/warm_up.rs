@@ -4,13 +4,24 @@
 //! follow in the background once the new view serves ([`warm_new_rows`]), when
 //! they fit the row tier comfortably: otherwise the first queries after a merge
 //! would each fetch their rescoring rows from the store, one cold row at a time.
+//!
+//! A segment that is a local file mapped as it is (`quiver standalone`, a
+//! `file://` store) has no row tier: the page cache keeps its rows. Those of
+//! its new segments that fit half the memory together ([`memory_limit`]) are
+//! held as huge pages — advised before the view serves, read in with the rows'
+//! warm-up ([`hold_new_rows`]) — and the others are read at random, a 4 KiB
+//! page per cold row.
 
 use std::collections::HashSet;
+use std::ops::Range;
+use std::sync::LazyLock;
 
-use quiver_blobcache::{CachedObject, ReadCounts};
+use quiver_blobcache::{CachedObject, ReadCounts, held_row_bytes};
 use quiver_index::{SectionKind, Segment};
 
 use crate::context::ReadContext;
+use crate::memory::memory_limit;
+use crate::metrics::METRICS;
 use crate::shard::ShardView;
 
 /// Warms the codes of the segments of `view` that `previous` did not have (all
@@ -21,6 +32,7 @@ pub fn warm_new_segments(
     view: &ShardView,
     previous: Option<&ShardView>,
 ) -> u64 {
+    hold_new_rows(view, previous);
     if context.cache().is_read_through() {
         return 0;
     }
@@ -55,6 +67,14 @@ fn new_segments<'a>(
     view: &'a ShardView,
     previous: Option<&ShardView>,
 ) -> impl Iterator<Item = &'a Segment<CachedObject>> {
+    new_entries(view, previous).map(|(_, segment)| segment)
+}
+
+/// [`new_segments`] with their object keys.
+fn new_entries<'a>(
+    view: &'a ShardView,
+    previous: Option<&ShardView>,
+) -> impl Iterator<Item = (&'a str, &'a Segment<CachedObject>)> {
     let known: HashSet<String> = previous
         .map(|previous| {
             previous
@@ -70,7 +90,93 @@ fn new_segments<'a>(
         .iter()
         .zip(view.segments())
         .filter(move |(entry, _)| !known.contains(&entry.key))
-        .map(|(_, segment)| segment)
+        .map(|(entry, segment)| (entry.key.as_str(), segment))
+}
+
+/// The ranges of a segment's object read a row at a time: raw vectors and
+/// payloads.
+fn row_sections(segment: &Segment<CachedObject>) -> impl Iterator<Item = Range<u64>> + '_ {
+    segment
+        .sections()
+        .iter()
+        .filter(|section| {
+            matches!(
+                section.kind,
+                SectionKind::RawVectors | SectionKind::Payloads
+            )
+        })
+        .map(|section| section.offset..section.offset + section.length)
+}
+
+/// Share of the memory ([`memory_limit`]) that the rows of mapped segment files
+/// may hold as huge pages, all shards' segments together: the rest is for the
+/// codes, the WAL tail, searches and (in a standalone) the indexer.
+const HELD_ROWS_SHARE: u64 = 2;
+
+/// Bytes of rows mapped segment files may hold as huge pages.
+static HELD_ROWS_BUDGET: LazyLock<u64> =
+    LazyLock::new(|| memory_limit().map_or(0, |limit| limit / HELD_ROWS_SHARE));
+
+/// Holds the rows of the new segments of `view` that are mapped local files
+/// in memory as huge pages ([`CachedObject::hold_rows`]), a segment at a time
+/// while the rows held by every open segment stay within
+/// [`HELD_ROWS_BUDGET`]; before the view serves, so no query reads one of
+/// their rows in as a small folio first. A segment that does not fit keeps
+/// its rows read at random (data larger than memory). Their warm-up follows
+/// in [`warm_new_rows`].
+fn hold_new_rows(view: &ShardView, previous: Option<&ShardView>) {
+    let budget = *HELD_ROWS_BUDGET;
+    for (key, segment) in new_entries(view, previous) {
+        let source = segment.source();
+        if !source.is_mapped() {
+            continue;
+        }
+        let bytes: u64 = row_sections(segment)
+            .map(|range| range.end - range.start)
+            .sum();
+        if held_row_bytes() + bytes > budget {
+            tracing::debug!(
+                segment = key,
+                rows_mib = bytes >> 20,
+                held_mib = held_row_bytes() >> 20,
+                budget_mib = budget >> 20,
+                "rows read at random: holding them would pass half the memory"
+            );
+            continue;
+        }
+        for range in row_sections(segment) {
+            source.hold_rows(range);
+        }
+    }
+    METRICS.rows_held_bytes.set(held_row_bytes() as i64);
+}
+
+/// Reads in the rows [`hold_new_rows`] held for the new segments of `view`
+/// (2 MiB at a fault), stopping at a segment `still_served` no longer has.
+fn warm_held_rows(
+    view: &ShardView,
+    previous: Option<&ShardView>,
+    still_served: &dyn Fn(&str) -> bool,
+) {
+    for (key, segment) in new_entries(view, previous) {
+        let source = segment.source();
+        if !source.holds_rows() {
+            continue;
+        }
+        for range in row_sections(segment) {
+            let mut start = range.start;
+            while start < range.end {
+                if !still_served(key) {
+                    return;
+                }
+                let end = (start + ROW_WARM_CHUNK).min(range.end);
+                // A mapped file fetches nothing from the store.
+                let _ = source.warm(start..end);
+                start = end;
+            }
+        }
+    }
+    METRICS.rows_held_bytes.set(held_row_bytes() as i64);
 }
 
 /// Share of the row tier one reload's new rows may take when warmed (more would
@@ -90,6 +196,7 @@ pub fn warm_new_rows(
     previous: Option<&ShardView>,
     still_served: &dyn Fn(&str) -> bool,
 ) -> u64 {
+    warm_held_rows(view, previous, still_served);
     let cache = context.cache();
     let budget = cache.row_tier_bytes() / ROW_WARM_SHARE;
     if budget == 0 || cache.is_read_through() {

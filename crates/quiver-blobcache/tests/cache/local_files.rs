@@ -2,7 +2,7 @@
 //! the cache used, nothing copied), searched with the same answers as from
 //! memory, and still checked against the segment's checksums.
 
-use quiver_blobcache::{BlobCache, BlobCacheConfig, CachedObject};
+use quiver_blobcache::{BlobCache, BlobCacheConfig, CachedObject, held_row_bytes};
 use quiver_index::{IndexError, MemorySource, SearchParams, SearchScratch, SectionKind, Segment};
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl};
 
@@ -203,26 +203,7 @@ fn a_local_segment_read_in_cold_maps_its_codes_with_huge_pages() {
     // On disk beside the test binary (a tmpfs `/tmp` may not do huge pages).
     let exe = std::env::current_exe().unwrap();
     let objects = tempfile::tempdir_in(exe.parent().unwrap()).unwrap();
-    // This kernel and file system must make 2 MiB folios of a file faulted in
-    // through a mapping advised MADV_HUGEPAGE, or the test cannot say anything:
-    // say so, loudly.
-    let probe = objects.path().join("probe");
-    std::fs::write(&probe, vec![7u8; 4 * HUGE as usize]).unwrap();
-    evict(&probe);
-    {
-        let file = std::fs::File::open(&probe).unwrap();
-        // SAFETY: the test's own file; nothing writes to it while mapped.
-        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
-        map.advise(memmap2::Advice::HugePage).unwrap();
-        let touched: u64 = map.iter().step_by(4096).map(|&byte| byte as u64).sum();
-        std::hint::black_box(touched);
-        assert!(
-            huge_mapped_bytes(&probe, true) >= HUGE,
-            "this kernel or file system ({}) does not fault files in as huge pages; \
-             the test needs large folios (ext4 or xfs on Linux 6.x)",
-            objects.path().display()
-        );
-    }
+    assert_files_fault_in_huge(objects.path());
 
     let runtime = runtime();
     let storage = local_storage(objects.path());
@@ -266,5 +247,107 @@ fn a_local_segment_read_in_cold_maps_its_codes_with_huge_pages() {
     assert!(
         huge >= hot_end,
         "{huge} bytes of the first {hot_end} (header, centroids, codes) mapped with huge pages"
+    );
+}
+
+/// Makes sure this kernel and file system fault a file advised `MADV_HUGEPAGE`
+/// in as 2 MiB folios (else the huge-page tests cannot say anything: they say
+/// so, loudly).
+fn assert_files_fault_in_huge(directory: &std::path::Path) {
+    const HUGE: usize = quiver_index::HUGE_PAGE_BYTES;
+    let probe = directory.join("probe");
+    std::fs::write(&probe, vec![7u8; 4 * HUGE]).unwrap();
+    evict(&probe);
+    let file = std::fs::File::open(&probe).unwrap();
+    // SAFETY: the test's own file; nothing writes to it while mapped.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    map.advise(memmap2::Advice::HugePage).unwrap();
+    let touched: u64 = map.iter().step_by(4096).map(|&byte| byte as u64).sum();
+    std::hint::black_box(touched);
+    assert!(
+        huge_mapped_bytes(&probe, true) >= HUGE as u64,
+        "this kernel or file system ({}) does not fault files in as huge pages; \
+         the test needs large folios (ext4 or xfs on Linux 6.x)",
+        directory.display()
+    );
+}
+
+/// Rows held in memory (what a searcher does with a mapped segment whose rows
+/// fit its memory) are read in as 2 MiB folios and mapped with huge pages, even
+/// when the file was cold; rows not held are not advised so (read at random, a
+/// small page per cold read). The process-wide count of held bytes follows the
+/// objects.
+#[test]
+fn held_rows_of_a_local_segment_read_in_cold_are_mapped_with_huge_pages() {
+    const HUGE: u64 = quiver_index::HUGE_PAGE_BYTES as u64;
+    let exe = std::env::current_exe().unwrap();
+    let objects = tempfile::tempdir_in(exe.parent().unwrap()).unwrap();
+    assert_files_fault_in_huge(objects.path());
+
+    let runtime = runtime();
+    let storage = local_storage(objects.path());
+    let dim = 64;
+    let (bytes, vectors) = segment_bytes(100_000, dim);
+    // The same segment twice: one to search with its rows not held, the other
+    // with them held (each file cold when first mapped).
+    const HELD_KEY: &str = "collections/c/shards/0/segments/s2.qseg";
+    put(&runtime, &storage, KEY, &bytes);
+    put(&runtime, &storage, HELD_KEY, &bytes);
+    let path = storage.local_path(KEY).unwrap();
+    let held_path = storage.local_path(HELD_KEY).unwrap();
+    let raw = section_of(&bytes, SectionKind::RawVectors);
+    // The whole huge pages inside the raw vectors: what holding them advises.
+    let held_start = raw.offset.div_ceil(HUGE) * HUGE;
+    let held_end = (raw.offset + raw.length) / HUGE * HUGE;
+    assert!(
+        held_end >= held_start + 4 * HUGE,
+        "raw vectors {}..{}: too few huge pages to tell",
+        raw.offset,
+        raw.offset + raw.length
+    );
+    let cache_directory = tempfile::tempdir().unwrap();
+    let cache = local_cache(&runtime, storage, cache_directory.path(), true);
+    let search_all = |segment: &Segment<CachedObject>| {
+        let mut scratch = SearchScratch::new();
+        for query in vectors.chunks_exact(dim).step_by(997) {
+            segment
+                .search(query, &SearchParams::new(10), None, &mut scratch)
+                .unwrap();
+        }
+    };
+    // Not held: the rows a search rescores come in as small folios.
+    evict(&path);
+    let segment = Segment::open(cache.open_blocking(KEY).unwrap()).unwrap();
+    search_all(&segment);
+    let codes_only = huge_mapped_bytes(&path, true);
+    assert!(
+        codes_only <= held_start,
+        "{codes_only} bytes of huge-page ranges mapped huge without holding the rows \
+         (they start at {held_start})"
+    );
+    drop(segment);
+
+    // Held, then warmed: every huge page inside the raw vectors is mapped as one.
+    evict(&held_path);
+    let held_before = held_row_bytes();
+    let segment = Segment::open(cache.open_blocking(HELD_KEY).unwrap()).unwrap();
+    let source = segment.source();
+    assert!(!source.holds_rows());
+    let held = source.hold_rows(raw.offset..raw.offset + raw.length);
+    assert_eq!(held, held_end - held_start);
+    assert!(source.holds_rows());
+    assert_eq!(held_row_bytes(), held_before + held);
+    source.warm(raw.offset..raw.offset + raw.length).unwrap();
+    search_all(&segment);
+    let huge = huge_mapped_bytes(&held_path, true);
+    assert!(
+        huge >= codes_only + held,
+        "{huge} bytes mapped huge: the codes' {codes_only} and all {held} held"
+    );
+    drop(segment);
+    assert_eq!(
+        held_row_bytes(),
+        held_before,
+        "a dropped object holds nothing"
     );
 }

@@ -339,3 +339,63 @@ async fn rows_are_warmed_only_while_their_segment_is_served() {
         "a retired segment is not warmed"
     );
 }
+
+/// A segment that is a local file mapped as it is (`quiver standalone`) holds
+/// its rows — raw vectors, payloads — in memory as huge pages when they fit
+/// half the memory (these do): advised before the view serves, read in by the
+/// row warm-up, which fetches nothing from a store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_mapped_segments_that_fit_the_memory_are_held() {
+    let objects = tempfile::tempdir().unwrap();
+    let storage = Storage::open(
+        &quiver_storage::StoreUrl::File {
+            root: objects.path().to_path_buf(),
+        },
+        &quiver_storage::S3Settings::default(),
+        quiver_storage::StorageOptions::default(),
+    )
+    .unwrap();
+    let shard = ShardRef {
+        collection_id: "c-held-rows".into(),
+        shard: 0,
+    };
+    let catalog = Arc::new(MemoryCatalog::default());
+    let writer = writer(&storage, &catalog, &shard).await;
+    // Raw vectors of 5 MB: whole huge pages to hold.
+    let rows = 40_000;
+    let all = vectors(rows, 11);
+    for batch in (0..rows as u64).collect::<Vec<_>>().chunks(10_000) {
+        writer
+            .write(
+                batch
+                    .iter()
+                    .map(|&id| upsert(id, &all[id as usize]))
+                    .collect(),
+            )
+            .await
+            .unwrap();
+    }
+    writer.flush().await.unwrap();
+    let manifest = catalog.manifest(&shard).await.unwrap();
+    assert_eq!(manifest.segments.len(), 1);
+    let cache_directory = tempfile::tempdir().unwrap();
+    let context = context(&storage, cache_directory.path(), 1 << 20);
+    tokio::task::spawn_blocking(move || {
+        let view = ShardView::load(&context, &spec(), manifest).unwrap();
+        let segment = view.segments().next().unwrap();
+        assert!(segment.source().is_mapped(), "a file:// object is mapped");
+        assert!(
+            !segment.source().holds_rows(),
+            "nothing held before warm-up"
+        );
+        quiver_searcher::warm_new_segments(&context, &view, None);
+        assert!(
+            segment.source().holds_rows(),
+            "rows of a mapped segment that fit the memory are held once warmed"
+        );
+        let fetched = quiver_searcher::warm_new_rows(&context, &view, None, &|_| true);
+        assert_eq!(fetched, 0, "a mapped file fetches nothing from a store");
+    })
+    .await
+    .unwrap();
+}
