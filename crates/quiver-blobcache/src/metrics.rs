@@ -25,6 +25,7 @@ pub(crate) struct CacheMetrics {
     pub mapped_objects: IntCounter,
     pub uncached_reads: IntCounter,
     pub fetched_ahead: IntCounter,
+    pub rows_held_bytes: IntGauge,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -69,6 +70,10 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
         "Bytes fetched from the object store only to complete a chunk being checked, whose other part is in a region not cached (not kept).",
     ),
     fills_in_flight: gauge("quiver_cache_fills_in_flight", "Region fills in progress."),
+    rows_held_bytes: gauge(
+        "quiver_cache_rows_held_bytes",
+        "Bytes of rows (raw vectors, payloads) of locally mapped segment files held in memory as huge pages.",
+    ),
     pinned_regions: register_int_gauge_vec!(
         "quiver_cache_pinned_regions",
         "Regions pinned by readers (updated when stats are read), by tier (hot, rows).",

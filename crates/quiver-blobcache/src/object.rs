@@ -82,6 +82,7 @@ impl Drop for CachedObject {
         let held = *self.held_rows.get_mut();
         if held > 0 {
             HELD_ROW_BYTES.fetch_sub(held, Ordering::Relaxed);
+            METRICS.rows_held_bytes.sub(held as i64);
         }
     }
 }
@@ -250,6 +251,7 @@ impl CachedObject {
         if held > 0 {
             self.held_rows.fetch_add(held, Ordering::Relaxed);
             HELD_ROW_BYTES.fetch_add(held, Ordering::Relaxed);
+            METRICS.rows_held_bytes.add(held as i64);
         }
         held
     }

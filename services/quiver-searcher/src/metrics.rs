@@ -25,7 +25,6 @@ pub(crate) struct SearcherMetrics {
     pub search_pool_abandoned: IntCounter,
     pub warm_up_bytes: IntCounterVec,
     pub warm_up_seconds: CounterVec,
-    pub rows_held_bytes: IntGauge,
 }
 
 pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
@@ -74,11 +73,6 @@ pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
     watch_reconnects: register_int_counter!(
         "quiver_searcher_watch_reconnects_total",
         "Times the watch stream from meta broke and was reopened."
-    )
-    .expect("metric registers once"),
-    rows_held_bytes: register_int_gauge!(
-        "quiver_searcher_rows_held_bytes",
-        "Bytes of rows (raw vectors, payloads) of locally mapped segment files held in memory as huge pages (rows of segments that fit half the memory are; the others are read at random)."
     )
     .expect("metric registers once"),
     search_pool_threads: register_int_gauge!(

@@ -21,7 +21,6 @@ use quiver_index::{SectionKind, Segment};
 
 use crate::context::ReadContext;
 use crate::memory::memory_limit;
-use crate::metrics::METRICS;
 use crate::shard::ShardView;
 
 /// Warms the codes of the segments of `view` that `previous` did not have (all
@@ -148,7 +147,6 @@ fn hold_new_rows(view: &ShardView, previous: Option<&ShardView>) {
             source.hold_rows(range);
         }
     }
-    METRICS.rows_held_bytes.set(held_row_bytes() as i64);
 }
 
 /// Reads in the rows [`hold_new_rows`] held for the new segments of `view`
@@ -176,7 +174,6 @@ fn warm_held_rows(
             }
         }
     }
-    METRICS.rows_held_bytes.set(held_row_bytes() as i64);
 }
 
 /// Share of the row tier one reload's new rows may take when warmed (more would
