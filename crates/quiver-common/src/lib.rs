@@ -11,9 +11,12 @@
 //!   (shard routing, rendezvous placement) or of reproducible tests.
 //! - [`stats`]: percentiles over sorted samples, for benchmarks and reports.
 //! - [`vecs`]: `.fvecs`/`.ivecs` dataset files (read by the CLI and the benchmarks).
+//! - [`memory_limit`]: the memory the process can count on (its cgroup's limit or
+//!   the machine's), for deciding what to keep resident.
 
 mod error;
 pub mod hash;
+mod memory;
 mod retry;
 pub mod stats;
 pub mod vecs;
@@ -21,4 +24,5 @@ pub mod vecs;
 pub use error::{ErrorCode, RETRY_AFTER_MS_HEADER, ServiceError};
 #[cfg(feature = "grpc")]
 pub use error::{retry_after_of_status, status_of};
+pub use memory::memory_limit;
 pub use retry::{RetryPolicy, Retryable};

@@ -27,7 +27,6 @@
 mod context;
 mod error;
 mod grpc;
-mod memory;
 mod metrics;
 mod node;
 mod ranking;

@@ -20,8 +20,8 @@ use quiver_blobcache::{CachedObject, ReadCounts, held_row_bytes};
 use quiver_index::{SectionKind, Segment};
 
 use crate::context::ReadContext;
-use crate::memory::memory_limit;
 use crate::shard::ShardView;
+use quiver_common::memory_limit;
 
 /// Warms the codes of the segments of `view` that `previous` did not have (all
 /// of them on a first load); nothing when the cache reads through (there is

@@ -351,3 +351,58 @@ fn held_rows_of_a_local_segment_read_in_cold_are_mapped_with_huge_pages() {
         "a dropped object holds nothing"
     );
 }
+
+/// A row tier that fits the memory keeps its file's pages huge: the rows its
+/// fills bring in (64 KiB `pwrite`s, which alone make 64 KiB folios) are mapped
+/// with 2 MiB pages.
+#[test]
+fn a_row_tier_that_fits_the_memory_is_mapped_with_huge_pages() {
+    const HUGE: u64 = quiver_index::HUGE_PAGE_BYTES as u64;
+    let exe = std::env::current_exe().unwrap();
+    let objects = tempfile::tempdir_in(exe.parent().unwrap()).unwrap();
+    assert_files_fault_in_huge(objects.path());
+    let runtime = runtime();
+    let storage = local_storage(objects.path());
+    let dim = 64;
+    let (bytes, vectors) = segment_bytes(100_000, dim);
+    put(&runtime, &storage, KEY, &bytes);
+    let raw = section_of(&bytes, SectionKind::RawVectors);
+    // Through the regions (not mapped), with a row tier of 64 KiB regions big
+    // enough for every row: 48 MiB of a 64 MiB cache, far under half of any
+    // machine this runs on.
+    let cache_directory = tempfile::tempdir_in(exe.parent().unwrap()).unwrap();
+    let config = BlobCacheConfig {
+        directory: cache_directory.path().to_path_buf(),
+        capacity_bytes: 64 << 20,
+        region_bytes: 1 << 20,
+        map_local_files: false,
+        row_region_bytes: 64 << 10,
+    };
+    let cache = BlobCache::new(&config, storage, runtime.handle().clone()).unwrap();
+    assert!(cache.row_tier_bytes() >= raw.length);
+    let segment = Segment::open(cache.open_blocking(KEY).unwrap()).unwrap();
+    segment
+        .source()
+        .warm_rows(raw.offset..raw.offset + raw.length);
+    let mut scratch = SearchScratch::new();
+    for query in vectors.chunks_exact(dim).step_by(997) {
+        segment
+            .search(query, &SearchParams::new(10), None, &mut scratch)
+            .unwrap();
+    }
+    let rows_file = cache_directory.path().join("quiver-row-cache.bin");
+    assert!(
+        rows_file.exists(),
+        "the row tier's file is {}",
+        rows_file.display()
+    );
+    let huge = huge_mapped_bytes(&rows_file, true);
+    // Every row region filled lies in a huge page faulted in before the fill;
+    // the last may be partly empty.
+    let filled = raw.length / HUGE * HUGE;
+    assert!(
+        huge >= filled - HUGE,
+        "{huge} bytes of the row tier mapped with huge pages, for {} bytes of rows",
+        raw.length
+    );
+}

@@ -1,5 +1,5 @@
-//! The memory this process can count on, for deciding which rows to hold
-//! resident (see `warm_up`).
+//! The memory this process can count on, for deciding what to hold resident
+//! (the searcher's rows of mapped segment files, the region cache's row tier).
 
 use std::path::Path;
 
@@ -11,7 +11,7 @@ const CGROUP_V1_UNLIMITED: u64 = 1 << 60;
 /// cgroup and the cgroups above it (v2 `memory.max`, v1
 /// `memory.limit_in_bytes`: a Kubernetes pod's limit) and the machine's memory
 /// (`MemTotal`). `None` when none can be read (not Linux).
-pub(crate) fn memory_limit() -> Option<u64> {
+pub fn memory_limit() -> Option<u64> {
     let machine = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| mem_total(&text));
