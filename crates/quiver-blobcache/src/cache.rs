@@ -184,11 +184,10 @@ impl BlobCache {
             path: config.directory.clone(),
             source,
         })?;
-        // The row tier's pages are kept huge when it fits half the memory (see
-        // `CacheFile::create`); the hot tier's fills are whole regions of
-        // megabytes, written as large folios anyway.
-        let rows_huge = row_bytes > 0
-            && quiver_common::memory_limit().is_some_and(|limit| row_bytes <= limit / 2);
+        // The row tier's pages are kept huge when it fits the rows' share of
+        // the memory (a quarter; see `CacheFile::create`); the hot tier's fills
+        // are whole regions of megabytes, written as large folios anyway.
+        let rows_huge = row_bytes > 0 && row_bytes <= quiver_common::rows_memory_budget();
         let tier = |file_name: &str, tier: &'static str, regions: usize, region_bytes: u64| {
             let file = CacheFile::create(
                 config.directory.join(file_name),

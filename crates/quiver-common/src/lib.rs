@@ -11,8 +11,9 @@
 //!   (shard routing, rendezvous placement) or of reproducible tests.
 //! - [`stats`]: percentiles over sorted samples, for benchmarks and reports.
 //! - [`vecs`]: `.fvecs`/`.ivecs` dataset files (read by the CLI and the benchmarks).
-//! - [`memory_limit`]: the memory the process can count on (its cgroup's limit or
-//!   the machine's), for deciding what to keep resident.
+//! - [`memory_limit`], [`rows_memory_budget`]: the memory the process can count
+//!   on (its cgroup's limit or the machine's), and what of it rows may keep
+//!   resident.
 
 mod error;
 pub mod hash;
@@ -24,5 +25,5 @@ pub mod vecs;
 pub use error::{ErrorCode, RETRY_AFTER_MS_HEADER, ServiceError};
 #[cfg(feature = "grpc")]
 pub use error::{retry_after_of_status, status_of};
-pub use memory::memory_limit;
+pub use memory::{memory_limit, rows_memory_budget};
 pub use retry::{RetryPolicy, Retryable};

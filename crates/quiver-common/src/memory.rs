@@ -24,6 +24,18 @@ pub fn memory_limit() -> Option<u64> {
     }
 }
 
+/// Share of [`memory_limit`] that rows (raw vectors, payloads) may keep resident
+/// as huge pages: the rest is for the codes every query scans, the heap and, in
+/// a standalone, the indexer's unflushed rows (up to 256 MiB by default).
+const ROWS_MEMORY_SHARE: u64 = 4;
+
+/// The bytes of rows a process may keep resident as huge pages — a searcher's
+/// rows of mapped segment files, all segments together, or a region cache's
+/// row tier: a quarter of [`memory_limit`] (0 when it is unknown).
+pub fn rows_memory_budget() -> u64 {
+    memory_limit().map_or(0, |limit| limit / ROWS_MEMORY_SHARE)
+}
+
 /// `MemTotal` of `/proc/meminfo`, in bytes.
 fn mem_total(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|line| line.starts_with("MemTotal:"))?;

@@ -7,7 +7,8 @@
 //!
 //! A segment that is a local file mapped as it is (`quiver standalone`, a
 //! `file://` store) has no row tier: the page cache keeps its rows. Those of
-//! its new segments that fit half the memory together ([`memory_limit`]) are
+//! its new segments that fit a quarter of the memory together
+//! ([`rows_memory_budget`]) are
 //! held as huge pages — advised before the view serves, read in with the rows'
 //! warm-up ([`hold_new_rows`]) — and the others are read at random, a 4 KiB
 //! page per cold row.
@@ -21,7 +22,7 @@ use quiver_index::{SectionKind, Segment};
 
 use crate::context::ReadContext;
 use crate::shard::ShardView;
-use quiver_common::memory_limit;
+use quiver_common::rows_memory_budget;
 
 /// Warms the codes of the segments of `view` that `previous` did not have (all
 /// of them on a first load); nothing when the cache reads through (there is
@@ -107,14 +108,9 @@ fn row_sections(segment: &Segment<CachedObject>) -> impl Iterator<Item = Range<u
         .map(|section| section.offset..section.offset + section.length)
 }
 
-/// Share of the memory ([`memory_limit`]) that the rows of mapped segment files
-/// may hold as huge pages, all shards' segments together: the rest is for the
-/// codes, the WAL tail, searches and (in a standalone) the indexer.
-const HELD_ROWS_SHARE: u64 = 2;
-
-/// Bytes of rows mapped segment files may hold as huge pages.
-static HELD_ROWS_BUDGET: LazyLock<u64> =
-    LazyLock::new(|| memory_limit().map_or(0, |limit| limit / HELD_ROWS_SHARE));
+/// Bytes of rows mapped segment files may hold as huge pages, all shards'
+/// segments together ([`rows_memory_budget`]: a quarter of the memory).
+static HELD_ROWS_BUDGET: LazyLock<u64> = LazyLock::new(rows_memory_budget);
 
 /// Holds the rows of the new segments of `view` that are mapped local files
 /// in memory as huge pages ([`CachedObject::hold_rows`]), a segment at a time
@@ -139,7 +135,7 @@ fn hold_new_rows(view: &ShardView, previous: Option<&ShardView>) {
                 rows_mib = bytes >> 20,
                 held_mib = held_row_bytes() >> 20,
                 budget_mib = budget >> 20,
-                "rows read at random: holding them would pass half the memory"
+                "rows read at random: holding them would pass a quarter of the memory"
             );
             continue;
         }

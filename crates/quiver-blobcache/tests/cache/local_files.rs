@@ -368,7 +368,7 @@ fn a_row_tier_that_fits_the_memory_is_mapped_with_huge_pages() {
     put(&runtime, &storage, KEY, &bytes);
     let raw = section_of(&bytes, SectionKind::RawVectors);
     // Through the regions (not mapped), with a row tier of 64 KiB regions big
-    // enough for every row: 48 MiB of a 64 MiB cache, far under half of any
+    // enough for every row: 48 MiB of a 64 MiB cache, far under a quarter of any
     // machine this runs on.
     let cache_directory = tempfile::tempdir_in(exe.parent().unwrap()).unwrap();
     let config = BlobCacheConfig {

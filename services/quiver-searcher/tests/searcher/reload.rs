@@ -342,7 +342,7 @@ async fn rows_are_warmed_only_while_their_segment_is_served() {
 
 /// A segment that is a local file mapped as it is (`quiver standalone`) holds
 /// its rows — raw vectors, payloads — in memory as huge pages when they fit
-/// half the memory (these do): advised before the view serves, read in by the
+/// a quarter of the memory (these do): advised before the view serves, read in by the
 /// row warm-up, which fetches nothing from a store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_of_mapped_segments_that_fit_the_memory_are_held() {
