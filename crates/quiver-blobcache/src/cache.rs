@@ -184,17 +184,12 @@ impl BlobCache {
             path: config.directory.clone(),
             source,
         })?;
-        // The row tier's pages are kept huge when it fits the rows' share of
-        // the memory (a quarter; see `CacheFile::create`); the hot tier's fills
-        // are whole regions of megabytes, written as large folios anyway.
-        let rows_huge = row_bytes > 0 && row_bytes <= quiver_common::rows_memory_budget();
         let tier = |file_name: &str, tier: &'static str, regions: usize, region_bytes: u64| {
             let file = CacheFile::create(
                 config.directory.join(file_name),
                 regions as u64 * region_bytes,
-                tier == ROW_TIER && rows_huge,
             )?;
-            tracing::info!(path = %file.path().display(), tier, regions, region_bytes, huge_pages = file.is_huge(), "region cache ready");
+            tracing::info!(path = %file.path().display(), tier, regions, region_bytes, "region cache ready");
             CacheResult::Ok(Arc::new(Inner {
                 storage: storage.clone(),
                 runtime: runtime.clone(),

@@ -25,23 +25,11 @@ pub(crate) struct CacheFile {
     /// [`CacheFile::write_region`]).
     file: File,
     map: memmap2::MmapRaw,
-    /// Whether the file's page cache is kept in 2 MiB folios (see
-    /// [`CacheFile::create`]).
-    huge: bool,
 }
 
 impl CacheFile {
     /// Creates the file at `path` with `bytes` reserved on disk and maps it.
-    ///
-    /// With `huge` (a tier of small regions that fits the memory: the row
-    /// tier, whose regions are 64 KiB) the file is kept in 2 MiB folios, so its
-    /// mapping has 2 MiB pages: a fill's 64 KiB `pwrite` would make a 64 KiB
-    /// folio, mapped with 4 KiB pages, and every rescored row read from it a
-    /// TLB miss (a two-level page walk on a VM: 14-17 % of a search's CPU,
-    /// measured on mapped segment files). The mapping is advised
-    /// `MADV_HUGEPAGE` and random, and the 2 MiB around a fill are faulted in
-    /// (as one folio) before the fill is written into them.
-    pub(crate) fn create(path: PathBuf, bytes: u64, huge: bool) -> CacheResult<CacheFile> {
+    pub(crate) fn create(path: PathBuf, bytes: u64) -> CacheResult<CacheFile> {
         let file = create_reserved(&path, bytes)?;
         // Read-only: the cache writes its regions through the file.
         let map = memmap2::MmapOptions::new()
@@ -50,20 +38,7 @@ impl CacheFile {
                 path: path.clone(),
                 source,
             })?;
-        let huge = huge
-            && map.advise(memmap2::Advice::HugePage).is_ok()
-            && map.advise(memmap2::Advice::Random).is_ok();
-        Ok(CacheFile {
-            path,
-            file,
-            map,
-            huge,
-        })
-    }
-
-    /// Tells whether the file's page cache is kept in 2 MiB folios.
-    pub(crate) fn is_huge(&self) -> bool {
-        self.huge
+        Ok(CacheFile { path, file, map })
     }
 
     /// Writes a fill's `bytes` at the start of region `slot` with `pwrite`, not
@@ -82,20 +57,7 @@ impl CacheFile {
     ) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
         debug_assert!(bytes.len() <= region_bytes);
-        let offset = slot * region_bytes;
-        if self.huge && !bytes.is_empty() {
-            // The huge pages the fill lands in, faulted in first (a no-op
-            // once they are): the write then goes into their 2 MiB folios
-            // instead of making a small one. A failure leaves a small folio.
-            const HUGE: usize = quiver_index::HUGE_PAGE_BYTES;
-            let start = offset / HUGE * HUGE;
-            let end = (offset + bytes.len()).div_ceil(HUGE) * HUGE;
-            let end = end.min(self.map.len());
-            let _ = self
-                .map
-                .advise_range(memmap2::Advice::PopulateRead, start, end - start);
-        }
-        self.file.write_all_at(bytes, offset as u64)
+        self.file.write_all_at(bytes, (slot * region_bytes) as u64)
     }
 
     /// Returns the file's path.
@@ -115,11 +77,6 @@ impl CacheFile {
     /// Advises the kernel how region `slot` will be read (a hint; failing to give
     /// it changes nothing).
     pub(crate) fn advise_region(&self, slot: usize, region_bytes: usize, pattern: AccessPattern) {
-        if self.huge {
-            // One advice for the whole file: a region advised apart would split
-            // the mapping, and a 2 MiB page across two areas gets 4 KiB pages.
-            return;
-        }
         let advice = match pattern {
             AccessPattern::Sequential => memmap2::Advice::WillNeed,
             AccessPattern::Random => memmap2::Advice::Random,

@@ -1,5 +1,5 @@
 //! The memory this process can count on, for deciding what to hold resident
-//! (the searcher's rows of mapped segment files, the region cache's row tier).
+//! (the searcher's rows of mapped segment files).
 
 use std::path::Path;
 
@@ -30,8 +30,8 @@ pub fn memory_limit() -> Option<u64> {
 const ROWS_MEMORY_SHARE: u64 = 4;
 
 /// The bytes of rows a process may keep resident as huge pages — a searcher's
-/// rows of mapped segment files, all segments together, or a region cache's
-/// row tier: a quarter of [`memory_limit`] (0 when it is unknown).
+/// rows of mapped segment files, all segments together: a quarter of
+/// [`memory_limit`] (0 when it is unknown).
 pub fn rows_memory_budget() -> u64 {
     memory_limit().map_or(0, |limit| limit / ROWS_MEMORY_SHARE)
 }
