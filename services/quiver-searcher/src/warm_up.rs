@@ -158,17 +158,35 @@ fn warm_held_rows(
             continue;
         }
         for range in row_sections(segment) {
-            let mut start = range.start;
-            while start < range.end {
-                if !still_served(key) {
-                    return;
-                }
-                let end = (start + ROW_WARM_CHUNK).min(range.end);
-                // A mapped file fetches nothing from the store.
-                let _ = source.warm(start..end);
-                start = end;
-            }
+            // A mapped file fetches nothing from the store.
+            warm_in_chunks(key, range, still_served, |chunk| {
+                let _ = source.warm(chunk);
+            });
         }
+    }
+}
+
+/// Warms `range` of segment `key` with `warm`, [`ROW_WARM_CHUNK`] bytes at a
+/// time, stopping as soon as `still_served` says a newer view no longer has
+/// the segment.
+fn warm_in_chunks(
+    key: &str,
+    range: Range<u64>,
+    still_served: &dyn Fn(&str) -> bool,
+    warm: impl Fn(Range<u64>),
+) {
+    let mut start = range.start;
+    while start < range.end {
+        if !still_served(key) {
+            tracing::debug!(
+                segment = key,
+                "row warm-up stopped: the segment was retired"
+            );
+            return;
+        }
+        let end = (start + ROW_WARM_CHUNK).min(range.end);
+        warm(start..end);
+        start = end;
     }
 }
 
@@ -195,42 +213,9 @@ pub fn warm_new_rows(
     if budget == 0 || cache.is_read_through() {
         return 0;
     }
-    let known: HashSet<&str> = previous
-        .map(|previous| {
-            previous
-                .manifest()
-                .segments
-                .iter()
-                .map(|entry| entry.key.as_str())
-                .collect()
-        })
-        .unwrap_or_default();
-    let new_rows: Vec<(&str, &Segment<CachedObject>, std::ops::Range<u64>)> = view
-        .manifest()
-        .segments
-        .iter()
-        .zip(view.segments())
-        .filter(|(entry, segment)| {
-            !known.contains(entry.key.as_str()) && !segment.source().is_mapped()
-        })
-        .flat_map(|(entry, segment)| {
-            segment
-                .sections()
-                .iter()
-                .filter(|section| {
-                    matches!(
-                        section.kind,
-                        SectionKind::RawVectors | SectionKind::Payloads
-                    )
-                })
-                .map(move |section| {
-                    (
-                        entry.key.as_str(),
-                        segment,
-                        section.offset..section.offset + section.length,
-                    )
-                })
-        })
+    let new_rows: Vec<(&str, &Segment<CachedObject>, Range<u64>)> = new_entries(view, previous)
+        .filter(|(_, segment)| !segment.source().is_mapped())
+        .flat_map(|(key, segment)| row_sections(segment).map(move |range| (key, segment, range)))
         .collect();
     let bytes: u64 = new_rows
         .iter()
@@ -240,20 +225,10 @@ pub fn warm_new_rows(
         return 0;
     }
     let before = ReadCounts::of_this_thread();
-    'segments: for (key, segment, range) in new_rows {
-        let mut start = range.start;
-        while start < range.end {
-            if !still_served(key) {
-                tracing::debug!(
-                    segment = key,
-                    "row warm-up stopped: the segment was retired"
-                );
-                continue 'segments;
-            }
-            let end = (start + ROW_WARM_CHUNK).min(range.end);
-            segment.source().warm_rows(start..end);
-            start = end;
-        }
+    for (key, segment, range) in new_rows {
+        warm_in_chunks(key, range, still_served, |chunk| {
+            segment.source().warm_rows(chunk)
+        });
     }
     ReadCounts::of_this_thread().since(before).bytes_fetched
 }
