@@ -197,19 +197,32 @@ fn evict(path: &std::path::Path) {
     rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
 }
 
-#[test]
-fn a_local_segment_read_in_cold_maps_its_codes_with_huge_pages() {
-    const HUGE: u64 = quiver_index::HUGE_PAGE_BYTES as u64;
-    // On disk beside the test binary (a tmpfs `/tmp` may not do huge pages).
+/// A local store in a directory on disk beside the test binary (a tmpfs `/tmp`
+/// may not do huge pages) whose files fault in as huge pages, holding
+/// segment [`KEY`] of 100,000 rows of 64 dimensions: the directory (kept
+/// while it lives), the runtime, the store, the segment's bytes and vectors.
+fn huge_page_store() -> (
+    tempfile::TempDir,
+    tokio::runtime::Runtime,
+    Storage,
+    Vec<u8>,
+    Vec<f32>,
+) {
     let exe = std::env::current_exe().unwrap();
     let objects = tempfile::tempdir_in(exe.parent().unwrap()).unwrap();
     assert_files_fault_in_huge(objects.path());
-
     let runtime = runtime();
     let storage = local_storage(objects.path());
-    let dim = 64;
-    let (bytes, vectors) = segment_bytes(100_000, dim);
+    let (bytes, vectors) = segment_bytes(100_000, 64);
     put(&runtime, &storage, KEY, &bytes);
+    (objects, runtime, storage, bytes, vectors)
+}
+
+#[test]
+fn a_local_segment_read_in_cold_maps_its_codes_with_huge_pages() {
+    const HUGE: u64 = quiver_index::HUGE_PAGE_BYTES as u64;
+    let (_objects, runtime, storage, bytes, vectors) = huge_page_store();
+    let dim = 64;
     let path = storage.local_path(KEY).unwrap();
     let codes = section_of(&bytes, SectionKind::Codes);
     let hot_end = (codes.offset + codes.length).div_ceil(HUGE) * HUGE;
@@ -280,18 +293,11 @@ fn assert_files_fault_in_huge(directory: &std::path::Path) {
 #[test]
 fn held_rows_of_a_local_segment_read_in_cold_are_mapped_with_huge_pages() {
     const HUGE: u64 = quiver_index::HUGE_PAGE_BYTES as u64;
-    let exe = std::env::current_exe().unwrap();
-    let objects = tempfile::tempdir_in(exe.parent().unwrap()).unwrap();
-    assert_files_fault_in_huge(objects.path());
-
-    let runtime = runtime();
-    let storage = local_storage(objects.path());
+    let (_objects, runtime, storage, bytes, vectors) = huge_page_store();
     let dim = 64;
-    let (bytes, vectors) = segment_bytes(100_000, dim);
     // The same segment twice: one to search with its rows not held, the other
     // with them held (each file cold when first mapped).
     const HELD_KEY: &str = "collections/c/shards/0/segments/s2.qseg";
-    put(&runtime, &storage, KEY, &bytes);
     put(&runtime, &storage, HELD_KEY, &bytes);
     let path = storage.local_path(KEY).unwrap();
     let held_path = storage.local_path(HELD_KEY).unwrap();

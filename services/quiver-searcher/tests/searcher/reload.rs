@@ -8,6 +8,7 @@ use std::sync::Arc;
 use quiver_index::{PointId, SearchScratch};
 use quiver_indexer::{Catalog, MemoryCatalog, ShardRef, ShardWriter};
 use quiver_searcher::{ReadContext, ShardView};
+use quiver_storage::manifest::Manifest;
 use quiver_storage::{Storage, WalRecord};
 
 use crate::{request, spec, upsert, vectors};
@@ -68,6 +69,34 @@ async fn writer(storage: &Storage, catalog: &Arc<MemoryCatalog>, shard: &ShardRe
     )
     .await
     .unwrap()
+}
+
+/// Writes `rows` points (vectors of `seed`) to a new shard `collection` of
+/// `storage` in batches of 10,000 and flushes them into one segment; returns
+/// the shard's manifest.
+async fn one_segment(storage: &Storage, collection: &str, rows: usize, seed: u64) -> Manifest {
+    let shard = ShardRef {
+        collection_id: collection.into(),
+        shard: 0,
+    };
+    let catalog = Arc::new(MemoryCatalog::default());
+    let writer = writer(storage, &catalog, &shard).await;
+    let all = vectors(rows, seed);
+    for batch in (0..rows as u64).collect::<Vec<_>>().chunks(10_000) {
+        writer
+            .write(
+                batch
+                    .iter()
+                    .map(|&id| upsert(id, &all[id as usize]))
+                    .collect(),
+            )
+            .await
+            .unwrap();
+    }
+    writer.flush().await.unwrap();
+    let manifest = catalog.manifest(&shard).await.unwrap();
+    assert_eq!(manifest.segments.len(), 1);
+    manifest
 }
 
 /// Asserts `view` answers like a view of the same manifest built from scratch.
@@ -273,24 +302,7 @@ async fn a_cold_query_reports_misses_and_bytes_and_a_repeat_only_hits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_are_warmed_only_while_their_segment_is_served() {
     let storage = memory_storage();
-    let shard = ShardRef {
-        collection_id: "c-warm-rows".into(),
-        shard: 0,
-    };
-    let catalog = Arc::new(MemoryCatalog::default());
-    let writer = writer(&storage, &catalog, &shard).await;
-    let all = vectors(3000, 7);
-    writer
-        .write(
-            (0..3000u64)
-                .map(|id| upsert(id, &all[id as usize]))
-                .collect(),
-        )
-        .await
-        .unwrap();
-    writer.flush().await.unwrap();
-    let manifest = catalog.manifest(&shard).await.unwrap();
-    assert_eq!(manifest.segments.len(), 1);
+    let manifest = one_segment(&storage, "c-warm-rows", 3000, 7).await;
     let warm = |still_served: bool| {
         let storage = storage.clone();
         let manifest = manifest.clone();
@@ -355,29 +367,8 @@ async fn rows_of_mapped_segments_that_fit_the_memory_are_held() {
         quiver_storage::StorageOptions::default(),
     )
     .unwrap();
-    let shard = ShardRef {
-        collection_id: "c-held-rows".into(),
-        shard: 0,
-    };
-    let catalog = Arc::new(MemoryCatalog::default());
-    let writer = writer(&storage, &catalog, &shard).await;
     // Raw vectors of 5 MB: whole huge pages to hold.
-    let rows = 40_000;
-    let all = vectors(rows, 11);
-    for batch in (0..rows as u64).collect::<Vec<_>>().chunks(10_000) {
-        writer
-            .write(
-                batch
-                    .iter()
-                    .map(|&id| upsert(id, &all[id as usize]))
-                    .collect(),
-            )
-            .await
-            .unwrap();
-    }
-    writer.flush().await.unwrap();
-    let manifest = catalog.manifest(&shard).await.unwrap();
-    assert_eq!(manifest.segments.len(), 1);
+    let manifest = one_segment(&storage, "c-held-rows", 40_000, 11).await;
     let cache_directory = tempfile::tempdir().unwrap();
     let context = context(&storage, cache_directory.path(), 1 << 20);
     tokio::task::spawn_blocking(move || {
