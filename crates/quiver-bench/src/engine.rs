@@ -495,9 +495,10 @@ fn describe<S: ByteSource>(segments: &[Segment<S>]) -> Vec<usize> {
         let started = std::time::Instant::now();
         match quiver_index::calibrate_nprobe(segment, &options) {
             Ok(calibration) => println!(
-                "segment {index}: calibrated default nprobe {} (sample recall {:.3} for target {:.2}, {:.1} s)",
+                "segment {index}: calibrated default nprobe {} (recall {:.3} of {} sample rows for target {:.2}, {:.1} s)",
                 calibration.nprobe,
                 calibration.recall,
+                calibration.samples,
                 options.target_recall,
                 started.elapsed().as_secs_f64()
             ),

@@ -16,12 +16,25 @@ use crate::search::SearchScratch;
 use crate::source::ByteSource;
 
 /// Sample queries of a calibration. The sample's mean recall has a standard
-/// error of about 0.8 / √n points: with 100, one load of real 100k × 384
-/// MiniLM calibrated `nprobe` 116 (recall 0.944 on held-out queries) where other
-/// seeds gave 160–304; with 300 the seeds agree within 184–216 (0.962–0.968).
-/// Their exact answers come from one pass over the segment
-/// ([`Segment::flat_search_many`]), so the larger sample costs little more.
-pub const DEFAULT_SAMPLE_QUERIES: usize = 300;
+/// error of about 0.8 / √n points, and near the target the recall curve is flat
+/// (real 100k × 384 MiniLM: 0.965 at `nprobe` 176, 0.971 at 208, 0.977 at 256),
+/// so a point of noise moves `nprobe` by a fifth. With 100 samples one load
+/// calibrated 116 (recall 0.944 on held-out queries); with 300, five seeds gave
+/// 176–256 (held-out 0.965–0.977) and three loads served 0.956–0.972; with 1,000
+/// they give 200–232 (0.971–0.976) on the engine's and the server's segments
+/// (experiments item 40, `examples/calibration_spread.rs` in quiver-bench). The
+/// exact answers come from one pass over the segment
+/// ([`Segment::flat_search_many`]): 2.7 s for 1,000 samples of that segment.
+pub const DEFAULT_SAMPLE_QUERIES: usize = 1000;
+
+/// The fewest sample queries a segment too large for the exact-work budget is
+/// calibrated with.
+pub const MIN_SAMPLE_QUERIES: usize = 300;
+
+/// Multiply-adds the sample's exact answers may cost by default (samples × rows
+/// × dimension): 1,000 samples up to 1M rows of 768 dimensions; larger
+/// segments get fewer samples, never fewer than [`MIN_SAMPLE_QUERIES`].
+pub const DEFAULT_EXACT_WORK: u64 = 1000 * 1_000_000 * 768;
 
 /// What to calibrate for.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -30,8 +43,12 @@ pub struct CalibrationOptions {
     pub k: usize,
     /// Mean recall@k to reach.
     pub target_recall: f64,
-    /// Sample queries (fewer when the segment is small).
+    /// Sample queries (fewer when the segment is small, or when their exact
+    /// answers would cost more than `exact_work`).
     pub sample_queries: usize,
+    /// Multiply-adds (samples × rows × dimension) the exact answers may cost;
+    /// the sample shrinks to fit, down to [`MIN_SAMPLE_QUERIES`].
+    pub exact_work: u64,
     /// Seed of the sample.
     pub seed: u64,
 }
@@ -42,6 +59,7 @@ impl Default for CalibrationOptions {
             k: 10,
             target_recall: 0.97,
             sample_queries: DEFAULT_SAMPLE_QUERIES,
+            exact_work: DEFAULT_EXACT_WORK,
             seed: 0x5155_4956,
         }
     }
@@ -54,6 +72,8 @@ pub struct Calibration {
     pub nprobe: usize,
     /// Mean recall@k measured at that `nprobe`.
     pub recall: f64,
+    /// Sample queries it was measured with.
+    pub samples: usize,
 }
 
 /// Measures the smallest `nprobe` whose mean recall@k on sample rows reaches the
@@ -70,10 +90,16 @@ pub fn calibrate_nprobe<S: ByteSource>(
         return Ok(Calibration {
             nprobe: nlist,
             recall: 1.0,
+            samples: 0,
         });
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(options.seed);
-    let sample_rows = sample(&mut rng, rows, options.sample_queries.min(rows));
+    let per_sample = (rows as u64)
+        .saturating_mul(segment.header().dim as u64)
+        .max(1);
+    let affordable = (options.exact_work / per_sample).max(MIN_SAMPLE_QUERIES as u64) as usize;
+    let samples = options.sample_queries.min(affordable).min(rows);
+    let sample_rows = sample(&mut rng, rows, samples);
     let mut scratch = SearchScratch::new();
     let rows_sampled: Vec<u32> = sample_rows.iter().map(|row| row as u32).collect();
     let vectors = rows_sampled
@@ -143,5 +169,6 @@ pub fn calibrate_nprobe<S: ByteSource>(
     Ok(Calibration {
         nprobe: high,
         recall: high_recall,
+        samples,
     })
 }

@@ -23,7 +23,10 @@ mod search;
 mod source;
 mod writer;
 
-pub use calibrate::{Calibration, CalibrationOptions, calibrate_nprobe};
+pub use calibrate::{
+    Calibration, CalibrationOptions, DEFAULT_EXACT_WORK, DEFAULT_SAMPLE_QUERIES,
+    MIN_SAMPLE_QUERIES, calibrate_nprobe,
+};
 pub use codebook::{Codebook, CodebookInfo};
 pub use error::{IndexError, IndexErrorKind, IndexResult};
 pub use fields::{FieldColumn, FieldKind, FieldSpec, FieldValue};

@@ -236,6 +236,13 @@ impl SegmentBuild {
             Some(shared) => shared,
             None => {
                 let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default())?;
+                tracing::info!(
+                    rows = segment.rows(),
+                    nprobe = calibration.nprobe,
+                    sample_recall = calibration.recall,
+                    samples = calibration.samples,
+                    "calibrated the shard's default nprobe on its new codebook"
+                );
                 ShardCodebook {
                     codebook: Arc::new(Codebook::of_segment(&segment)?.ok_or_else(|| {
                         IndexerError::Internal("a new segment carries no codebook".into())

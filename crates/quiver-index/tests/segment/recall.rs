@@ -279,3 +279,30 @@ fn calibrations_of_one_segment_agree_whatever_rows_they_sample() {
         "calibrated nprobe by seed: {nprobes:?}"
     );
 }
+
+#[test]
+fn calibration_samples_fewer_rows_when_their_exact_answers_would_cost_too_much() {
+    use quiver_index::{
+        CalibrationOptions, DEFAULT_SAMPLE_QUERIES, MIN_SAMPLE_QUERIES, calibrate_nprobe,
+    };
+    let dim = 32;
+    let (base, _) = clustered(4_000, 0, dim, 20, 5);
+    let segment = build(&base, dim, Metric::L2, |_| {});
+    let full = calibrate_nprobe(&segment, &CalibrationOptions::default()).unwrap();
+    assert_eq!(full.samples, DEFAULT_SAMPLE_QUERIES.min(4_000));
+    // A budget for 500 samples of this segment.
+    let budget = CalibrationOptions {
+        exact_work: 500 * 4_000 * dim as u64,
+        ..CalibrationOptions::default()
+    };
+    assert_eq!(calibrate_nprobe(&segment, &budget).unwrap().samples, 500);
+    // Never fewer than the floor, however small the budget.
+    let tiny = CalibrationOptions {
+        exact_work: 1,
+        ..CalibrationOptions::default()
+    };
+    assert_eq!(
+        calibrate_nprobe(&segment, &tiny).unwrap().samples,
+        MIN_SAMPLE_QUERIES
+    );
+}
