@@ -64,7 +64,9 @@ pub struct SearchRequest {
     /// (`{"and": [{"field": "lang", "value": "en"}, …]}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<Value>,
-    /// IVF lists probed per shard codebook (default: calibrated when the codebook was trained).
+    /// IVF lists probed per shard codebook (default: for cosine and l2, the lists within a
+    /// distance ratio of the nearest, calibrated when the codebook was trained; for dot, a
+    /// calibrated count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nprobe: Option<u32>,
     /// Candidates rescored with full vectors, as a multiple of `k`.

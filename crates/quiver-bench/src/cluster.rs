@@ -677,8 +677,11 @@ fn compare_with_engine(
     );
     let engine = crate::engine::at_recall(&base, queries, truth, metric, options.k, target)?;
     println!(
-        "engine alone: nprobe {} recall {:.4}, {:.3} ms per query on one thread, {:.3} ms of CPU per query on {} threads (every core busy), {:.0} rows scanned (built in {:.1} s)",
-        engine.nprobe,
+        "engine alone: {} recall {:.4}, {:.3} ms per query on one thread, {:.3} ms of CPU per query on {} threads (every core busy), {:.0} rows scanned (built in {:.1} s)",
+        match engine.probe_ratio {
+            Some(ratio) => format!("lists within ratio {ratio:.3}"),
+            None => format!("nprobe {}", engine.nprobe),
+        },
         engine.recall,
         engine.ms_per_query,
         engine.cpu_ms_per_query_all_cores,

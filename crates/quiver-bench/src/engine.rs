@@ -536,6 +536,7 @@ fn sweep<S: ByteSource>(
                 nprobe: Some(nprobe),
                 rescore,
                 bound_sigma: options.bound_sigma,
+                probe_ratio: None,
             };
             let point = measure(segments, options, queries, truth, &params)?;
             println!(
@@ -617,6 +618,7 @@ fn through_cache(
         nprobe: options.nprobes.first().copied(),
         rescore: options.rescores.first().copied().unwrap_or(1),
         bound_sigma: options.bound_sigma,
+        probe_ratio: None,
     };
     let mut scratch = SearchScratch::new();
     search_all(
@@ -674,8 +676,12 @@ impl Drop for TempDir {
 /// The engine alone at a given recall (see [`at_recall`]).
 #[derive(Clone, Debug, Serialize)]
 pub struct EngineMatch {
-    /// Lists probed: the fewest that reached the recall.
+    /// Lists probed: the fewest that reached the recall (0 when lists were
+    /// chosen by distance).
     pub nprobe: usize,
+    /// The smallest distance ratio that reached the recall, when it was the
+    /// faster way to choose lists.
+    pub probe_ratio: Option<f32>,
     /// Recall@k at that `nprobe`.
     pub recall: f64,
     /// Milliseconds of one thread per query (its CPU time: the thread does
@@ -746,30 +752,54 @@ pub fn at_recall(
     };
     // Recall grows with nprobe: the smallest nprobe reaching the target, by
     // bisection over recall measured on every query.
-    let recall_at = |nprobe: usize| -> Result<f64> {
-        Ok(measure(&segments, &options, queries, truth, &params(nprobe))?.recall)
+    let recall_at = |params: &SearchParams| -> Result<f64> {
+        Ok(measure(&segments, &options, queries, truth, params)?.recall)
     };
     let (mut low, mut high) = (1usize, nlist);
-    if recall_at(high)? < target_recall {
+    if recall_at(&params(high))? < target_recall {
         low = high;
     }
     while low < high {
         let middle = (low + high) / 2;
-        if recall_at(middle)? >= target_recall {
+        if recall_at(&params(middle))? >= target_recall {
             high = middle;
         } else {
             low = middle + 1;
         }
     }
-    // The timed run, best of three (a shared machine's noise only slows runs).
-    let mut best: Option<Point> = None;
-    for _ in 0..3 {
-        let point = measure(&segments, &options, queries, truth, &params(low))?;
-        if best.as_ref().is_none_or(|best| point.qps > best.qps) {
-            best = Some(point);
+    let mut candidates = vec![params(low)];
+    // And the smallest distance ratio reaching it (how a server chooses lists
+    // by default, for cosine and l2): the engine is compared at whichever of
+    // the two is faster.
+    if metric != Metric::Dot {
+        let by_ratio = |ratio: f32| SearchParams {
+            probe_ratio: Some(ratio),
+            ..SearchParams::new(k)
+        };
+        let (mut low, mut high) = (0.0f32, quiver_index::MAX_PROBE_RATIO);
+        if recall_at(&by_ratio(high))? >= target_recall {
+            while high - low > 0.01 {
+                let middle = (low + high) / 2.0;
+                if recall_at(&by_ratio(middle))? >= target_recall {
+                    high = middle;
+                } else {
+                    low = middle;
+                }
+            }
+            candidates.push(by_ratio(high));
         }
     }
-    let point = best.context("no measurement")?;
+    // The timed run, best of three (a shared machine's noise only slows runs).
+    let mut best: Option<(Point, SearchParams)> = None;
+    for _ in 0..3 {
+        for candidate in &candidates {
+            let point = measure(&segments, &options, queries, truth, candidate)?;
+            if best.as_ref().is_none_or(|(best, _)| point.qps > best.qps) {
+                best = Some((point, *candidate));
+            }
+        }
+    }
+    let (point, chosen) = best.context("no measurement")?;
     // The same with one search thread per core: the engine's CPU per query
     // with every core busy, as a server's cores are under concurrent load
     // (on a machine whose cores share a physical core or a host, busy
@@ -783,14 +813,15 @@ pub fn at_recall(
     let mut cpu_ms_all_cores = f64::INFINITY;
     for _ in 0..3 {
         let before = process_cpu_ms()?;
-        measure(&segments, &all_cores, queries, truth, &params(low))?;
+        measure(&segments, &all_cores, queries, truth, &chosen)?;
         let spent = process_cpu_ms()? - before;
         // `measure` warms up on the first (at most 200) queries first.
         let searched = queries.rows() + queries.rows().min(200);
         cpu_ms_all_cores = cpu_ms_all_cores.min(spent / searched as f64);
     }
     Ok(EngineMatch {
-        nprobe: low,
+        nprobe: chosen.nprobe.unwrap_or(0),
+        probe_ratio: chosen.probe_ratio,
         recall: point.recall,
         ms_per_query: 1e3 / point.qps,
         cores,

@@ -24,7 +24,7 @@ mod source;
 mod writer;
 
 pub use calibrate::{
-    Calibration, CalibrationOptions, DEFAULT_EXACT_WORK, DEFAULT_SAMPLE_QUERIES,
+    Calibration, CalibrationOptions, DEFAULT_EXACT_WORK, DEFAULT_SAMPLE_QUERIES, MAX_PROBE_RATIO,
     MIN_SAMPLE_QUERIES, calibrate_nprobe,
 };
 pub use codebook::{Codebook, CodebookInfo};
@@ -35,7 +35,7 @@ pub use format::{ChunkChecksums, FORMAT_VERSION, SectionEntry, SectionKind, Segm
 pub use huge_pages::{HUGE_PAGE_BYTES, HugePageWriter, advice_range};
 pub use params::{
     BuildParams, IdType, MAX_STRING_ID_BYTES, Metric, RawPrecision, SearchParams, default_nlist,
-    default_nprobe,
+    default_nprobe, max_ratio_probes, min_ratio_probes,
 };
 pub use reader::Segment;
 pub use search::{

@@ -95,6 +95,36 @@ pub struct SearchParams {
     /// Width of the RaBitQ error bound in standard deviations (the paper's ε₀);
     /// larger is safer and rescores more.
     pub bound_sigma: f32,
+    /// Lists chosen by distance instead of counted: every list whose centroid's
+    /// squared distance to the query is within `1 + probe_ratio` times the nearest
+    /// centroid's, at least [`min_ratio_probes`] and at most [`max_ratio_probes`]
+    /// of them. A query far from the data (a question against passages, a query
+    /// from another source than the rows) has many centroids about as near as its
+    /// nearest and probes more lists; one among dense rows probes fewer. Takes
+    /// precedence over `nprobe`, except for [`Metric::Dot`], whose keys are not
+    /// distances (`nprobe` applies there).
+    pub probe_ratio: Option<f32>,
+}
+
+/// The fewest lists a search by distance ([`SearchParams::probe_ratio`]) probes:
+/// a query lying almost on a centroid would otherwise probe that list alone.
+pub fn min_ratio_probes(nlist: usize) -> usize {
+    nlist.div_ceil(32).clamp(1, nlist.max(1))
+}
+
+/// The most lists a search by distance probes: a query about as far from every
+/// centroid would otherwise scan the whole segment.
+pub fn max_ratio_probes(nlist: usize) -> usize {
+    (nlist / 2).max(min_ratio_probes(nlist))
+}
+
+/// How a search chooses its lists (see [`SearchParams::probe`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Probe {
+    /// The `n` nearest lists.
+    Nearest(usize),
+    /// The lists within `1 + ratio` of the nearest's squared distance, `min..=max` of them.
+    Within { ratio: f32, min: usize, max: usize },
 }
 
 impl SearchParams {
@@ -105,6 +135,25 @@ impl SearchParams {
             nprobe: None,
             rescore: 4,
             bound_sigma: 1.9,
+            probe_ratio: None,
+        }
+    }
+
+    /// How a search of `nlist` lists under `metric` chooses them.
+    pub(crate) fn probe(&self, nlist: usize, metric: Metric) -> Probe {
+        match self.probe_ratio {
+            Some(ratio) if metric != Metric::Dot && ratio.is_finite() && ratio >= 0.0 => {
+                Probe::Within {
+                    ratio,
+                    min: min_ratio_probes(nlist),
+                    max: max_ratio_probes(nlist),
+                }
+            }
+            _ => Probe::Nearest(
+                self.nprobe
+                    .unwrap_or_else(|| default_nprobe(nlist))
+                    .clamp(1, nlist.max(1)),
+            ),
         }
     }
 }

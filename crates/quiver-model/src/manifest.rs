@@ -128,6 +128,17 @@ pub struct SegmentEntry {
     /// as 0).
     #[serde(default, with = "zero_is_none")]
     pub default_nprobe: Option<u32>,
+    /// Lists chosen by distance when a query does not say, in thousandths: the
+    /// ratio (`quiver_index::SearchParams::probe_ratio`) calibrated with the
+    /// segment's codebook; `default_nprobe` is then the mean lists it probed on
+    /// the calibration's sample (`None`: lists are counted; not serialized, so
+    /// catalogs written before it read and write the same).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "zero_is_none"
+    )]
+    pub probe_ratio_milli: Option<u32>,
 }
 
 impl SegmentEntry {

@@ -225,6 +225,7 @@ pub fn segment_from_proto(segment: &meta::Segment) -> SegmentEntry {
             deleted_rows: saturating_u32(segment.deleted_rows),
         }),
         default_nprobe: (segment.default_nprobe > 0).then_some(segment.default_nprobe),
+        probe_ratio_milli: (segment.probe_ratio_milli > 0).then_some(segment.probe_ratio_milli),
     }
 }
 
@@ -249,6 +250,7 @@ pub fn segment_to_proto(segment: &SegmentEntry) -> meta::Segment {
             .as_ref()
             .map_or(0, |deletes| u64::from(deletes.deleted_rows)),
         default_nprobe: segment.default_nprobe.unwrap_or(0),
+        probe_ratio_milli: segment.probe_ratio_milli.unwrap_or(0),
     }
 }
 
@@ -410,7 +412,8 @@ mod tests {
                 version: 3,
                 deleted_rows: 1,
             }),
-            default_nprobe: None,
+            default_nprobe: Some(182),
+            probe_ratio_milli: Some(680),
         };
         assert_eq!(segment_from_proto(&segment_to_proto(&segment)), segment);
         let manifest = Manifest {

@@ -277,6 +277,7 @@ mod tests {
                     deleted_rows: deleted,
                 }),
                 default_nprobe: None,
+                probe_ratio_milli: None,
             };
             index.add_segment(entry, RoaringBitmap::new(), Vec::new(), None);
         }

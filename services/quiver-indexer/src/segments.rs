@@ -64,6 +64,9 @@ pub(crate) const CODEBOOK_REWRITE_RETRAIN_GROWTH: (u64, u64) = (4, 3);
 pub(crate) struct ShardCodebook {
     pub codebook: Arc<Codebook>,
     pub nprobe: u32,
+    /// The calibrated distance ratio, in thousandths (see
+    /// `SegmentEntry::probe_ratio_milli`).
+    pub probe_ratio_milli: Option<u32>,
 }
 
 impl ShardCodebook {
@@ -82,6 +85,7 @@ impl ShardCodebook {
         Ok(Some(ShardCodebook {
             codebook: Arc::new(codebook),
             nprobe,
+            probe_ratio_milli: entry.probe_ratio_milli,
         }))
     }
 
@@ -169,6 +173,8 @@ pub(crate) struct BuiltSegment {
     pub ids: Vec<PointId>,
     /// The default `nprobe` of its codebook's lists.
     pub default_nprobe: u32,
+    /// The calibrated distance ratio of its codebook, in thousandths.
+    pub probe_ratio_milli: Option<u32>,
     /// The codebook it was built with.
     pub codebook: ShardCodebook,
 }
@@ -241,6 +247,7 @@ impl SegmentBuild {
                     nprobe = calibration.nprobe,
                     sample_recall = calibration.recall,
                     samples = calibration.samples,
+                    probe_ratio = calibration.probe_ratio,
                     "calibrated the shard's default nprobe on its new codebook"
                 );
                 ShardCodebook {
@@ -248,6 +255,9 @@ impl SegmentBuild {
                         IndexerError::Internal("a new segment carries no codebook".into())
                     })?),
                     nprobe: calibration.nprobe as u32,
+                    probe_ratio_milli: calibration
+                        .probe_ratio
+                        .map(|ratio| ((ratio * 1000.0).round() as u32).max(1)),
                 }
             }
         };
@@ -255,6 +265,7 @@ impl SegmentBuild {
             bytes,
             ids,
             default_nprobe: codebook.nprobe,
+            probe_ratio_milli: codebook.probe_ratio_milli,
             codebook,
         })
     }

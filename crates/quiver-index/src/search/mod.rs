@@ -10,7 +10,7 @@ use quiver_simd::{BulkOp, EstimateTerms, RABITQ_BLOCK_ROWS, RABITQ_QUERY_BITS};
 
 use crate::error::{IndexError, IndexResult};
 use crate::format::SectionKind;
-use crate::params::{Metric, RawPrecision, SearchParams};
+use crate::params::{Metric, Probe, RawPrecision, SearchParams};
 use crate::rabitq::{self, FACTOR_BLOCK_BYTES};
 use crate::reader::{ListEntry, Segment};
 use crate::source::{ByteSource, ReadSession};
@@ -23,6 +23,11 @@ pub use shared::{SharedProbe, SharedSearch, search_shared};
 /// Lists scored exactly beyond 1.5 × `nprobe`, so the 1-bit list estimates only
 /// have to put the right lists in a generous shortlist.
 const PROBE_SHORTLIST_EXTRA: usize = 32;
+
+/// How much farther than the ratio a list's estimated distance may be and still
+/// be shortlisted when lists are chosen by distance: room for the estimates'
+/// error (the exact distances then decide).
+const RATIO_SHORTLIST_SLACK: f32 = 1.1;
 
 /// One result: a row of a segment and its score.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -394,7 +399,7 @@ impl<S: ByteSource> Segment<S> {
     /// ranking by inner product would favour tight clusters, whose centroids are
     /// longer, and miss neighbours in looser ones. Only for dot is the query's
     /// inner product the ranking.
-    fn choose_lists(&self, encoded: &EncodedQuery, nprobe: usize, scratch: &mut SearchScratch) {
+    fn choose_lists(&self, encoded: &EncodedQuery, probe: Probe, scratch: &mut SearchScratch) {
         let nlist = self.header.nlist;
         let query_norm_sq = encoded.norm_sq;
         self.tables.list_codes.estimate(
@@ -404,7 +409,37 @@ impl<S: ByteSource> Segment<S> {
             &mut scratch.counts,
             &mut scratch.list_keys,
         );
-        let shortlist = (nprobe + nprobe / 2 + PROBE_SHORTLIST_EXTRA).min(nlist);
+        // The lists whose keys are computed exactly: a shortlist by estimate.
+        let shortlist = match probe {
+            Probe::Nearest(nprobe) => nprobe + nprobe / 2 + PROBE_SHORTLIST_EXTRA,
+            Probe::Within { ratio, min, max } => {
+                // Every list whose estimated distance is within the ratio, with
+                // room for the estimates' error. Cosine estimates leave out the
+                // query's squared norm (a constant), distances need it.
+                let offset = if self.header.metric == Metric::L2 {
+                    0.0
+                } else {
+                    query_norm_sq
+                };
+                let nearest = scratch
+                    .list_keys
+                    .iter()
+                    .map(|&(key, _)| key + offset)
+                    .fold(f32::INFINITY, f32::min)
+                    .max(0.0);
+                let limit = nearest * (1.0 + ratio) * RATIO_SHORTLIST_SLACK - offset;
+                let within = scratch
+                    .list_keys
+                    .iter()
+                    .filter(|&&(key, _)| key <= limit)
+                    .count();
+                (within + within / 4 + PROBE_SHORTLIST_EXTRA).clamp(
+                    min + min / 2 + PROBE_SHORTLIST_EXTRA,
+                    max + max / 2 + PROBE_SHORTLIST_EXTRA,
+                )
+            }
+        }
+        .min(nlist);
         if shortlist < nlist {
             scratch
                 .list_keys
@@ -443,6 +478,24 @@ impl<S: ByteSource> Segment<S> {
                 query_norm_sq + self.tables.norms[list] - 2.0 * dot
             };
         }
+        let nprobe = match probe {
+            Probe::Nearest(nprobe) => nprobe,
+            Probe::Within { ratio, min, max } => {
+                let nearest = scratch
+                    .list_keys
+                    .iter()
+                    .map(|&(key, _)| key)
+                    .fold(f32::INFINITY, f32::min)
+                    .max(0.0);
+                let limit = nearest * (1.0 + ratio);
+                scratch
+                    .list_keys
+                    .iter()
+                    .filter(|&&(key, _)| key <= limit)
+                    .count()
+                    .clamp(min, max)
+            }
+        };
         if nprobe < scratch.list_keys.len() {
             scratch
                 .list_keys
@@ -470,6 +523,7 @@ impl<S: ByteSource> Segment<S> {
         ranking: &mut Ranking,
     ) -> IndexResult<()> {
         let entry = self.lists[list];
+        scratch.stats.lists_probed += 1;
         if entry.rows == 0 {
             return Ok(());
         }
@@ -541,7 +595,6 @@ impl<S: ByteSource> Segment<S> {
             &mut ranking.reserve,
         );
         self.rescore_candidates(member, scratch, ranking)?;
-        scratch.stats.lists_probed += 1;
         scratch.stats.rows_scanned += entry.rows as usize;
         Ok(())
     }

@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 
 use super::{Hit, Ranking, RowFilter, SearchScratch, SearchStats, TopK, to_score, unhandle};
 use crate::error::{IndexError, IndexResult};
-use crate::params::{Metric, SearchParams, default_nprobe};
+use crate::params::{Metric, SearchParams};
 use crate::reader::Segment;
 use crate::source::ByteSource;
 
@@ -80,14 +80,10 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
             return Ok(Vec::new());
         };
         lead.prepare_query(query, scratch)?;
-        let nlist = lead.header.nlist;
-        let nprobe = params
-            .nprobe
-            .unwrap_or_else(|| default_nprobe(nlist))
-            .clamp(1, nlist);
+        let probe = params.probe(lead.header.nlist, lead.header.metric);
         scratch.stats = SearchStats::default();
         let encoded = lead.encode_query(scratch);
-        lead.choose_lists(&encoded, nprobe, scratch);
+        lead.choose_lists(&encoded, probe, scratch);
         let mut ranking = Ranking {
             top: TopK::new(params.k, std::mem::take(&mut scratch.heap)),
             reserve: TopK::new(

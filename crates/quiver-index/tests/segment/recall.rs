@@ -158,10 +158,13 @@ fn calibrated_nprobe_reaches_the_target_on_unseen_queries() {
         strict.nprobe >= calibration.nprobe,
         "{strict:?} vs {calibration:?}"
     );
+    // An L2 segment's lists are chosen by distance.
+    assert!(calibration.probe_ratio.is_some(), "{calibration:?}");
     // On queries the calibration never saw, the default still gives high recall.
     let mut scratch = SearchScratch::new();
     let params = SearchParams {
         nprobe: Some(calibration.nprobe),
+        probe_ratio: calibration.probe_ratio,
         ..SearchParams::new(10)
     };
     let mut found = 0;
@@ -305,4 +308,71 @@ fn calibration_samples_fewer_rows_when_their_exact_answers_would_cost_too_much()
         calibrate_nprobe(&segment, &tiny).unwrap().samples,
         MIN_SAMPLE_QUERIES
     );
+}
+
+#[test]
+fn lists_chosen_by_distance_are_more_for_a_query_far_from_the_data() {
+    use quiver_index::{max_ratio_probes, min_ratio_probes};
+    let dim = 32;
+    let (base, queries) = clustered(20_000, 50, dim, 40, 21);
+    let segment = build(&base, dim, Metric::L2, |_| {});
+    let nlist = segment.header().nlist;
+    let mut scratch = SearchScratch::new();
+    let params = SearchParams {
+        probe_ratio: Some(0.5),
+        ..SearchParams::new(10)
+    };
+    let mut probes = |query: &[f32], params: &SearchParams| {
+        segment.search(query, params, None, &mut scratch).unwrap();
+        scratch.stats.lists_probed
+    };
+    // Queries among the rows, and the same queries pushed far out: then every
+    // centroid is about as far as the nearest.
+    let mut near = 0;
+    let mut far = 0;
+    for query in queries.chunks_exact(dim) {
+        let outside: Vec<f32> = query.iter().map(|value| value * 4.0).collect();
+        let (n, f) = (probes(query, &params), probes(&outside, &params));
+        for lists in [n, f] {
+            assert!(
+                (min_ratio_probes(nlist)..=max_ratio_probes(nlist)).contains(&lists),
+                "{lists} lists of {nlist}"
+            );
+        }
+        near += n;
+        far += f;
+    }
+    assert!(far > near * 2, "far {far} against near {near} lists");
+    // A wider ratio probes never fewer, and more in all; the ratio is ignored
+    // for inner products.
+    let wider = SearchParams {
+        probe_ratio: Some(4.0),
+        ..params
+    };
+    let mut widened = 0;
+    for query in queries.chunks_exact(dim) {
+        let (narrow, wide) = (probes(query, &params), probes(query, &wider));
+        assert!(wide >= narrow, "{wide} lists against {narrow}");
+        widened += wide - narrow;
+    }
+    assert!(widened > 0);
+    let query = &queries[..dim];
+    let dot = build(&base, dim, Metric::Dot, |_| {});
+    let counted = SearchParams {
+        nprobe: Some(7),
+        ..params
+    };
+    dot.search(query, &counted, None, &mut scratch).unwrap();
+    assert_eq!(scratch.stats.lists_probed, 7);
+}
+
+#[test]
+fn inner_product_segments_calibrate_a_count_of_lists() {
+    use quiver_index::{CalibrationOptions, calibrate_nprobe};
+    let dim = 32;
+    let (base, _) = clustered(5_000, 0, dim, 20, 4);
+    let segment = build(&base, dim, Metric::Dot, |_| {});
+    let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default()).unwrap();
+    assert_eq!(calibration.probe_ratio, None, "{calibration:?}");
+    assert!(calibration.nprobe >= 1 && calibration.nprobe <= segment.header().nlist);
 }

@@ -135,6 +135,7 @@ async fn flush_frozen(
             size_bytes: built.bytes.len() as u64,
             deletes: None,
             default_nprobe: Some(built.default_nprobe),
+            probe_ratio_milli: built.probe_ratio_milli,
         };
         failpoints::during("flush-upload", shared.storage.put(&key, built.bytes)).await?;
         change.add_segments.push(entry.clone());

@@ -122,6 +122,7 @@ struct MergedRows {
     bytes: bytes::Bytes,
     ids: Vec<PointId>,
     default_nprobe: Option<u32>,
+    probe_ratio_milli: Option<u32>,
     /// The codebook it was built with (none when it is empty).
     codebook: Option<ShardCodebook>,
     /// For every id: (index of its source, row in that source).
@@ -150,6 +151,7 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         size_bytes: merged.bytes.len() as u64,
         deletes: None,
         default_nprobe: merged.default_nprobe,
+        probe_ratio_milli: merged.probe_ratio_milli,
     };
     let empty_result = merged.ids.is_empty();
     if !empty_result {
@@ -305,6 +307,7 @@ async fn build_merged(
             bytes: built.bytes,
             ids: built.ids,
             default_nprobe: Some(built.default_nprobe),
+            probe_ratio_milli: built.probe_ratio_milli,
             codebook: Some(built.codebook),
             origins,
         },
@@ -312,6 +315,7 @@ async fn build_merged(
             bytes: bytes::Bytes::new(),
             ids: Vec::new(),
             default_nprobe: None,
+            probe_ratio_milli: None,
             codebook: None,
             origins,
         },

@@ -399,11 +399,12 @@ async fn a_quiet_shard_is_consolidated_into_one_segment() {
     assert_eq!(manifest.segments[0].rows, 400);
 }
 
-/// The codebook (id, trained rows) each segment of `manifest` records.
+/// The codebook (id, trained rows) each segment of `manifest` records, and the
+/// default probe of its entry (`default_nprobe`, `probe_ratio_milli`).
 async fn codebooks(
     storage: &Storage,
     manifest: &quiver_indexer::Manifest,
-) -> Vec<(u32, quiver_index::CodebookInfo, Option<u32>)> {
+) -> Vec<(u32, quiver_index::CodebookInfo, (Option<u32>, Option<u32>))> {
     let mut found = Vec::new();
     for entry in &manifest.segments {
         let bytes = storage.get(&entry.key).await.unwrap();
@@ -414,7 +415,11 @@ async fn codebooks(
             .header()
             .codebook
             .expect("new segments record a codebook");
-        found.push((entry.rows, codebook, entry.default_nprobe));
+        found.push((
+            entry.rows,
+            codebook,
+            (entry.default_nprobe, entry.probe_ratio_milli),
+        ));
     }
     found.sort_by_key(|(rows, _, _)| *rows);
     found
@@ -444,12 +449,18 @@ async fn flushes_share_the_shard_codebook_until_a_merge_outgrows_it() {
     assert_eq!(found.len(), 4);
     let first = found.iter().find(|(rows, _, _)| *rows == 300).unwrap();
     assert_eq!(first.1.trained_rows, 300);
+    // Calibrated when it was trained: lists chosen by distance.
+    assert!(
+        first.2.0.is_some() && first.2.1.is_some(),
+        "default probe {:?}",
+        first.2
+    );
     for (rows, codebook, nprobe) in &found {
         assert_eq!(
             codebook.id, first.1.id,
             "segment of {rows} rows has another codebook"
         );
-        assert_eq!(*nprobe, first.2, "one codebook, one calibrated nprobe");
+        assert_eq!(*nprobe, first.2, "one codebook, one calibrated probe");
     }
     // Compacting 900 rows (over twice 300) trains the next codebook on them.
     writer.compact().await.unwrap();

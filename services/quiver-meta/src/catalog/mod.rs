@@ -267,6 +267,7 @@ pub(crate) fn segment(segment_id: &str, rows: u32) -> quiver_model::SegmentEntry
         size_bytes: u64::from(rows) * 16,
         deletes: None,
         default_nprobe: None,
+        probe_ratio_milli: None,
     }
 }
 

@@ -200,9 +200,18 @@ impl ShardView {
             .filter_map(|view| view.entry.default_nprobe)
             .max()
             .map(|nprobe| nprobe as usize);
+        // And the distance ratio calibrated with it, if any (the widest).
+        let probe_ratio = views
+            .iter()
+            .filter_map(|view| view.entry.probe_ratio_milli)
+            .max()
+            .map(|milli| milli as f32 / 1000.0);
         let params_of = |request: &SearchRequest| {
             let mut params = SearchParams::new(request.k);
             params.nprobe = request.nprobe.or(default_nprobe);
+            // A query's own nprobe counts lists; without one, the calibrated
+            // ratio chooses them by distance.
+            params.probe_ratio = probe_ratio.filter(|_| request.nprobe.is_none());
             if let Some(rescore) = request.rescore {
                 params.rescore = rescore;
             }
@@ -302,7 +311,11 @@ impl ShardView {
             }
             return Ok(hits);
         }
-        params.nprobe = Some(widened);
+        if kept < rows {
+            // Lists counted, widened for the rows the filter leaves out.
+            params.nprobe = Some(widened);
+            params.probe_ratio = None;
+        }
         let masks: Vec<In<'_>> = allowed.iter().map(In).collect();
         let probes: Vec<SharedProbe<'_, CachedObject>> = views
             .iter()
