@@ -35,7 +35,7 @@ pub use format::{ChunkChecksums, FORMAT_VERSION, SectionEntry, SectionKind, Segm
 pub use huge_pages::{HUGE_PAGE_BYTES, HugePageWriter, advice_range};
 pub use params::{
     BuildParams, IdType, MAX_STRING_ID_BYTES, Metric, RawPrecision, SearchParams, default_nlist,
-    default_nprobe, max_ratio_probes, min_ratio_probes,
+    default_nprobe, max_ratio_probes,
 };
 pub use reader::Segment;
 pub use search::{

@@ -412,7 +412,7 @@ impl<S: ByteSource> Segment<S> {
         // The lists whose keys are computed exactly: a shortlist by estimate.
         let shortlist = match probe {
             Probe::Nearest(nprobe) => nprobe + nprobe / 2 + PROBE_SHORTLIST_EXTRA,
-            Probe::Within { ratio, min, max } => {
+            Probe::Within { ratio, max } => {
                 // Every list whose estimated distance is within the ratio, with
                 // room for the estimates' error. Cosine estimates leave out the
                 // query's squared norm (a constant), distances need it.
@@ -433,10 +433,8 @@ impl<S: ByteSource> Segment<S> {
                     .iter()
                     .filter(|&&(key, _)| key <= limit)
                     .count();
-                (within + within / 4 + PROBE_SHORTLIST_EXTRA).clamp(
-                    min + min / 2 + PROBE_SHORTLIST_EXTRA,
-                    max + max / 2 + PROBE_SHORTLIST_EXTRA,
-                )
+                (within + within / 4 + PROBE_SHORTLIST_EXTRA)
+                    .min(max + max / 2 + PROBE_SHORTLIST_EXTRA)
             }
         }
         .min(nlist);
@@ -480,7 +478,7 @@ impl<S: ByteSource> Segment<S> {
         }
         let nprobe = match probe {
             Probe::Nearest(nprobe) => nprobe,
-            Probe::Within { ratio, min, max } => {
+            Probe::Within { ratio, max } => {
                 let nearest = scratch
                     .list_keys
                     .iter()
@@ -493,7 +491,7 @@ impl<S: ByteSource> Segment<S> {
                     .iter()
                     .filter(|&&(key, _)| key <= limit)
                     .count()
-                    .clamp(min, max)
+                    .clamp(1, max)
             }
         };
         if nprobe < scratch.list_keys.len() {
