@@ -390,7 +390,8 @@ impl<S: ByteSource> Segment<S> {
         EncodedQuery { quantized, norm_sq }
     }
 
-    /// Picks the `nprobe` lists to probe into `scratch.list_keys`, nearest
+    /// Picks the lists to probe into `scratch.list_keys` — the `nprobe` nearest,
+    /// or those within a distance ratio of the nearest (see [`Probe`]) — nearest
     /// first, and keeps each one's exact query·centroid in `scratch.list_dots`.
     ///
     /// Every list's key is estimated from the centroids' 1-bit codes, then a
