@@ -29,6 +29,18 @@ const PROBE_SHORTLIST_EXTRA: usize = 32;
 /// error (the exact distances then decide).
 const RATIO_SHORTLIST_SLACK: f32 = 1.1;
 
+/// Counts the lists whose squared distance (`key + offset`) is within `factor`
+/// times the nearest one's.
+fn lists_within(keys: &[(f32, u32)], offset: f32, factor: f32) -> usize {
+    let nearest = keys
+        .iter()
+        .map(|&(key, _)| key + offset)
+        .fold(f32::INFINITY, f32::min)
+        .max(0.0);
+    let limit = nearest * factor - offset;
+    keys.iter().filter(|&&(key, _)| key <= limit).count()
+}
+
 /// One result: a row of a segment and its score.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Hit {
@@ -422,18 +434,11 @@ impl<S: ByteSource> Segment<S> {
                 } else {
                     query_norm_sq
                 };
-                let nearest = scratch
-                    .list_keys
-                    .iter()
-                    .map(|&(key, _)| key + offset)
-                    .fold(f32::INFINITY, f32::min)
-                    .max(0.0);
-                let limit = nearest * (1.0 + ratio) * RATIO_SHORTLIST_SLACK - offset;
-                let within = scratch
-                    .list_keys
-                    .iter()
-                    .filter(|&&(key, _)| key <= limit)
-                    .count();
+                let within = lists_within(
+                    &scratch.list_keys,
+                    offset,
+                    (1.0 + ratio) * RATIO_SHORTLIST_SLACK,
+                );
                 (within + within / 4 + PROBE_SHORTLIST_EXTRA)
                     .min(max + max / 2 + PROBE_SHORTLIST_EXTRA)
             }
@@ -480,19 +485,7 @@ impl<S: ByteSource> Segment<S> {
         let nprobe = match probe {
             Probe::Nearest(nprobe) => nprobe,
             Probe::Within { ratio, max } => {
-                let nearest = scratch
-                    .list_keys
-                    .iter()
-                    .map(|&(key, _)| key)
-                    .fold(f32::INFINITY, f32::min)
-                    .max(0.0);
-                let limit = nearest * (1.0 + ratio);
-                scratch
-                    .list_keys
-                    .iter()
-                    .filter(|&&(key, _)| key <= limit)
-                    .count()
-                    .clamp(1, max)
+                lists_within(&scratch.list_keys, 0.0, 1.0 + ratio).clamp(1, max)
             }
         };
         if nprobe < scratch.list_keys.len() {
