@@ -128,8 +128,8 @@ fn main() -> Result<()> {
             };
             let (recall, lists, rows) = measure(&params, &mut scratch)?;
             println!(
-                "samples {samples:5} seed {seed}: ratio {:?} nprobe {:4} sample recall {:.4} held-out {recall:.4} ({lists:.0} lists, {rows:.0} rows; {seconds:.1} s)",
-                calibration.probe_ratio, calibration.nprobe, calibration.recall,
+                "samples {samples:5} seed {seed}: ratio {:?} nprobe {:4} sample recall {:.4} held-out {recall:.4} ({lists:.0} lists, {rows:.0} rows; {seconds:.1} s, {} passes)",
+                calibration.probe_ratio, calibration.nprobe, calibration.recall, calibration.passes,
             );
         }
     }

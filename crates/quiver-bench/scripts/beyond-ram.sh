@@ -25,6 +25,7 @@ port=7960
 endpoint=http://127.0.0.1:$port
 mkdir -p "$out"
 work=${WORK_DIR:-$(mktemp -d -t quiver-beyond-ram.XXXXXX)}
+mkdir -p "$work"
 cgroup=/sys/fs/cgroup/memory/quiver-beyond-ram
 pid=""
 sampler=""

@@ -28,7 +28,8 @@ use crate::source::ByteSource;
 /// they give 200–232 (0.971–0.976) on the engine's and the server's segments
 /// (experiments item 40, `examples/calibration_spread.rs` in quiver-bench). The
 /// exact answers come from one pass over the segment
-/// ([`Segment::flat_search_many`]): 2.7 s for 1,000 samples of that segment.
+/// (`Segment::exact_rows_many`, a blocked matrix product): 2.7 s for 1,000
+/// samples of that segment one query at a time.
 pub const DEFAULT_SAMPLE_QUERIES: usize = 1000;
 
 /// The fewest sample queries a segment too large for the exact-work budget is
@@ -78,6 +79,8 @@ pub struct Calibration {
     pub recall: f64,
     /// Sample queries it was measured with.
     pub samples: usize,
+    /// Searches of the whole sample it ran (one per ratio or `nprobe` tried).
+    pub passes: usize,
     /// The smallest [`SearchParams::probe_ratio`] that reached the target
     /// (`nprobe` is then the mean lists it probed on the sample), or `None`
     /// when lists are counted: for [`Metric::Dot`], or when even the widest
@@ -92,9 +95,12 @@ pub const MAX_PROBE_RATIO: f32 = 4.0;
 /// How finely a calibration resolves the ratio.
 const PROBE_RATIO_RESOLUTION: f32 = 0.01;
 
-/// Measures the smallest `nprobe` whose mean recall@k on sample rows reaches the
-/// target. Cost: one exact scan of the segment per sample query, plus a few
-/// approximate searches per candidate `nprobe`.
+/// Measures the smallest distance ratio (or, for inner products and when no
+/// ratio reaches it, the fewest lists) whose mean recall@k on sample rows
+/// reaches the target. Cost: the sample's exact answers (one pass over the
+/// segment's full vectors for all of them), then one search of the sample per
+/// ratio or `nprobe` tried — for a ratio usually two to six, starting where the
+/// lists of the exact answers say the target can first be reached.
 pub fn calibrate_nprobe<S: ByteSource>(
     segment: &Segment<S>,
     options: &CalibrationOptions,
@@ -107,6 +113,7 @@ pub fn calibrate_nprobe<S: ByteSource>(
             nprobe: nlist,
             recall: 1.0,
             samples: 0,
+            passes: 0,
             probe_ratio: None,
         });
     }
@@ -123,9 +130,10 @@ pub fn calibrate_nprobe<S: ByteSource>(
         .iter()
         .map(|&row| segment.vector(row))
         .collect::<IndexResult<Vec<_>>>()?;
-    // One pass over the full vectors for all sample queries.
+    // One pass over the full vectors for all sample queries, scored as a
+    // blocked matrix product.
     let query_refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
-    let truths = segment.flat_search_many(&query_refs, k + 1, None, &mut scratch)?;
+    let truths = segment.exact_rows_many(&query_refs, k + 1, &mut scratch)?;
     let queries: Vec<(u32, &[f32], Vec<u32>)> = rows_sampled
         .iter()
         .zip(&query_refs)
@@ -133,7 +141,6 @@ pub fn calibrate_nprobe<S: ByteSource>(
         .map(|((&row, &vector), truth)| {
             let truth = truth
                 .into_iter()
-                .map(|hit| hit.row)
                 .filter(|&hit| hit != row)
                 .take(k)
                 .collect();
@@ -141,7 +148,9 @@ pub fn calibrate_nprobe<S: ByteSource>(
         })
         .collect();
     // Mean recall@k of the sample, and mean lists probed, under `probe`.
+    let mut passes = 0usize;
     let mut measure = |probe: &dyn Fn(&mut SearchParams)| -> IndexResult<(f64, f64)> {
+        passes += 1;
         let mut params = SearchParams::new(k + 1);
         probe(&mut params);
         let mut found = 0usize;
@@ -168,13 +177,42 @@ pub fn calibrate_nprobe<S: ByteSource>(
     };
     let target = options.target_recall;
     // Lists chosen by distance, where the keys are distances: the smallest
-    // ratio that reaches the target, if the widest one does.
+    // ratio that reaches the target, if the widest one does. Where each true
+    // neighbour's list is probed bounds the recall of every ratio, so the
+    // search starts at the smallest ratio that bound allows and rarely needs
+    // more than a few passes over the sample (a bisection of the whole range
+    // took ten, the widest ratios the dearest).
+    let needs = probe_needs(segment, &queries, &mut SearchScratch::new())?;
     if segment.header().metric != Metric::Dot {
+        let needs = &needs.ratios;
         let with_ratio =
             |ratio: f32| move |params: &mut SearchParams| params.probe_ratio = Some(ratio);
-        let (mut low, mut high) = (0.0f32, MAX_PROBE_RATIO);
-        let (mut high_recall, mut high_lists) = measure(&with_ratio(high))?;
-        if high_recall >= target {
+        // `low` fails (or no smaller ratio can pass), `high` passes.
+        let mut low = share_of(needs, target).unwrap_or(f32::INFINITY);
+        let mut high = None;
+        if low <= MAX_PROBE_RATIO {
+            let (recall, lists) = measure(&with_ratio(low))?;
+            if recall >= target {
+                high = Some((low, recall, lists));
+            } else {
+                // Aim at a bound above the target by twice the last shortfall.
+                let mut shortfall = target - recall;
+                while low < MAX_PROBE_RATIO {
+                    let candidate = share_of(needs, target + 2.0 * shortfall)
+                        .unwrap_or(f32::INFINITY)
+                        .max(low + PROBE_RATIO_RESOLUTION)
+                        .min(MAX_PROBE_RATIO);
+                    let (recall, lists) = measure(&with_ratio(candidate))?;
+                    if recall >= target {
+                        high = Some((candidate, recall, lists));
+                        break;
+                    }
+                    low = candidate;
+                    shortfall = (2.0 * shortfall).max(target - recall);
+                }
+            }
+        }
+        if let Some((mut high, mut high_recall, mut high_lists)) = high {
             while high - low > PROBE_RATIO_RESOLUTION {
                 let middle = (low + high) / 2.0;
                 let (recall, lists) = measure(&with_ratio(middle))?;
@@ -188,6 +226,7 @@ pub fn calibrate_nprobe<S: ByteSource>(
                 nprobe: (high_lists.ceil() as usize).clamp(1, nlist),
                 recall: high_recall,
                 samples,
+                passes,
                 probe_ratio: Some(high),
             });
         }
@@ -196,14 +235,20 @@ pub fn calibrate_nprobe<S: ByteSource>(
         measure(&move |params: &mut SearchParams| params.nprobe = Some(nprobe))
             .map(|(recall, _)| recall)
     };
-    // Grow geometrically until the target is met, then narrow down.
-    let mut low = 0usize;
-    let mut high = 1usize;
+    // Counted lists, started the same way: fewer lists than the bound allows
+    // cannot reach the target (a bisection from one list took ~13 searches).
+    let counts = &needs.counts;
+    let mut high = share_of(counts, target).unwrap_or(nlist).clamp(1, nlist);
+    let mut low = high - 1;
     let mut high_recall = measure_nprobe(high)?;
+    let mut shortfall = target - high_recall;
     while high_recall < target && high < nlist {
         low = high;
-        high = (high * 2).min(nlist);
+        high = share_of(counts, target + 2.0 * shortfall)
+            .unwrap_or(nlist)
+            .clamp(high + 1, nlist);
         high_recall = measure_nprobe(high)?;
+        shortfall = (2.0 * shortfall).max(target - high_recall);
     }
     while high - low > 1.max(high / 16) {
         let middle = (low + high) / 2;
@@ -219,6 +264,131 @@ pub fn calibrate_nprobe<S: ByteSource>(
         nprobe: high,
         recall: high_recall,
         samples,
+        passes,
         probe_ratio: None,
     })
+}
+
+/// What it takes to probe the list of each exact neighbour of each sample
+/// row (one entry per pair), each sorted: a neighbour whose list is not
+/// probed is not found, so the share of pairs at or below a ratio (or a
+/// count) bounds the recall a search with it reaches — the codes' estimates
+/// may still miss a few of the others.
+struct ProbeNeeds {
+    /// The smallest distance ratio that probes the list (infinite when more
+    /// than [`crate::max_ratio_probes`] lists are nearer).
+    ratios: Vec<f32>,
+    /// The fewest nearest lists that include it.
+    counts: Vec<usize>,
+}
+
+fn probe_needs<S: ByteSource>(
+    segment: &Segment<S>,
+    queries: &[(u32, &[f32], Vec<u32>)],
+    scratch: &mut SearchScratch,
+) -> IndexResult<ProbeNeeds> {
+    let max_lists = crate::max_ratio_probes(segment.header().nlist);
+    let pairs = queries.iter().map(|(_, _, truth)| truth.len()).sum();
+    let mut needs = ProbeNeeds {
+        ratios: Vec::with_capacity(pairs),
+        counts: Vec::with_capacity(pairs),
+    };
+    let mut keys = Vec::new();
+    for (_, vector, truth) in queries {
+        segment.list_keys(vector, scratch, &mut keys)?;
+        let nearest = keys.iter().copied().fold(f32::INFINITY, f32::min).max(0.0);
+        for &row in truth {
+            let key = keys[segment.list_of_row(row)];
+            let nearer = keys.iter().filter(|&&other| other < key).count();
+            needs.counts.push(nearer + 1);
+            needs.ratios.push(if nearer >= max_lists {
+                f32::INFINITY
+            } else if key <= nearest {
+                0.0
+            } else if nearest <= 0.0 {
+                f32::INFINITY
+            } else {
+                // A hair above, so the search's own rounding of `nearest × (1
+                // + ratio)` still takes the list in.
+                let ratio = key / nearest - 1.0;
+                ratio + ratio * 1e-5 + 1e-6
+            });
+        }
+    }
+    needs.ratios.sort_unstable_by(f32::total_cmp);
+    needs.counts.sort_unstable();
+    Ok(needs)
+}
+
+/// The smallest need that `share` of the pairs meet (see [`ProbeNeeds`]), if
+/// there are any.
+fn share_of<T: Copy>(needs: &[T], share: f64) -> Option<T> {
+    let wanted = (share.min(1.0) * needs.len() as f64).ceil() as usize;
+    needs.get(wanted.clamp(1, needs.len().max(1)) - 1).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+
+    use crate::PointId;
+    use crate::params::{IdType, Metric};
+    use crate::reader::Segment;
+    use crate::search::SearchScratch;
+    use crate::source::MemorySource;
+    use crate::writer::{SegmentSpec, SegmentWriter};
+
+    fn segment(
+        metric: Metric,
+        rows: usize,
+        dim: usize,
+        mut vector: impl FnMut(usize) -> Vec<f32>,
+    ) -> Segment<MemorySource> {
+        let mut writer = SegmentWriter::new(SegmentSpec::new(dim, metric, IdType::U64)).unwrap();
+        for row in 0..rows {
+            writer
+                .add(PointId::U64(row as u64), &vector(row), None)
+                .unwrap();
+        }
+        let mut bytes = Vec::new();
+        writer.finish(&mut bytes, &|_, _, _| {}).unwrap();
+        Segment::open(MemorySource::new("calibrate.qseg", &bytes)).unwrap()
+    }
+
+    #[test]
+    fn blocked_exact_answers_are_the_exact_answers() {
+        for metric in [Metric::L2, Metric::Cosine, Metric::Dot] {
+            // Random rows, and rows on a coarse lattice that repeats every 97
+            // (exact duplicates and many equal distances: ties broken by row,
+            // as a search's rescoring breaks them).
+            let lattice = |row: usize| -> Vec<f32> {
+                (0..8)
+                    .map(|i| ((row * 31 + i * 7) % 97) as f32 / 10.0 + 0.1)
+                    .collect()
+            };
+            let mut rows = rand::rngs::StdRng::seed_from_u64(7);
+            let random =
+                |_: usize| -> Vec<f32> { (0..40).map(|_| rows.random_range(-1.0..1.0)).collect() };
+            for (dim, segment) in [
+                (40, segment(metric, 1_500, 40, random)),
+                (8, segment(metric, 600, 8, lattice)),
+            ] {
+                // Rows of the segment, as a calibration's sample.
+                let queries: Vec<Vec<f32>> = (0..100)
+                    .map(|row| segment.vector(row * 5).unwrap())
+                    .collect();
+                let refs: Vec<&[f32]> = queries.iter().map(Vec::as_slice).collect();
+                let mut scratch = SearchScratch::new();
+                let blocked = segment.exact_rows_many(&refs, 11, &mut scratch).unwrap();
+                let one_by_one = segment
+                    .flat_search_many(&refs, 11, None, &mut scratch)
+                    .unwrap();
+                assert_eq!(blocked.len(), refs.len());
+                for (blocked, exact) in blocked.iter().zip(one_by_one) {
+                    let exact: Vec<u32> = exact.into_iter().map(|hit| hit.row).collect();
+                    assert_eq!(blocked, &exact, "{metric:?}, {dim} dimensions");
+                }
+            }
+        }
+    }
 }

@@ -209,18 +209,6 @@ impl SegmentBuild {
         })
     }
 
-    /// Calibrates a codebook this build trains on the fewest sample rows
-    /// ([`quiver_index::MIN_SAMPLE_QUERIES`]), for a flush: the flushes after
-    /// it, and the searches that score the rows still unflushed, wait for it.
-    /// Right after a 100k × 384 load the first flush's calibration on 1,000
-    /// rows (~2.5 s) left 51–80k rows in the WAL tail, on 300 (~0.4 s) 30–43k;
-    /// the merge that follows a load trains the next codebook and calibrates it
-    /// on 1,000, in the background (experiments item 42).
-    pub fn calibrating_quickly(mut self) -> Self {
-        self.calibration.sample_queries = quiver_index::MIN_SAMPLE_QUERIES;
-        self
-    }
-
     /// Adds one row (payload as stored JSON bytes, empty for none).
     pub fn add(&mut self, id: &PointId, vector: &[f32], payload: &[u8]) -> IndexerResult<()> {
         let payload = parse_payload(payload)?;
@@ -263,6 +251,7 @@ impl SegmentBuild {
                     nprobe = calibration.nprobe,
                     sample_recall = calibration.recall,
                     samples = calibration.samples,
+                    passes = calibration.passes,
                     probe_ratio = calibration.probe_ratio,
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "calibrated the shard's default nprobe on its new codebook"

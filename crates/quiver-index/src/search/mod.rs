@@ -458,17 +458,7 @@ impl<S: ByteSource> Segment<S> {
         scratch
             .shortlist_rows
             .extend(scratch.list_keys.iter().map(|&(_, list)| list));
-        scratch.shortlist_dots.clear();
-        scratch
-            .shortlist_dots
-            .resize(scratch.shortlist_rows.len(), 0.0);
-        quiver_simd::score_bf16_gather(
-            quiver_simd::BulkOp::Dot,
-            &scratch.rotated,
-            &self.tables.bf16,
-            &scratch.shortlist_rows,
-            &mut scratch.shortlist_dots,
-        );
+        self.score_shortlisted_centroids(scratch);
         for ((key, list), &dot) in scratch
             .list_keys
             .iter_mut()
@@ -476,11 +466,7 @@ impl<S: ByteSource> Segment<S> {
         {
             let list = *list as usize;
             scratch.list_dots[list] = dot;
-            *key = if self.header.metric == Metric::Dot {
-                -dot
-            } else {
-                query_norm_sq + self.tables.norms[list] - 2.0 * dot
-            };
+            *key = self.list_key(query_norm_sq, list, dot);
         }
         let nprobe = match probe {
             Probe::Nearest(nprobe) => nprobe,
@@ -497,6 +483,70 @@ impl<S: ByteSource> Segment<S> {
         scratch
             .list_keys
             .sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    }
+
+    /// Writes into `out` every list's key for `query` as a probe ranks the lists
+    /// (the exact keys of [`Segment::choose_lists`], from the bf16 centroids):
+    /// the squared distance to its centroid, or for dot the negated inner
+    /// product. What a calibration needs to tell, without searching, the ratio
+    /// or the count of lists at which each list is probed.
+    pub(crate) fn list_keys(
+        &self,
+        query: &[f32],
+        scratch: &mut SearchScratch,
+        out: &mut Vec<f32>,
+    ) -> IndexResult<()> {
+        self.prepare_query(query, scratch)?;
+        let encoded = self.encode_query(scratch);
+        let nlist = self.header.nlist;
+        scratch.shortlist_rows.clear();
+        scratch.shortlist_rows.extend(0..nlist as u32);
+        self.score_shortlisted_centroids(scratch);
+        out.clear();
+        out.extend(
+            scratch
+                .shortlist_dots
+                .iter()
+                .enumerate()
+                .map(|(list, &dot)| self.list_key(encoded.norm_sq, list, dot)),
+        );
+        Ok(())
+    }
+
+    /// Scores the centroids of `scratch.shortlist_rows` against the rotated
+    /// query into `scratch.shortlist_dots`, from the bf16 table (the
+    /// shortlisted centroids are scattered over it, so they are gathered with
+    /// the next ones prefetched meanwhile).
+    fn score_shortlisted_centroids(&self, scratch: &mut SearchScratch) {
+        scratch.shortlist_dots.clear();
+        scratch
+            .shortlist_dots
+            .resize(scratch.shortlist_rows.len(), 0.0);
+        quiver_simd::score_bf16_gather(
+            quiver_simd::BulkOp::Dot,
+            &scratch.rotated,
+            &self.tables.bf16,
+            &scratch.shortlist_rows,
+            &mut scratch.shortlist_dots,
+        );
+    }
+
+    /// A list's exact key — its centroid's squared distance to the query, or
+    /// for dot the negated inner product — from the query's squared norm and
+    /// the centroid's inner product with it.
+    fn list_key(&self, query_norm_sq: f32, list: usize, dot: f32) -> f32 {
+        if self.header.metric == Metric::Dot {
+            -dot
+        } else {
+            query_norm_sq + self.tables.norms[list] - 2.0 * dot
+        }
+    }
+
+    /// Returns the list `row` belongs to (rows are stored list by list).
+    pub(crate) fn list_of_row(&self, row: u32) -> usize {
+        self.lists
+            .partition_point(|entry| entry.row_start <= row)
+            .saturating_sub(1)
     }
 
     /// Scans one list: estimates every row's key and lower bound from its code,
@@ -824,6 +874,126 @@ impl<S: ByteSource> Segment<S> {
             .into_iter()
             .map(|top| self.finish_hits(top, scratch))
             .collect())
+    }
+
+    /// The rows of each query's exact top-`k`, best first, for many queries at
+    /// once (a calibration's sample): each list's rows are transposed into
+    /// blocks of 16 and scored against tiles of 64 queries with the
+    /// register-blocked product of k-means assignment, so each row value is
+    /// loaded once per 8 queries instead of once per query. The product sums in
+    /// another order than a search's rescoring, so it shortlists `2k + 8` rows,
+    /// which are rescored exactly and ranked as [`Segment::flat_search_many`]
+    /// ranks them (ties by row): the answers a calibration compares a search's
+    /// with must break ties as the search does. Bf16 rows and a few queries go
+    /// through `flat_search_many` itself.
+    pub(crate) fn exact_rows_many(
+        &self,
+        queries: &[&[f32]],
+        k: usize,
+        scratch: &mut SearchScratch,
+    ) -> IndexResult<Vec<Vec<u32>>> {
+        const TILE_QUERIES: usize = 64;
+        const COLUMNS: usize = quiver_simd::BLOCK_COLUMNS;
+        if self.header.raw_precision != RawPrecision::F32 || queries.len() < TILE_QUERIES / 4 {
+            return Ok(self
+                .flat_search_many(queries, k, None, scratch)?
+                .into_iter()
+                .map(|hits| hits.into_iter().map(|hit| hit.row).collect())
+                .collect());
+        }
+        if k == 0 {
+            return Err(IndexError::InvalidArgument("k must be at least 1".into()));
+        }
+        let dim = self.header.dim;
+        let mut packed = Vec::with_capacity(queries.len() * dim);
+        for query in queries {
+            self.prepare_query(query, scratch)?;
+            packed.extend_from_slice(&scratch.query);
+        }
+        let l2 = self.header.metric == Metric::L2;
+        let row_bytes = dim * std::mem::size_of::<f32>();
+        let shortlist = 2 * k + 8;
+        let mut tops: Vec<TopK> = queries
+            .iter()
+            .map(|_| TopK::new(shortlist, BinaryHeap::new()))
+            .collect();
+        let mut blocks: Vec<f32> = Vec::new();
+        let mut norms: Vec<f32> = Vec::new();
+        let mut dots = vec![0f32; TILE_QUERIES * COLUMNS];
+        for entry in &self.lists {
+            let rows = entry.rows as usize;
+            if rows == 0 {
+                continue;
+            }
+            let bytes = self.read(
+                SectionKind::RawVectors,
+                entry.row_start as u64 * row_bytes as u64,
+                rows * row_bytes,
+            )?;
+            let values: &[f32] = self.cast("raw vectors", &bytes)?;
+            // The list's rows transposed, 16 to a block (padding scores nothing).
+            let block_count = rows.div_ceil(COLUMNS);
+            blocks.clear();
+            blocks.resize(block_count * dim * COLUMNS, 0.0);
+            norms.clear();
+            norms.resize(block_count * COLUMNS, f32::INFINITY);
+            for (offset, row) in values.chunks_exact(dim).enumerate() {
+                let (block, column) = (offset / COLUMNS, offset % COLUMNS);
+                let block_values = &mut blocks[block * dim * COLUMNS..][..dim * COLUMNS];
+                for (d, &value) in row.iter().enumerate() {
+                    block_values[d * COLUMNS + column] = value;
+                }
+                norms[offset] = if l2 {
+                    quiver_simd::dot_f32(row, row)
+                } else {
+                    0.0
+                };
+            }
+            for (tile_index, tile) in packed.chunks(TILE_QUERIES * dim).enumerate() {
+                let tile_queries = tile.len() / dim;
+                let tile_tops = &mut tops[tile_index * TILE_QUERIES..][..tile_queries];
+                for (block, block_values) in blocks.chunks_exact(dim * COLUMNS).enumerate() {
+                    let dots = &mut dots[..tile_queries * COLUMNS];
+                    quiver_simd::dot_transposed_block(tile, dim, block_values, dots);
+                    let block_norms = &norms[block * COLUMNS..][..COLUMNS];
+                    let columns = (rows - block * COLUMNS).min(COLUMNS);
+                    for (top, query_dots) in tile_tops.iter_mut().zip(dots.chunks_exact(COLUMNS)) {
+                        for column in 0..columns {
+                            // ‖q − x‖² − ‖q‖² = ‖x‖² − 2·q·x: the query's norm
+                            // does not change its order.
+                            let key = if l2 {
+                                block_norms[column] - 2.0 * query_dots[column]
+                            } else {
+                                -query_dots[column]
+                            };
+                            let row = entry.row_start as usize + block * COLUMNS + column;
+                            top.push(key, row as u64);
+                        }
+                    }
+                }
+            }
+        }
+        tops.into_iter()
+            .zip(packed.chunks_exact(dim))
+            .map(|(top, query)| {
+                let mut exact = top
+                    .heap
+                    .into_iter()
+                    .map(|ranked| {
+                        Ok(Ranked {
+                            key: self.rescore_row(query, ranked.handle as u32)?,
+                            handle: ranked.handle,
+                        })
+                    })
+                    .collect::<IndexResult<Vec<Ranked>>>()?;
+                exact.sort_unstable();
+                Ok(exact
+                    .into_iter()
+                    .take(k)
+                    .map(|ranked| ranked.handle as u32)
+                    .collect())
+            })
+            .collect()
     }
 }
 

@@ -185,6 +185,100 @@ fn calibrated_nprobe_reaches_the_target_on_unseen_queries() {
 }
 
 #[test]
+fn the_calibrated_probe_is_the_smallest_reaching_the_target_in_a_few_passes() {
+    use quiver_index::{CalibrationOptions, calibrate_nprobe};
+    let dim = 32;
+    let rows = 2_000;
+    let (base, _) = clustered(rows, 0, dim, 30, 17);
+    for metric in [Metric::L2, Metric::Dot] {
+        let segment = build(&base, dim, metric, |_| {});
+        // Every row a sample query, so this test measures what the calibration did.
+        let options = CalibrationOptions {
+            sample_queries: rows,
+            ..CalibrationOptions::default()
+        };
+        let calibration = calibrate_nprobe(&segment, &options).unwrap();
+        assert_eq!(calibration.samples, rows);
+        // In the segment's row order (rows are stored list by list).
+        let stored: Vec<Vec<f32>> = (0..rows as u32)
+            .map(|row| segment.vector(row).unwrap())
+            .collect();
+        let vectors: Vec<&[f32]> = stored.iter().map(Vec::as_slice).collect();
+        let mut scratch = SearchScratch::new();
+        let truths = segment
+            .flat_search_many(&vectors, 11, None, &mut scratch)
+            .unwrap();
+        // Leave-one-out recall@10 of every row, as the calibration counts it.
+        let mut recall_with = |params: SearchParams| {
+            let (mut found, mut wanted) = (0usize, 0usize);
+            for (row, (vector, truth)) in vectors.iter().zip(&truths).enumerate() {
+                let others = |hits: Vec<u32>| -> Vec<u32> {
+                    hits.into_iter()
+                        .filter(|&hit| hit != row as u32)
+                        .take(10)
+                        .collect()
+                };
+                let truth = others(truth.iter().map(|hit| hit.row).collect());
+                let answer = others(
+                    segment
+                        .search(vector, &params, None, &mut scratch)
+                        .unwrap()
+                        .into_iter()
+                        .map(|hit| hit.row)
+                        .collect(),
+                );
+                found += truth.iter().filter(|row| answer.contains(row)).count();
+                wanted += truth.len();
+            }
+            found as f64 / wanted as f64
+        };
+        let (reached, below) = match calibration.probe_ratio {
+            Some(ratio) => {
+                assert_eq!(metric, Metric::L2, "{calibration:?}");
+                let with_ratio = |ratio: f32| SearchParams {
+                    probe_ratio: Some(ratio),
+                    ..SearchParams::new(11)
+                };
+                (
+                    recall_with(with_ratio(ratio)),
+                    (ratio > 0.02).then(|| recall_with(with_ratio(ratio - 0.02))),
+                )
+            }
+            None => {
+                assert_eq!(metric, Metric::Dot, "a dot segment counts its lists");
+                let with_lists = |nprobe: usize| SearchParams {
+                    nprobe: Some(nprobe),
+                    ..SearchParams::new(11)
+                };
+                let fewer = calibration.nprobe - 1.max(calibration.nprobe / 16);
+                (
+                    recall_with(with_lists(calibration.nprobe)),
+                    (fewer > 0).then(|| recall_with(with_lists(fewer))),
+                )
+            }
+        };
+        assert!(
+            reached >= 0.97,
+            "{metric:?}: recall {reached:.4} with {calibration:?}"
+        );
+        assert!(
+            (reached - calibration.recall).abs() < 1e-9,
+            "{reached} against {calibration:?}"
+        );
+        if let Some(below) = below {
+            assert!(
+                below < 0.97,
+                "{metric:?}: a smaller probe reaches {below:.4}"
+            );
+        }
+        // The lists of the exact answers say where to start: bisections from
+        // the widest ratio, or from one list, took ten to thirteen searches of
+        // the sample.
+        assert!(calibration.passes <= 4, "{calibration:?}");
+    }
+}
+
+#[test]
 fn many_exact_searches_in_one_pass_answer_as_each_search_alone() {
     for (metric, raw_precision) in [
         (Metric::Cosine, RawPrecision::F32),

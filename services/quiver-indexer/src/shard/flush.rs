@@ -255,7 +255,7 @@ async fn build_l0(
     let table = Arc::new(std::mem::take(frozen));
     let rows = table.clone();
     let built = tokio::task::spawn_blocking(move || {
-        let mut build = SegmentBuild::new(&spec, codebook, &scratch_dir)?.calibrating_quickly();
+        let mut build = SegmentBuild::new(&spec, codebook, &scratch_dir)?;
         for (id, _, op) in rows.iter() {
             if let PendingOp::Upsert { vector, payload } = op {
                 build.add(id, vector, payload)?;
