@@ -16,7 +16,8 @@
 //! And one more keeps the shard under one codebook: segments built with an older
 //! codebook than the shard's (an L0 flushed while the merge that trained the new
 //! one ran, or a shard whose refresh left the rest behind) are merged together
-//! into one built with the current codebook. Searchers scan the segments of one
+//! into one built with the current codebook — before a refresh, which would
+//! take them in too but trains first (see `codebook_merge`). Searchers scan the segments of one
 //! codebook as one index (one centroid ranking, one `nprobe`, one top-k); each
 //! other codebook is another group, searched with its own `nprobe`, which scans
 //! more rows for the same recall.
@@ -125,21 +126,13 @@ pub(crate) fn plan_merges(
         return None;
     }
 
-    let trained_rows = index
-        .codebook
-        .as_ref()
-        .filter(|_| config.codebook_refresh)
-        .map(|codebook| codebook.codebook.trained_rows());
-    if let Some(plan) = codebook_refresh(&segments, trained_rows, config) {
-        return Some(plan);
-    }
     let current = index
         .codebook
         .as_ref()
         .filter(|_| config.codebook_refresh)
-        .map(|codebook| codebook.codebook.id());
+        .map(|codebook| (codebook.codebook.id(), codebook.codebook.trained_rows()));
     let codebook_of = |id: &str| index.segments.get(id).and_then(|live| live.codebook_id);
-    if let Some(plan) = stale_codebook_merge(&segments, current, codebook_of, config) {
+    if let Some(plan) = codebook_merge(&segments, current, codebook_of, config) {
         return Some(plan);
     }
 
@@ -211,6 +204,26 @@ pub(crate) fn plan_consolidation(index: &ShardIndex, config: &IndexerConfig) -> 
         level: tier(total, config),
         segment_ids: chosen,
     })
+}
+
+/// The merge that keeps the shard under one codebook sized for it, if one is
+/// due, given the `current` codebook's id and trained rows: segments left under
+/// older codebooks are re-encoded with the current one first, then a shard
+/// that has outgrown it is merged whole into a new one. The re-encoding trains
+/// nothing (a 578k-row one takes ~50 s where the refresh of the whole 1M × 768
+/// shard takes ~150 s), and until it is done every query searches those
+/// segments as groups of their own: right after a 1M × 768 load, 578k rows under
+/// a codebook trained on 106k cost 50k rows scanned per query for the 150 s
+/// the refresh took, where one group under the 422k-row codebook scans ~1.5k.
+fn codebook_merge(
+    segments: &[(u64, u64, &str)],
+    current: Option<(u64, u64)>,
+    codebook_of: impl Fn(&str) -> Option<u64>,
+    config: &IndexerConfig,
+) -> Option<MergePlan> {
+    let (id, trained_rows) = current?;
+    stale_codebook_merge(segments, Some(id), codebook_of, config)
+        .or_else(|| codebook_refresh(segments, Some(trained_rows), config))
 }
 
 /// The merge of every segment `(live rows, rows, id)` when the shard has
@@ -373,6 +386,35 @@ mod tests {
         };
         let plan = stale_codebook_merge(&segments, Some(2), codebook_of, &tight).unwrap();
         assert_eq!(plan.segment_ids, vec!["l0-c", "l0-b"]);
+    }
+
+    #[test]
+    fn stale_segments_are_re_encoded_before_an_outgrown_codebook_is_refreshed() {
+        let config = IndexerConfig {
+            max_segment_rows: 2_000_000,
+            ..config()
+        };
+        // Right after a fast load: the merge that trained codebook 2 on 422k rows
+        // ran while 578k rows were flushed with codebook 1 (trained on 106k).
+        let segments = [
+            (26_000, 26_000, "l0-b"),
+            (552_000, 552_000, "l0-a"),
+            (422_000, 422_000, "m2"),
+        ];
+        let codebook_of = |id: &str| Some(if id == "m2" { 2 } else { 1 });
+        let plan = codebook_merge(&segments, Some((2, 422_000)), codebook_of, &config)
+            .expect("stale segments");
+        assert_eq!(plan.segment_ids, vec!["l0-b", "l0-a"]);
+        // Once they are under codebook 2, the shard (1M > 2 × 422k) is refreshed.
+        let plan =
+            codebook_merge(&segments, Some((2, 422_000)), |_| Some(2), &config).expect("outgrown");
+        assert_eq!(plan.segment_ids, vec!["l0-b", "l0-a", "m2"]);
+        // A codebook sized for the shard, no stale segment, or no codebook: nothing.
+        assert_eq!(
+            codebook_merge(&segments, Some((2, 600_000)), |_| Some(2), &config),
+            None
+        );
+        assert_eq!(codebook_merge(&segments, None, codebook_of, &config), None);
     }
 
     #[test]
