@@ -99,8 +99,8 @@ const PROBE_RATIO_RESOLUTION: f32 = 0.01;
 /// ratio reaches it, the fewest lists) whose mean recall@k on sample rows
 /// reaches the target. Cost: the sample's exact answers (one pass over the
 /// segment's full vectors for all of them), then one search of the sample per
-/// ratio or `nprobe` tried — for a ratio usually two to six, starting where the
-/// lists of the exact answers say the target can first be reached.
+/// ratio or `nprobe` tried — usually one or two, starting where the lists of
+/// the exact answers say the target can first be reached.
 pub fn calibrate_nprobe<S: ByteSource>(
     segment: &Segment<S>,
     options: &CalibrationOptions,
