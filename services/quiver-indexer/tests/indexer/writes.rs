@@ -449,12 +449,11 @@ async fn flushes_share_the_shard_codebook_until_a_merge_outgrows_it() {
     assert_eq!(found.len(), 4);
     let first = found.iter().find(|(rows, _, _)| *rows == 300).unwrap();
     assert_eq!(first.1.trained_rows, 300);
-    // Calibrated when it was trained: lists chosen by distance.
-    assert!(
-        first.2.0.is_some() && first.2.1.is_some(),
-        "default probe {:?}",
-        first.2
-    );
+    // Calibrated when it was trained: a probe recorded — a distance ratio, or a
+    // count of lists when no ratio within half of these 300 lattice rows' four
+    // lists reaches the target (the order the rows arrive in decides; the
+    // calibration's own tests cover both).
+    assert!(first.2.0.is_some(), "default probe {:?}", first.2);
     for (rows, codebook, nprobe) in &found {
         assert_eq!(
             codebook.id, first.1.id,
