@@ -137,25 +137,39 @@ struct NearestTwo {
     margin: f32,
 }
 
+/// Writes `vectors` (`n × dim`) into `blocks` transposed 16 to a block
+/// (`block[d * 16 + column]`, as [`quiver_simd::dot_transposed_block`] reads
+/// them), zero-padded to whole blocks, and their squared norms into `norms`;
+/// padding columns get an infinite norm, so they are never the nearest.
+pub(crate) fn transpose_in_blocks(
+    vectors: &[f32],
+    dim: usize,
+    blocks: &mut Vec<f32>,
+    norms: &mut Vec<f32>,
+) {
+    let count = (vectors.len() / dim).div_ceil(BLOCK_COLUMNS);
+    blocks.clear();
+    blocks.resize(count * dim * BLOCK_COLUMNS, 0.0);
+    norms.clear();
+    norms.resize(count * BLOCK_COLUMNS, f32::INFINITY);
+    for (index, values) in vectors.chunks_exact(dim).enumerate() {
+        let (block, column) = (index / BLOCK_COLUMNS, index % BLOCK_COLUMNS);
+        let block_values = &mut blocks[block * dim * BLOCK_COLUMNS..][..dim * BLOCK_COLUMNS];
+        for (d, &value) in values.iter().enumerate() {
+            block_values[d * BLOCK_COLUMNS + column] = value;
+        }
+        norms[index] = quiver_simd::dot_f32(values, values);
+    }
+}
+
 /// Returns every row's two nearest centroids.
 ///
 /// A small matrix product: centroids are transposed into blocks of 16, and a tile
 /// of rows is scored against one block at a time with the register-blocked kernel
 /// (each centroid value loaded once per 8 rows, no horizontal sums).
 fn nearest_two(data: &[f32], dim: usize, centroids: &[f32]) -> Vec<NearestTwo> {
-    let centroid_count = centroids.len() / dim;
-    let blocks = centroid_count.div_ceil(BLOCK_COLUMNS);
-    let mut transposed = vec![0f32; blocks * dim * BLOCK_COLUMNS];
-    // Padding columns get an infinite norm, so they are never the nearest.
-    let mut norms = vec![f32::INFINITY; blocks * BLOCK_COLUMNS];
-    for (centroid, values) in centroids.chunks_exact(dim).enumerate() {
-        let (block, column) = (centroid / BLOCK_COLUMNS, centroid % BLOCK_COLUMNS);
-        let block_values = &mut transposed[block * dim * BLOCK_COLUMNS..][..dim * BLOCK_COLUMNS];
-        for (d, &value) in values.iter().enumerate() {
-            block_values[d * BLOCK_COLUMNS + column] = value;
-        }
-        norms[centroid] = quiver_simd::dot_f32(values, values);
-    }
+    let (mut transposed, mut norms) = (Vec::new(), Vec::new());
+    transpose_in_blocks(centroids, dim, &mut transposed, &mut norms);
     let rows = data.len() / dim;
     let unset = NearestTwo {
         first: 0,

@@ -931,24 +931,8 @@ impl<S: ByteSource> Segment<S> {
                 rows * row_bytes,
             )?;
             let values: &[f32] = self.cast("raw vectors", &bytes)?;
-            // The list's rows transposed, 16 to a block (padding scores nothing).
-            let block_count = rows.div_ceil(COLUMNS);
-            blocks.clear();
-            blocks.resize(block_count * dim * COLUMNS, 0.0);
-            norms.clear();
-            norms.resize(block_count * COLUMNS, f32::INFINITY);
-            for (offset, row) in values.chunks_exact(dim).enumerate() {
-                let (block, column) = (offset / COLUMNS, offset % COLUMNS);
-                let block_values = &mut blocks[block * dim * COLUMNS..][..dim * COLUMNS];
-                for (d, &value) in row.iter().enumerate() {
-                    block_values[d * COLUMNS + column] = value;
-                }
-                norms[offset] = if l2 {
-                    quiver_simd::dot_f32(row, row)
-                } else {
-                    0.0
-                };
-            }
+            // The list's rows transposed, 16 to a block (padding is never scored).
+            crate::kmeans::transpose_in_blocks(values, dim, &mut blocks, &mut norms);
             for (tile_index, tile) in packed.chunks(TILE_QUERIES * dim).enumerate() {
                 let tile_queries = tile.len() / dim;
                 let tile_tops = &mut tops[tile_index * TILE_QUERIES..][..tile_queries];
