@@ -168,6 +168,14 @@ pub(crate) fn transpose_in_blocks(
 /// of rows is scored against one block at a time with the register-blocked kernel
 /// (each centroid value loaded once per 8 rows, no horizontal sums).
 fn nearest_two(data: &[f32], dim: usize, centroids: &[f32]) -> Vec<NearestTwo> {
+    if dim >= MIN_TILE_DIM && quiver_simd::tile_products_available() {
+        return nearest_two_on_tiles(data, dim, centroids);
+    }
+    nearest_two_blocked(data, dim, centroids)
+}
+
+/// `nearest_two` with the f32 block kernel.
+fn nearest_two_blocked(data: &[f32], dim: usize, centroids: &[f32]) -> Vec<NearestTwo> {
     let (mut transposed, mut norms) = (Vec::new(), Vec::new());
     transpose_in_blocks(centroids, dim, &mut transposed, &mut norms);
     let rows = data.len() / dim;
@@ -218,6 +226,155 @@ fn nearest_two(data: &[f32], dim: usize, centroids: &[f32]) -> Vec<NearestTwo> {
             }
         });
     nearest
+}
+
+/// Dimensions from which `nearest_two` uses the tile products when the CPU has them.
+const MIN_TILE_DIM: usize = 32;
+/// Rows per tile task: their bf16 copy (192 KiB at 768 dimensions) stays in L2
+/// while the centroids stream through in groups of 512.
+const TILE_TASK_ROWS: usize = 128;
+/// Bound on a bf16 tile product's error, relative to ‖x‖·‖c‖: two roundings to
+/// 8 significant bits (2⁻⁹ each) and the f32 sums.
+const TILE_PRODUCT_ERROR: f32 = 1.0 / 256.0 + 1.0 / 4096.0;
+
+/// A thread's bf16 rows, approximate products and f32 candidates.
+type TileScratch = (Vec<u16>, Vec<f32>, Vec<(f32, u32)>);
+
+/// `nearest_two` on AMX tiles: every row's products with every centroid in bf16
+/// (rows and centroids minus the centroids' mean, which shrinks the rounding
+/// with the norms), then the centroids whose approximate distance is within
+/// twice the error bound of the best one re-scored in f32 (as ‖x − c‖², which
+/// loses less to rounding than the block kernel's ‖c‖² − 2·x·c) — so the nearest
+/// is the one the f32 kernel finds (up to its rounding), and the second and the
+/// margin are f32 when the second is among those, else at bf16 precision.
+/// 1M × 768 rows against 3,000 centroids: 18 s → see docs/architecture.md.
+fn nearest_two_on_tiles(data: &[f32], dim: usize, centroids: &[f32]) -> Vec<NearestTwo> {
+    use quiver_simd::{TilePanel, tile_products, tile_rows};
+    let k = centroids.len() / dim;
+    let mut sums = vec![0f64; dim];
+    for centroid in centroids.chunks_exact(dim) {
+        for (sum, &value) in sums.iter_mut().zip(centroid) {
+            *sum += value as f64;
+        }
+    }
+    let center: Vec<f32> = sums.iter().map(|sum| (sum / k as f64) as f32).collect();
+    let panel = TilePanel::new(centroids, dim, &center);
+    let stride = panel.padded_count();
+    // ‖c − μ‖² of every centroid (infinite for the padding, never the nearest),
+    // ‖c‖² for the f32 re-check, and the largest ‖c − μ‖ for the bound.
+    let mut shifted_norms = vec![f32::INFINITY; stride];
+    let mut largest_norm = 0f32;
+    for (slot, centroid) in shifted_norms.iter_mut().zip(centroids.chunks_exact(dim)) {
+        *slot = quiver_simd::l2sq_f32(centroid, &center);
+        largest_norm = largest_norm.max(slot.sqrt());
+    }
+    let unset = NearestTwo {
+        first: 0,
+        second: 0,
+        margin: 0.0,
+    };
+    let mut nearest = vec![unset; data.len() / dim];
+    thread_local! {
+        /// A thread's bf16 rows, products and candidates, reused by its tasks
+        /// (a fresh 1.5 MiB of products per task cost page faults).
+        static SCRATCH: std::cell::RefCell<TileScratch> =
+            const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+    }
+    data.par_chunks(TILE_TASK_ROWS * dim)
+        .zip(nearest.par_chunks_mut(TILE_TASK_ROWS))
+        .for_each(|(tile, tile_nearest)| {
+            SCRATCH.with_borrow_mut(|(rows, products, candidates)| {
+                let padded_rows = tile_rows(tile, dim, &center, rows);
+                products.resize(padded_rows * stride, 0.0);
+                tile_products(rows, &panel, products);
+                for ((row, slot), dots) in tile
+                    .chunks_exact(dim)
+                    .zip(tile_nearest)
+                    .zip(products.chunks_exact_mut(stride))
+                {
+                    *slot = nearest_of_row(
+                        row,
+                        dots,
+                        &shifted_norms,
+                        TILE_PRODUCT_ERROR
+                            * 2.0
+                            * quiver_simd::l2sq_f32(row, &center).sqrt()
+                            * largest_norm,
+                        (centroids, dim, k),
+                        candidates,
+                    );
+                }
+            })
+        });
+    nearest
+}
+
+/// One row's two nearest centroids from its approximate products `dots` (see
+/// `nearest_two_on_tiles`; overwritten with the approximate distances);
+/// `error` bounds an approximate distance's error.
+fn nearest_of_row(
+    row: &[f32],
+    dots: &mut [f32],
+    shifted_norms: &[f32],
+    error: f32,
+    (centroids, dim, k): (&[f32], usize, usize),
+    candidates: &mut Vec<(f32, u32)>,
+) -> NearestTwo {
+    // Approximate distances and their minimum (both vectorized).
+    let mut lowest = [f32::INFINITY; 16];
+    for (distances, norms) in dots
+        .chunks_exact_mut(16)
+        .zip(shifted_norms.chunks_exact(16))
+    {
+        for lane in 0..16 {
+            distances[lane] = norms[lane] - 2.0 * distances[lane];
+            lowest[lane] = lowest[lane].min(distances[lane]);
+        }
+    }
+    let best = lowest.into_iter().fold(f32::INFINITY, f32::min);
+    // Every centroid that may be nearer than the approximate best, re-scored in
+    // f32; the nearest of the others at bf16 precision.
+    let threshold = best + 2.0 * error;
+    candidates.clear();
+    let mut other = (f32::INFINITY, u32::MAX);
+    for (index, &distance) in dots.iter().enumerate().take(k) {
+        if distance <= threshold {
+            let centroid = &centroids[index * dim..][..dim];
+            candidates.push((quiver_simd::l2sq_f32(row, centroid), index as u32));
+        } else if distance < other.0 {
+            other = (distance, index as u32);
+        }
+    }
+    let (mut first, mut second) = ((f32::INFINITY, u32::MAX), (f32::INFINITY, u32::MAX));
+    for &(distance, index) in candidates.iter() {
+        if distance < second.0 {
+            if distance < first.0 {
+                second = first;
+                first = (distance, index);
+            } else {
+                second = (distance, index);
+            }
+        }
+    }
+    if second.1 != u32::MAX {
+        NearestTwo {
+            first: first.1,
+            second: second.1,
+            margin: second.0 - first.0,
+        }
+    } else if other.1 != u32::MAX {
+        NearestTwo {
+            first: first.1,
+            second: other.1,
+            margin: other.0 - best,
+        }
+    } else {
+        NearestTwo {
+            first: first.1,
+            second: first.1,
+            margin: 0.0,
+        }
+    }
 }
 
 /// Assigns rows to their nearest list, except that no list may hold more than
@@ -404,6 +561,64 @@ mod tests {
             largest <= 4 * 6000usize.div_ceil(40),
             "largest list {largest}"
         );
+    }
+
+    #[test]
+    fn the_nearest_on_tiles_is_the_nearest_in_f32() {
+        if !quiver_simd::tile_products_available() {
+            assert!(
+                !quiver_simd::cpu_has_tiles() || std::env::var_os("QUIVER_SIMD_NO_TILES").is_some(),
+                "the CPU has AMX tiles but they are not used"
+            );
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+        // Clustered rows far from the origin, centroids drawn from the rows
+        // (near-ties between neighbouring centroids are common).
+        for (dim, offset) in [(96, 3.0f32), (384, 0.0), (33, 10.0)] {
+            let centers: Vec<f32> = (0..dim * 20).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let data: Vec<f32> = (0..3000 * dim)
+                .map(|i| {
+                    let (row, d) = (i / dim, i % dim);
+                    offset + centers[(row % 20) * dim + d] + rng.random_range(-0.3..0.3)
+                })
+                .collect();
+            let centroids: Vec<f32> = (0..150)
+                .flat_map(|c| data[(c * 19) * dim..][..dim].to_vec())
+                .map(|v| v + rng.random_range(-0.01..0.01))
+                .collect();
+            let tiles = nearest_two_on_tiles(&data, dim, &centroids);
+            let blocked = nearest_two_blocked(&data, dim, &centroids);
+            let distance = |row: usize, centroid: u32| {
+                quiver_simd::l2sq_f32(
+                    &data[row * dim..][..dim],
+                    &centroids[centroid as usize * dim..][..dim],
+                )
+            };
+            let mut same = 0;
+            for (row, (a, b)) in tiles.iter().zip(&blocked).enumerate() {
+                let (da, db) = (distance(row, a.first), distance(row, b.first));
+                // The block kernel's ‖c‖² − 2·x·c loses ~1e-7 of ‖x‖² to rounding.
+                let norm =
+                    quiver_simd::dot_f32(&data[row * dim..][..dim], &data[row * dim..][..dim]);
+                assert!(
+                    da <= db + 1e-5 * norm,
+                    "dim {dim} row {row}: tiles chose {} at {da}, f32 {} at {db}",
+                    a.first,
+                    b.first
+                );
+                assert_ne!(
+                    a.first, a.second,
+                    "dim {dim} row {row}: second is the first"
+                );
+                same += usize::from(a.first == b.first);
+            }
+            assert!(
+                same * 100 >= 99 * tiles.len(),
+                "dim {dim}: {same} of {} the same",
+                tiles.len()
+            );
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 mod dispatch;
 mod estimate;
 mod scalar;
+mod tiles;
 
 #[cfg(target_arch = "aarch64")]
 mod neon;
@@ -24,6 +25,10 @@ mod x86_avx512;
 
 pub use dispatch::{Isa, selected_isa};
 pub use estimate::EstimateTerms;
+pub use tiles::{
+    TILE_DIMS, TILE_ROWS, TILE_VECTORS, TilePanel, cpu_has_tiles, tile_products,
+    tile_products_available, tile_rows,
+};
 
 /// Rows per RaBitQ code block.
 pub const RABITQ_BLOCK_ROWS: usize = 32;

@@ -94,33 +94,54 @@ fn entry_dot_block16(queries: &[f32], dim: usize, block: &[f32], out: &mut [f32]
 }
 
 /// 16 columns = one register per query; 8 queries per pass keep 8 FMA chains busy.
+/// The dimensions are taken in chunks of `CHUNK`, each chunk of the block scored
+/// against every query before the next (partial sums kept in `out`), so the
+/// chunk (16 KiB) stays in L1 for all of them: the whole block (48 KiB at 768
+/// dimensions) and 8 queries' rows do not fit L1 together. Each output is still
+/// one FMA chain over the dimensions in order, so the sums are those of an
+/// unchunked pass bit for bit.
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn dot_block16(queries: &[f32], dim: usize, block: &[f32], out: &mut [f32]) {
     const TILE: usize = 8;
+    const CHUNK: usize = 256;
     let count = queries.len() / dim;
     let column_ptr = block.as_ptr();
-    let mut query = 0;
-    while query < count {
-        let tile = (count - query).min(TILE);
-        let mut acc = [_mm512_setzero_ps(); TILE];
-        // SAFETY: d < dim, so every load stays inside `block` (dim × 16) and the
-        // tile's query rows (short tiles repeat their last row); stores write 16
-        // floats per real query of `out`.
-        unsafe {
-            let rows: [*const f32; TILE] =
-                std::array::from_fn(|i| queries.as_ptr().add((query + i.min(tile - 1)) * dim));
-            for d in 0..dim {
-                let columns = _mm512_loadu_ps(column_ptr.add(d * 16));
-                for (i, accumulator) in acc.iter_mut().enumerate() {
-                    *accumulator =
-                        _mm512_fmadd_ps(_mm512_set1_ps(*rows[i].add(d)), columns, *accumulator);
+    let mut start = 0;
+    while start < dim {
+        let end = (start + CHUNK).min(dim);
+        let mut query = 0;
+        while query < count {
+            let tile = (count - query).min(TILE);
+            // SAFETY: start <= d < end <= dim, so every load stays inside `block`
+            // (dim × 16) and the tile's query rows (short tiles repeat their last
+            // row); loads and stores of `out` touch 16 floats per real query
+            // (the caller sized it `count × 16`).
+            unsafe {
+                let out_base = out.as_mut_ptr();
+                let out_ptr = |i: usize| out_base.add((query + i.min(tile - 1)) * 16);
+                let mut acc: [__m512; TILE] = std::array::from_fn(|i| {
+                    if start == 0 {
+                        _mm512_setzero_ps()
+                    } else {
+                        _mm512_loadu_ps(out_ptr(i))
+                    }
+                });
+                let rows: [*const f32; TILE] =
+                    std::array::from_fn(|i| queries.as_ptr().add((query + i.min(tile - 1)) * dim));
+                for d in start..end {
+                    let columns = _mm512_loadu_ps(column_ptr.add(d * 16));
+                    for (i, accumulator) in acc.iter_mut().enumerate() {
+                        *accumulator =
+                            _mm512_fmadd_ps(_mm512_set1_ps(*rows[i].add(d)), columns, *accumulator);
+                    }
+                }
+                for (i, accumulator) in acc.iter().enumerate().take(tile) {
+                    _mm512_storeu_ps(out_ptr(i), *accumulator);
                 }
             }
-            for (i, accumulator) in acc.iter().enumerate().take(tile) {
-                _mm512_storeu_ps(out.as_mut_ptr().add((query + i) * 16), *accumulator);
-            }
+            query += tile;
         }
-        query += tile;
+        start = end;
     }
 }
 

@@ -1,0 +1,357 @@
+//! Inner products of many rows with many vectors on Intel AMX tiles (bf16
+//! inputs, f32 sums): the matrix product of k-means assignment, where the
+//! AVX-512 FMA kernel reaches ~130 GFLOPS per core and one tile product unit
+//! several times that. Inputs are rounded to bf16 (8 significant bits), so a
+//! product is off by at most ~2⁻⁸·Σ|xᵢ·cᵢ| (≤ 2⁻⁸·‖x‖·‖c‖): callers that need
+//! the exact nearest re-check, in f32, the few vectors within that of the best
+//! (see `quiver-index`'s k-means).
+//!
+//! Available when the CPU has AMX-TILE and AMX-BF16 and the kernel grants the
+//! process the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, Linux ≥ 5.16);
+//! `QUIVER_SIMD_NO_TILES` (or `QUIVER_SIMD_FORCE_SCALAR`) turns it off.
+
+use std::sync::OnceLock;
+
+/// Rows of one tile pass: products are computed for row groups of this many.
+pub const TILE_ROWS: usize = 32;
+/// Vectors of a panel come in groups of this many (zero vectors pad the last).
+pub const TILE_VECTORS: usize = 32;
+/// Dimensions are padded to a multiple of this (zeros).
+pub const TILE_DIMS: usize = 32;
+
+/// Vectors prepared for [`tile_products`]: bf16, grouped 16 to a block, each
+/// block's dimensions in 32-wide chunks laid out as AMX wants its second
+/// operand (pairs of dimensions interleaved per vector: `[pair][vector][2]`).
+pub struct TilePanel {
+    values: Vec<u16>,
+    count: usize,
+    padded_count: usize,
+    padded_dim: usize,
+}
+
+impl TilePanel {
+    /// Prepares `vectors` (`n × dim`, f32), each minus `center` (`dim` values)
+    /// — distances do not change when rows and vectors are moved together, and
+    /// the rounding error shrinks with the norms.
+    pub fn new(vectors: &[f32], dim: usize, center: &[f32]) -> TilePanel {
+        assert!(
+            dim > 0 && vectors.len().is_multiple_of(dim),
+            "TilePanel: ragged vectors"
+        );
+        assert_eq!(center.len(), dim, "TilePanel: center is not dim values");
+        let count = vectors.len() / dim;
+        let padded_count = count.div_ceil(TILE_VECTORS) * TILE_VECTORS;
+        let padded_dim = padded_dim(dim);
+        let chunks = padded_dim / TILE_DIMS;
+        let mut values = vec![0u16; padded_count * padded_dim];
+        for (index, vector) in vectors.chunks_exact(dim).enumerate() {
+            let (block, column) = (index / 16, index % 16);
+            for (d, (&value, &middle)) in vector.iter().zip(center).enumerate() {
+                let (chunk, within) = (d / TILE_DIMS, d % TILE_DIMS);
+                let (pair, half) = (within / 2, within % 2);
+                let at = ((block * chunks + chunk) * 16 + pair) * 32 + column * 2 + half;
+                values[at] = crate::f32_to_bf16_bits(value - middle);
+            }
+        }
+        TilePanel {
+            values,
+            count,
+            padded_count,
+            padded_dim,
+        }
+    }
+
+    /// Vectors in the panel (without padding).
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Vectors including the zero padding: the row stride of [`tile_products`]' output.
+    pub fn padded_count(&self) -> usize {
+        self.padded_count
+    }
+
+    /// Dimensions including the zero padding: the row length [`tile_rows`] writes.
+    pub fn padded_dim(&self) -> usize {
+        self.padded_dim
+    }
+}
+
+/// `dim` rounded up to whole tile chunks.
+pub fn padded_dim(dim: usize) -> usize {
+    dim.div_ceil(TILE_DIMS) * TILE_DIMS
+}
+
+/// Writes `rows` (`n × dim`, f32) minus `center` as bf16 rows of `padded_dim`
+/// values into `out`, zero rows after them up to a whole number of
+/// [`TILE_ROWS`]; returns the rows written (padding included).
+pub fn tile_rows(rows: &[f32], dim: usize, center: &[f32], out: &mut Vec<u16>) -> usize {
+    let count = rows.len() / dim;
+    let padded_rows = count.div_ceil(TILE_ROWS).max(1) * TILE_ROWS;
+    let padded = padded_dim(dim);
+    out.clear();
+    out.resize(padded_rows * padded, 0);
+    for (row, values) in rows.chunks_exact(dim).zip(out.chunks_exact_mut(padded)) {
+        for ((slot, &value), &middle) in values.iter_mut().zip(row).zip(center) {
+            *slot = crate::f32_to_bf16_bits(value - middle);
+        }
+    }
+    padded_rows
+}
+
+/// Whether [`tile_products`] can run here (detected once per process).
+pub fn tile_products_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        std::env::var_os("QUIVER_SIMD_NO_TILES").is_none()
+            && std::env::var_os("QUIVER_SIMD_FORCE_SCALAR").is_none()
+            && platform::enable()
+    })
+}
+
+/// Whether the CPU reports AMX-TILE and AMX-BF16 (whether or not the kernel
+/// grants their state).
+pub fn cpu_has_tiles() -> bool {
+    platform::cpu_has_tiles()
+}
+
+/// Inner products of every row of `rows` (bf16 as [`tile_rows`] writes them: a
+/// multiple of [`TILE_ROWS`] rows of `panel.padded_dim()` values) with every
+/// vector of `panel`: `out[row * panel.padded_count() + vector]`.
+///
+/// Panics when [`tile_products_available`] is false or the sizes disagree.
+pub fn tile_products(rows: &[u16], panel: &TilePanel, out: &mut [f32]) {
+    assert!(
+        tile_products_available(),
+        "tile_products: AMX tiles are not available"
+    );
+    assert!(
+        rows.len().is_multiple_of(panel.padded_dim * TILE_ROWS),
+        "tile_products: rows are not whole tiles of the panel's dimensions"
+    );
+    let count = rows.len() / panel.padded_dim;
+    assert!(
+        out.len() >= count * panel.padded_count,
+        "tile_products: output buffer too small"
+    );
+    platform::products(rows, panel, count, out);
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod platform {
+    use super::{TILE_DIMS, TILE_ROWS, TILE_VECTORS, TilePanel};
+    use std::arch::asm;
+
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    /// Vector pairs (32 vectors, 48 KiB of bf16 at 768 dimensions) scored
+    /// against every row group before the next: the part of the panel kept in L2.
+    const PAIRS_PER_PASS: usize = 16;
+
+    pub(super) fn cpu_has_tiles() -> bool {
+        // CPUID leaf 7, sub-leaf 0: EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
+        let leaf = std::arch::x86_64::__cpuid_count(7, 0);
+        leaf.edx & (1 << 22) != 0 && leaf.edx & (1 << 24) != 0
+    }
+
+    pub(super) fn enable() -> bool {
+        if !cpu_has_tiles() {
+            return false;
+        }
+        // SAFETY: a plain system call asking for permission to use the tile
+        // state; it changes nothing else.
+        unsafe { syscall_arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+    }
+
+    unsafe fn syscall_arch_prctl(code: i64, argument: i64) -> i64 {
+        const SYS_ARCH_PRCTL: i64 = 158;
+        let result: i64;
+        // SAFETY: the x86-64 Linux system call convention; arch_prctl reads
+        // only its two integer arguments.
+        unsafe {
+            asm!(
+                "syscall",
+                inlateout("rax") SYS_ARCH_PRCTL => result,
+                in("rdi") code,
+                in("rsi") argument,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        result
+    }
+
+    /// The tile configuration: palette 1, eight tiles of 16 rows × 64 bytes.
+    #[repr(C, align(64))]
+    struct Config([u8; 64]);
+
+    fn config() -> Config {
+        let mut bytes = [0u8; 64];
+        bytes[0] = 1;
+        for tile in 0..8 {
+            bytes[16 + tile * 2] = 64; // bytes per row (low byte of a u16)
+            bytes[48 + tile] = 16; // rows
+        }
+        Config(bytes)
+    }
+
+    pub(super) fn products(rows: &[u16], panel: &TilePanel, count: usize, out: &mut [f32]) {
+        let config = config();
+        let padded_dim = panel.padded_dim;
+        let chunks = padded_dim / TILE_DIMS;
+        let row_stride = padded_dim * 2;
+        let out_stride = panel.padded_count * 4;
+        let pairs = panel.padded_count / TILE_VECTORS;
+        // SAFETY: the tile state was granted (`tile_products_available`); every
+        // tile load reads 16 rows of 64 bytes inside `rows` (group < count /
+        // 32, chunk < chunks) or inside the panel (block < padded_count / 16),
+        // every store writes 16 rows of 16 floats inside `out` (sized
+        // count × padded_count); tiles are released before returning.
+        unsafe {
+            asm!("ldtilecfg [{0}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
+            let mut first_pair = 0;
+            while first_pair < pairs {
+                let last_pair = (first_pair + PAIRS_PER_PASS).min(pairs);
+                for group in 0..count / TILE_ROWS {
+                    let rows_ptr = rows.as_ptr().add(group * TILE_ROWS * padded_dim);
+                    for pair in first_pair..last_pair {
+                        let blocks = panel.values.as_ptr().add(pair * 2 * chunks * 16 * 32);
+                        asm!(
+                            "tilezero tmm0",
+                            "tilezero tmm1",
+                            "tilezero tmm2",
+                            "tilezero tmm3",
+                            options(nostack, nomem),
+                        );
+                        for chunk in 0..chunks {
+                            let a = rows_ptr.add(chunk * TILE_DIMS);
+                            let a2 = a.add(16 * padded_dim);
+                            let b = blocks.add(chunk * 16 * 32);
+                            let b2 = blocks.add((chunks + chunk) * 16 * 32);
+                            asm!(
+                                "tileloadd tmm4, [{a} + {sa}*1]",
+                                "tileloadd tmm5, [{a2} + {sa}*1]",
+                                "tileloadd tmm6, [{b} + {sb}*1]",
+                                "tileloadd tmm7, [{b2} + {sb}*1]",
+                                "tdpbf16ps tmm0, tmm4, tmm6",
+                                "tdpbf16ps tmm1, tmm4, tmm7",
+                                "tdpbf16ps tmm2, tmm5, tmm6",
+                                "tdpbf16ps tmm3, tmm5, tmm7",
+                                a = in(reg) a,
+                                a2 = in(reg) a2,
+                                b = in(reg) b,
+                                b2 = in(reg) b2,
+                                sa = in(reg) row_stride,
+                                sb = in(reg) 64usize,
+                                options(nostack, readonly),
+                            );
+                        }
+                        let base = out
+                            .as_mut_ptr()
+                            .add(group * TILE_ROWS * panel.padded_count + pair * TILE_VECTORS);
+                        let lower = base.add(16 * panel.padded_count);
+                        asm!(
+                            "tilestored [{o} + {so}*1], tmm0",
+                            "tilestored [{o16} + {so}*1], tmm1",
+                            "tilestored [{l} + {so}*1], tmm2",
+                            "tilestored [{l16} + {so}*1], tmm3",
+                            o = in(reg) base,
+                            o16 = in(reg) base.add(16),
+                            l = in(reg) lower,
+                            l16 = in(reg) lower.add(16),
+                            so = in(reg) out_stride,
+                            options(nostack),
+                        );
+                    }
+                }
+                first_pair = last_pair;
+            }
+            asm!("tilerelease", options(nostack, nomem));
+        }
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+mod platform {
+    use super::TilePanel;
+
+    pub(super) fn cpu_has_tiles() -> bool {
+        false
+    }
+
+    pub(super) fn enable() -> bool {
+        false
+    }
+
+    pub(super) fn products(_: &[u16], _: &TilePanel, _: usize, _: &mut [f32]) {
+        unreachable!("tile products are checked available first")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn tile_products_are_the_inner_products_within_the_bf16_bound() {
+        if !cpu_has_tiles() {
+            // Nothing to check on this CPU but that the path is off.
+            assert!(!tile_products_available());
+            return;
+        }
+        assert!(
+            tile_products_available() || std::env::var_os("QUIVER_SIMD_NO_TILES").is_some(),
+            "the CPU has AMX but the kernel did not grant the tile state"
+        );
+        if !tile_products_available() {
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+        for (dim, rows, vectors) in [(768, 70, 100), (33, 32, 16), (5, 1, 1), (384, 64, 64)] {
+            let data: Vec<f32> = (0..rows * dim)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let panel_values: Vec<f32> = (0..vectors * dim)
+                .map(|_| rng.random_range(-2.0..2.0))
+                .collect();
+            let center: Vec<f32> = (0..dim).map(|_| rng.random_range(-0.5..0.5)).collect();
+            let panel = TilePanel::new(&panel_values, dim, &center);
+            let mut bf16_rows = Vec::new();
+            let padded_rows = tile_rows(&data, dim, &center, &mut bf16_rows);
+            assert_eq!(padded_rows % TILE_ROWS, 0);
+            let mut out = vec![f32::NAN; padded_rows * panel.padded_count()];
+            tile_products(&bf16_rows, &panel, &mut out);
+            for row in 0..rows {
+                let x: Vec<f32> = data[row * dim..][..dim]
+                    .iter()
+                    .zip(&center)
+                    .map(|(v, c)| v - c)
+                    .collect();
+                for vector in 0..panel.padded_count() {
+                    let got = out[row * panel.padded_count() + vector];
+                    if vector >= vectors {
+                        assert_eq!(got, 0.0, "padding vector {vector}");
+                        continue;
+                    }
+                    let c: Vec<f32> = panel_values[vector * dim..][..dim]
+                        .iter()
+                        .zip(&center)
+                        .map(|(v, m)| v - m)
+                        .collect();
+                    let exact: f64 = x.iter().zip(&c).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let scale: f64 = x
+                        .iter()
+                        .zip(&c)
+                        .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                        .sum();
+                    assert!(
+                        (got as f64 - exact).abs() <= scale * (1.0 / 256.0 + 1.0 / 4096.0) + 1e-6,
+                        "dim {dim} row {row} vector {vector}: {got} against {exact} (scale {scale})"
+                    );
+                }
+            }
+        }
+    }
+}
