@@ -369,9 +369,38 @@ mod tests {
             let mut rows = rand::rngs::StdRng::seed_from_u64(7);
             let random =
                 |_: usize| -> Vec<f32> { (0..40).map(|_| rows.random_range(-1.0..1.0)).collect() };
+            // The same lattice in 48 dimensions (on CPUs with AMX tiles the
+            // products are then bf16, and ties at the k-th must be proven or
+            // answered again in f32).
+            let wide_lattice = |row: usize| -> Vec<f32> {
+                (0..48)
+                    .map(|i| ((row * 31 + i * 7) % 97) as f32 / 10.0 + 0.1)
+                    .collect()
+            };
+            // Rows on a sphere of radius 1 + row·10⁻⁵ around a point far from the
+            // origin, which is itself a row every 100: from it, the rows' exact
+            // distances differ by less than a bf16 product's error, so on tiles
+            // its answer must be recognised as unproven and answered in f32.
+            let mut directions = rand::rngs::StdRng::seed_from_u64(8);
+            let sphere = |row: usize| -> Vec<f32> {
+                if row.is_multiple_of(100) {
+                    return vec![10.0; 48];
+                }
+                let direction: Vec<f32> = (0..48)
+                    .map(|_| directions.random_range(-1.0..1.0))
+                    .collect();
+                let length = quiver_simd::dot_f32(&direction, &direction).sqrt();
+                let radius = 1.0 + row as f32 * 1e-5;
+                direction
+                    .iter()
+                    .map(|d| 10.0 + d / length * radius)
+                    .collect()
+            };
             for (dim, segment) in [
                 (40, segment(metric, 1_500, 40, random)),
                 (8, segment(metric, 600, 8, lattice)),
+                (48, segment(metric, 600, 48, wide_lattice)),
+                (48, segment(metric, 600, 48, sphere)),
             ] {
                 // Rows of the segment, as a calibration's sample.
                 let queries: Vec<Vec<f32>> = (0..100)

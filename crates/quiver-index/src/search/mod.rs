@@ -885,16 +885,17 @@ impl<S: ByteSource> Segment<S> {
     /// which are rescored exactly and ranked as [`Segment::flat_search_many`]
     /// ranks them (ties by row): the answers a calibration compares a search's
     /// with must break ties as the search does. Bf16 rows and a few queries go
-    /// through `flat_search_many` itself.
+    /// through `flat_search_many` itself; on CPUs with AMX tiles the products
+    /// are bf16 with a bound (`exact_rows_on_tiles`).
     pub(crate) fn exact_rows_many(
         &self,
         queries: &[&[f32]],
         k: usize,
         scratch: &mut SearchScratch,
     ) -> IndexResult<Vec<Vec<u32>>> {
-        const TILE_QUERIES: usize = 64;
-        const COLUMNS: usize = quiver_simd::BLOCK_COLUMNS;
-        if self.header.raw_precision != RawPrecision::F32 || queries.len() < TILE_QUERIES / 4 {
+        /// Fewer queries than this are answered one by one.
+        const FEWEST_QUERIES: usize = 16;
+        if self.header.raw_precision != RawPrecision::F32 || queries.len() < FEWEST_QUERIES {
             return Ok(self
                 .flat_search_many(queries, k, None, scratch)?
                 .into_iter()
@@ -910,15 +911,35 @@ impl<S: ByteSource> Segment<S> {
             self.prepare_query(query, scratch)?;
             packed.extend_from_slice(&scratch.query);
         }
+        if dim >= 32 && quiver_simd::tile_products_available() {
+            return self.exact_rows_on_tiles(queries, &packed, k, scratch);
+        }
+        self.exact_rows_blocked(queries, &packed, k, scratch)
+    }
+
+    /// `exact_rows_many` of `queries` (prepared: `packed`, one after another)
+    /// with the f32 block kernel.
+    fn exact_rows_blocked(
+        &self,
+        queries: &[&[f32]],
+        packed: &[f32],
+        k: usize,
+        scratch: &mut SearchScratch,
+    ) -> IndexResult<Vec<Vec<u32>>> {
+        const TILE_QUERIES: usize = 64;
+        const COLUMNS: usize = quiver_simd::BLOCK_COLUMNS;
+        let dim = self.header.dim;
         let l2 = self.header.metric == Metric::L2;
         let row_bytes = dim * std::mem::size_of::<f32>();
         let shortlist = 2 * k + 8;
-        let mut tops: Vec<TopK> = queries
-            .iter()
+        let mut tops: Vec<TopK> = packed
+            .chunks_exact(dim)
             .map(|_| TopK::new(shortlist, BinaryHeap::new()))
             .collect();
         let mut blocks: Vec<f32> = Vec::new();
         let mut norms: Vec<f32> = Vec::new();
+        // The largest squared norm of a row (bounds the keys' rounding).
+        let mut largest_norm = 0f32;
         let mut dots = vec![0f32; TILE_QUERIES * COLUMNS];
         for entry in &self.lists {
             let rows = entry.rows as usize;
@@ -933,6 +954,7 @@ impl<S: ByteSource> Segment<S> {
             let values: &[f32] = self.cast("raw vectors", &bytes)?;
             // The list's rows transposed, 16 to a block (padding is never scored).
             crate::kmeans::transpose_in_blocks(values, dim, &mut blocks, &mut norms);
+            largest_norm = norms[..rows].iter().fold(largest_norm, |a, &b| a.max(b));
             for (tile_index, tile) in packed.chunks(TILE_QUERIES * dim).enumerate() {
                 let tile_queries = tile.len() / dim;
                 let tile_tops = &mut tops[tile_index * TILE_QUERIES..][..tile_queries];
@@ -957,27 +979,173 @@ impl<S: ByteSource> Segment<S> {
                 }
             }
         }
-        tops.into_iter()
-            .zip(packed.chunks_exact(dim))
-            .map(|(top, query)| {
-                let mut exact = top
-                    .heap
-                    .into_iter()
-                    .map(|ranked| {
-                        Ok(Ranked {
-                            key: self.rescore_row(query, ranked.handle as u32)?,
-                            handle: ranked.handle,
-                        })
+        self.finish_exact(
+            queries,
+            packed,
+            tops,
+            k,
+            (largest_norm.sqrt(), 0.0),
+            scratch,
+        )
+    }
+
+    /// `exact_rows_many` on AMX tiles: each list's rows minus their mean, in
+    /// bf16, against every query (`quiver_simd::tile_products`), the mean's own
+    /// product added in f32, shortlisting `2k + 8` rows by these approximate
+    /// keys, which are rescored exactly. A product is off by at most
+    /// ~2⁻⁸·‖q‖·‖x − μ‖, so a query's answer is exact when every row left out
+    /// (approximate key at least the shortlist's last) is provably worse than
+    /// its k-th; the few queries for which that cannot be shown (exact ties at
+    /// the k-th, rows packed tighter than the rounding) are answered again by
+    /// `exact_rows_blocked`.
+    fn exact_rows_on_tiles(
+        &self,
+        queries: &[&[f32]],
+        packed: &[f32],
+        k: usize,
+        scratch: &mut SearchScratch,
+    ) -> IndexResult<Vec<Vec<u32>>> {
+        let dim = self.header.dim;
+        let count = packed.len() / dim;
+        let l2 = self.header.metric == Metric::L2;
+        let row_bytes = dim * std::mem::size_of::<f32>();
+        let shortlist = 2 * k + 8;
+        let zero = vec![0f32; dim];
+        let mut query_tiles = Vec::new();
+        quiver_simd::tile_rows(packed, dim, &zero, &mut query_tiles);
+        let mut tops: Vec<TopK> = (0..count)
+            .map(|_| TopK::new(shortlist, BinaryHeap::new()))
+            .collect();
+        let (mut largest_offset, mut largest_norm) = (0f32, 0f32);
+        let (mut mean, mut sums, mut norms) = (vec![0f32; dim], vec![0f64; dim], Vec::new());
+        let mut products = Vec::new();
+        for entry in &self.lists {
+            let rows = entry.rows as usize;
+            if rows == 0 {
+                continue;
+            }
+            let bytes = self.read(
+                SectionKind::RawVectors,
+                entry.row_start as u64 * row_bytes as u64,
+                rows * row_bytes,
+            )?;
+            let values: &[f32] = self.cast("raw vectors", &bytes)?;
+            sums.iter_mut().for_each(|sum| *sum = 0.0);
+            for row in values.chunks_exact(dim) {
+                for (sum, &value) in sums.iter_mut().zip(row) {
+                    *sum += value as f64;
+                }
+            }
+            for (middle, sum) in mean.iter_mut().zip(&sums) {
+                *middle = (sum / rows as f64) as f32;
+            }
+            norms.clear();
+            for row in values.chunks_exact(dim) {
+                let norm = quiver_simd::dot_f32(row, row);
+                norms.push(norm);
+                largest_norm = largest_norm.max(norm.sqrt());
+                largest_offset = largest_offset.max(quiver_simd::l2sq_f32(row, &mean).sqrt());
+            }
+            let panel = quiver_simd::TilePanel::new(values, dim, &mean);
+            let stride = panel.padded_count();
+            products.resize(query_tiles.len() / panel.padded_dim() * stride, 0.0);
+            quiver_simd::tile_products(&query_tiles, &panel, &mut products);
+            for ((top, query), dots) in tops
+                .iter_mut()
+                .zip(packed.chunks_exact(dim))
+                .zip(products.chunks_exact(stride))
+            {
+                let shift = quiver_simd::dot_f32(query, &mean);
+                for (column, (&product, &norm)) in dots.iter().zip(&norms).enumerate() {
+                    let dot = product + shift;
+                    let key = if l2 { norm - 2.0 * dot } else { -dot };
+                    top.push(key, entry.row_start as u64 + column as u64);
+                }
+            }
+        }
+        self.finish_exact(
+            queries,
+            packed,
+            tops,
+            k,
+            (largest_norm, largest_offset),
+            scratch,
+        )
+    }
+
+    /// Rescores each query's shortlist (`tops`, by approximate keys: the block
+    /// kernel's ‖x‖² − 2·q·x or −q·x, or the tiles' with their bf16 products)
+    /// and keeps the `k` best, ties by row. An answer is exact when every row
+    /// left out — whose approximate key is at least the shortlist's last — is
+    /// provably worse than the k-th: its key's error is at most the products'
+    /// (2⁻⁸·‖q‖·‖x − μ‖ on tiles, `largest_offset` the largest ‖x − μ‖) plus
+    /// f32 rounding (`dim` · 2⁻²⁴ of the terms, `largest_norm` the largest
+    /// ‖x‖). The queries it cannot be shown for (exact ties at the k-th, rows
+    /// closer together than the rounding) are answered by
+    /// [`Segment::flat_search_many`], as a search would rescore them.
+    fn finish_exact(
+        &self,
+        queries: &[&[f32]],
+        packed: &[f32],
+        tops: Vec<TopK>,
+        k: usize,
+        (largest_norm, largest_offset): (f32, f32),
+        scratch: &mut SearchScratch,
+    ) -> IndexResult<Vec<Vec<u32>>> {
+        /// Bound on a bf16 product's error relative to ‖q‖·‖x − μ‖.
+        const PRODUCT_ERROR: f32 = 1.0 / 256.0 + 1.0 / 4096.0;
+        let dim = self.header.dim;
+        let l2 = self.header.metric == Metric::L2;
+        let rounding = (dim + 4) as f32 * f32::EPSILON;
+        let mut answers = Vec::with_capacity(tops.len());
+        let mut unproven = Vec::new();
+        for (index, (top, query)) in tops.into_iter().zip(packed.chunks_exact(dim)).enumerate() {
+            let full = top.heap.len() == top.k;
+            let last = top.threshold();
+            let mut exact = top
+                .heap
+                .into_iter()
+                .map(|ranked| {
+                    Ok(Ranked {
+                        key: self.rescore_row(query, ranked.handle as u32)?,
+                        handle: ranked.handle,
                     })
-                    .collect::<IndexResult<Vec<Ranked>>>()?;
-                exact.sort_unstable();
-                Ok(exact
+                })
+                .collect::<IndexResult<Vec<Ranked>>>()?;
+            exact.sort_unstable();
+            exact.truncate(k);
+            if full {
+                // The smallest exact key a row left out can have, in the exact
+                // keys' units (an l2 key is ‖q − x‖², the approximate one ‖x‖² −
+                // 2·q·x, i.e. less ‖q‖²).
+                let norm = quiver_simd::dot_f32(query, query).sqrt();
+                let mut error = PRODUCT_ERROR * norm * largest_offset
+                    + rounding * (largest_norm * largest_norm + 2.0 * norm * largest_norm);
+                let mut floor = last;
+                if l2 {
+                    error *= 2.0;
+                    floor += norm * norm;
+                }
+                let kth = exact.last().map_or(f32::INFINITY, |ranked| ranked.key);
+                if exact.len() < k || floor - error <= kth {
+                    unproven.push(index);
+                }
+            }
+            answers.push(
+                exact
                     .into_iter()
-                    .take(k)
                     .map(|ranked| ranked.handle as u32)
-                    .collect())
-            })
-            .collect()
+                    .collect(),
+            );
+        }
+        if !unproven.is_empty() {
+            let again: Vec<&[f32]> = unproven.iter().map(|&index| queries[index]).collect();
+            let hits = self.flat_search_many(&again, k, None, scratch)?;
+            for (index, hits) in unproven.into_iter().zip(hits) {
+                answers[index] = hits.into_iter().map(|hit| hit.row).collect();
+            }
+        }
+        Ok(answers)
     }
 }
 
