@@ -3,9 +3,13 @@
 //! k-means a codebook refresh runs, the encoding, the writing), each stage's
 //! seconds and each k-means iteration's printed as they end.
 //!
+//! With `--calibrate`, the segment is written to a temporary file and its
+//! default probe calibrated as a flush or merge calibrates it (the seconds,
+//! the exact answers' share and the searches of the sample printed).
+//!
 //! ```text
 //! cargo run --release -p quiver-bench --example segment_build -- \
-//!     --base syn1m768/base.fvecs --rows 200000 [--threads 1]
+//!     --base syn1m768/base.fvecs --rows 200000 [--threads 1] [--calibrate]
 //! ```
 
 use std::path::PathBuf;
@@ -15,7 +19,10 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Parser;
 use quiver_common::vecs::read_fvecs;
-use quiver_index::{BuildStage, IdType, Metric, PointId, SegmentSpec, SegmentWriter};
+use quiver_index::{
+    BuildStage, CalibrationOptions, IdType, Metric, MmapSource, PointId, Segment, SegmentSpec,
+    SegmentWriter, calibrate_nprobe,
+};
 
 #[derive(Parser)]
 struct Options {
@@ -31,6 +38,9 @@ struct Options {
     /// Builds in a row (the times of each are printed).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Write the segment and calibrate its default probe.
+    #[arg(long)]
+    calibrate: bool,
 }
 
 fn main() -> Result<()> {
@@ -46,7 +56,13 @@ fn main() -> Result<()> {
         }
         let started = Instant::now();
         let last = Mutex::new((None::<BuildStage>, started, started));
-        let summary = writer.finish(&mut std::io::sink(), &|stage, done, total| {
+        let file = tempfile::NamedTempFile::new()?;
+        let mut out: Box<dyn std::io::Write> = if options.calibrate {
+            Box::new(std::io::BufWriter::new(file.reopen()?))
+        } else {
+            Box::new(std::io::sink())
+        };
+        let summary = writer.finish(&mut out, &|stage, done, total| {
             let mut last = last.lock().expect("progress lock");
             let now = Instant::now();
             if last.0 != Some(stage) {
@@ -75,6 +91,21 @@ fn main() -> Result<()> {
             started.elapsed().as_secs_f64(),
             summary.file_bytes
         );
+        drop(out);
+        if options.calibrate {
+            let segment = Segment::open(MmapSource::open(file.path())?)?;
+            let started = Instant::now();
+            let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default())?;
+            println!(
+                "calibration {:.2} s: {} samples, {} passes, ratio {:?}, nprobe {}, recall {:.4}",
+                started.elapsed().as_secs_f64(),
+                calibration.samples,
+                calibration.passes,
+                calibration.probe_ratio,
+                calibration.nprobe,
+                calibration.recall
+            );
+        }
     }
     Ok(())
 }
