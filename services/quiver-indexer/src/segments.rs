@@ -480,6 +480,30 @@ mod tests {
         kib * 1024
     }
 
+    /// Builds a segment of `rows` rows of `dim` values (`value(row, d)`) with
+    /// scratch files under `scratch`.
+    async fn build_segment(
+        scratch: &Path,
+        dim: usize,
+        rows: u64,
+        mut value: impl FnMut(u64, usize) -> f32 + Send + 'static,
+    ) -> BuiltSegment {
+        let spec = SegmentSpec::new(dim, Metric::L2, IdType::U64);
+        let scratch = scratch.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let mut build = SegmentBuild::new(&spec, None, &scratch).expect("build");
+            for row in 0..rows {
+                let vector: Vec<f32> = (0..dim).map(|d| value(row, d)).collect();
+                build
+                    .add(&PointId::U64(row), &vector, b"")
+                    .expect("add row");
+            }
+            build.finish(&|_, _, _| {}).expect("finish")
+        })
+        .await
+        .expect("joined")
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_segment_put_in_a_local_store_is_mapped_with_huge_pages() {
         // On disk beside the test binary (a tmpfs `/tmp` may not do huge pages).
@@ -497,31 +521,16 @@ mod tests {
             directory.path().display()
         );
 
-        let dim = 256;
-        let rows = 20_000;
-        let spec = SegmentSpec::new(dim, Metric::L2, IdType::U64);
         let scratch = directory.path().join("scratch");
         std::fs::create_dir_all(&scratch).expect("scratch");
-        let built = tokio::task::spawn_blocking(move || {
-            let mut build = SegmentBuild::new(&spec, None, &scratch).expect("build");
-            let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-            for row in 0..rows {
-                let vector: Vec<f32> = (0..dim)
-                    .map(|_| {
-                        state ^= state << 13;
-                        state ^= state >> 7;
-                        state ^= state << 17;
-                        (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-                    })
-                    .collect();
-                build
-                    .add(&PointId::U64(row), &vector, b"")
-                    .expect("add row");
-            }
-            build.finish(&|_, _, _| {}).expect("finish")
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let built = build_segment(&scratch, 256, 20_000, move |_, _| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
         })
-        .await
-        .expect("joined");
+        .await;
         let size = built.bytes.len() as u64;
         assert!(
             size > 8 * HUGE,
@@ -569,23 +578,11 @@ mod tests {
         let directory = tempfile::tempdir().expect("tempdir");
         let scratch = directory.path().join("scratch");
         std::fs::create_dir_all(&scratch).expect("scratch");
-        let (dim, rows) = (16usize, 300u64);
-        let spec = SegmentSpec::new(dim, Metric::L2, IdType::U64);
-        let build_scratch = scratch.clone();
-        let built = tokio::task::spawn_blocking(move || {
-            let mut build = SegmentBuild::new(&spec, None, &build_scratch).expect("build");
-            for row in 0..rows {
-                let vector: Vec<f32> = (0..dim)
-                    .map(|d| ((row as usize * 7 + d) % 13) as f32)
-                    .collect();
-                build
-                    .add(&PointId::U64(row), &vector, b"")
-                    .expect("add row");
-            }
-            build.finish(&|_, _, _| {}).expect("finish")
+        let rows = 300;
+        let built = build_segment(&scratch, 16, rows, |row, d| {
+            ((row as usize * 7 + d) % 13) as f32
         })
-        .await
-        .expect("joined");
+        .await;
         let local = |root: &str| -> Storage {
             let url: StoreUrl = format!("file://{}", directory.path().join(root).display())
                 .parse()

@@ -930,7 +930,6 @@ impl<S: ByteSource> Segment<S> {
         const COLUMNS: usize = quiver_simd::BLOCK_COLUMNS;
         let dim = self.header.dim;
         let l2 = self.header.metric == Metric::L2;
-        let row_bytes = dim * std::mem::size_of::<f32>();
         let shortlist = 2 * k + 8;
         let mut tops: Vec<TopK> = packed
             .chunks_exact(dim)
@@ -941,17 +940,8 @@ impl<S: ByteSource> Segment<S> {
         // The largest squared norm of a row (bounds the keys' rounding).
         let mut largest_norm = 0f32;
         let mut dots = vec![0f32; TILE_QUERIES * COLUMNS];
-        for entry in &self.lists {
+        self.for_each_list_rows(|entry, values| {
             let rows = entry.rows as usize;
-            if rows == 0 {
-                continue;
-            }
-            let bytes = self.read(
-                SectionKind::RawVectors,
-                entry.row_start as u64 * row_bytes as u64,
-                rows * row_bytes,
-            )?;
-            let values: &[f32] = self.cast("raw vectors", &bytes)?;
             // The list's rows transposed, 16 to a block (padding is never scored).
             crate::kmeans::transpose_in_blocks(values, dim, &mut blocks, &mut norms);
             largest_norm = norms[..rows].iter().fold(largest_norm, |a, &b| a.max(b));
@@ -978,7 +968,8 @@ impl<S: ByteSource> Segment<S> {
                     }
                 }
             }
-        }
+            Ok(())
+        })?;
         self.finish_exact(
             queries,
             packed,
@@ -996,8 +987,8 @@ impl<S: ByteSource> Segment<S> {
     /// ~2⁻⁸·‖q‖·‖x − μ‖, so a query's answer is exact when every row left out
     /// (approximate key at least the shortlist's last) is provably worse than
     /// its k-th; the few queries for which that cannot be shown (exact ties at
-    /// the k-th, rows packed tighter than the rounding) are answered again by
-    /// `exact_rows_blocked`.
+    /// the k-th, rows packed tighter than the rounding) are answered again one by
+    /// one (see `finish_exact`).
     fn exact_rows_on_tiles(
         &self,
         queries: &[&[f32]],
@@ -1008,7 +999,6 @@ impl<S: ByteSource> Segment<S> {
         let dim = self.header.dim;
         let count = packed.len() / dim;
         let l2 = self.header.metric == Metric::L2;
-        let row_bytes = dim * std::mem::size_of::<f32>();
         let shortlist = 2 * k + 8;
         let zero = vec![0f32; dim];
         let mut query_tiles = Vec::new();
@@ -1019,17 +1009,8 @@ impl<S: ByteSource> Segment<S> {
         let (mut largest_offset, mut largest_norm) = (0f32, 0f32);
         let (mut mean, mut sums, mut norms) = (vec![0f32; dim], vec![0f64; dim], Vec::new());
         let mut products = Vec::new();
-        for entry in &self.lists {
+        self.for_each_list_rows(|entry, values| {
             let rows = entry.rows as usize;
-            if rows == 0 {
-                continue;
-            }
-            let bytes = self.read(
-                SectionKind::RawVectors,
-                entry.row_start as u64 * row_bytes as u64,
-                rows * row_bytes,
-            )?;
-            let values: &[f32] = self.cast("raw vectors", &bytes)?;
             sums.iter_mut().for_each(|sum| *sum = 0.0);
             for row in values.chunks_exact(dim) {
                 for (sum, &value) in sums.iter_mut().zip(row) {
@@ -1062,7 +1043,8 @@ impl<S: ByteSource> Segment<S> {
                     top.push(key, entry.row_start as u64 + column as u64);
                 }
             }
-        }
+            Ok(())
+        })?;
         self.finish_exact(
             queries,
             packed,
@@ -1071,6 +1053,27 @@ impl<S: ByteSource> Segment<S> {
             (largest_norm, largest_offset),
             scratch,
         )
+    }
+
+    /// Calls `visit` with every non-empty list and its rows' f32 vectors.
+    fn for_each_list_rows(
+        &self,
+        mut visit: impl FnMut(&ListEntry, &[f32]) -> IndexResult<()>,
+    ) -> IndexResult<()> {
+        let row_bytes = self.header.dim * std::mem::size_of::<f32>();
+        for entry in &self.lists {
+            let rows = entry.rows as usize;
+            if rows == 0 {
+                continue;
+            }
+            let bytes = self.read(
+                SectionKind::RawVectors,
+                entry.row_start as u64 * row_bytes as u64,
+                rows * row_bytes,
+            )?;
+            visit(entry, self.cast("raw vectors", &bytes)?)?;
+        }
+        Ok(())
     }
 
     /// Rescores each query's shortlist (`tops`, by approximate keys: the block
