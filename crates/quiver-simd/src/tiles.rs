@@ -144,8 +144,9 @@ mod platform {
 
     const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
     const XFEATURE_XTILEDATA: i64 = 18;
-    /// Vector pairs (32 vectors, 48 KiB of bf16 at 768 dimensions) scored
-    /// against every row group before the next: the part of the panel kept in L2.
+    /// Pairs of 16-vector blocks (a pair: 32 vectors, 48 KiB of bf16 at 768
+    /// dimensions) scored against every row group before the next pairs: this
+    /// many (768 KiB at 768 dimensions) stay in L2 while the row groups pass.
     const PAIRS_PER_PASS: usize = 16;
 
     pub(super) fn cpu_has_tiles() -> bool {
