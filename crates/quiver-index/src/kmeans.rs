@@ -92,16 +92,7 @@ fn seed_plus_plus(training: &[f32], dim: usize, k: usize, rng: &mut impl Rng) ->
     let pool_size = (k * SEEDING_ROWS_PER_CENTROID).min(rows);
     let pool: Vec<usize> = sample(rng, rows, pool_size).into_vec();
     let vector = |row: usize| &training[row * dim..][..dim];
-    let mut sums = vec![0f64; dim];
-    for &row in &pool {
-        for (sum, &value) in sums.iter_mut().zip(vector(row)) {
-            *sum += value as f64;
-        }
-    }
-    let mean: Vec<f32> = sums
-        .iter()
-        .map(|sum| (sum / pool_size as f64) as f32)
-        .collect();
+    let mean = mean_of(pool.iter().map(|&row| vector(row)), dim);
     let mut pool_values = vec![0u16; pool_size * dim];
     pool_values
         .par_chunks_mut(dim)
@@ -173,6 +164,21 @@ struct NearestTwo {
     second: u32,
     /// How much farther the second is (in ‖c‖² − 2·x·c units).
     margin: f32,
+}
+
+/// The mean of `rows` (each `dim` values), summed in f64.
+pub(crate) fn mean_of<'a>(rows: impl Iterator<Item = &'a [f32]>, dim: usize) -> Vec<f32> {
+    let mut sums = vec![0f64; dim];
+    let mut count = 0usize;
+    for row in rows {
+        for (sum, &value) in sums.iter_mut().zip(row) {
+            *sum += value as f64;
+        }
+        count += 1;
+    }
+    sums.iter()
+        .map(|sum| (sum / count.max(1) as f64) as f32)
+        .collect()
 }
 
 /// Writes `vectors` (`n × dim`) into `blocks` transposed 16 to a block
@@ -290,17 +296,11 @@ type TileScratch = (Vec<u16>, Vec<f32>, Vec<(f32, u32)>);
 fn nearest_two_on_tiles(data: &[f32], dim: usize, centroids: &[f32]) -> Vec<NearestTwo> {
     use quiver_simd::{TilePanel, tile_products, tile_rows};
     let k = centroids.len() / dim;
-    let mut sums = vec![0f64; dim];
-    for centroid in centroids.chunks_exact(dim) {
-        for (sum, &value) in sums.iter_mut().zip(centroid) {
-            *sum += value as f64;
-        }
-    }
-    let center: Vec<f32> = sums.iter().map(|sum| (sum / k as f64) as f32).collect();
+    let center = mean_of(centroids.chunks_exact(dim), dim);
     let panel = TilePanel::new(centroids, dim, &center);
     let stride = panel.padded_count();
-    // ‖c − μ‖² of every centroid (infinite for the padding, never the nearest),
-    // ‖c‖² for the f32 re-check, and the largest ‖c − μ‖ for the bound.
+    // ‖c − μ‖² of every centroid (infinite for the padding, never the nearest)
+    // and the largest ‖c − μ‖ for the bound.
     let mut shifted_norms = vec![f32::INFINITY; stride];
     let mut largest_norm = 0f32;
     for (slot, centroid) in shifted_norms.iter_mut().zip(centroids.chunks_exact(dim)) {

@@ -1007,19 +1007,9 @@ impl<S: ByteSource> Segment<S> {
             .map(|_| TopK::new(shortlist, BinaryHeap::new()))
             .collect();
         let (mut largest_offset, mut largest_norm) = (0f32, 0f32);
-        let (mut mean, mut sums, mut norms) = (vec![0f32; dim], vec![0f64; dim], Vec::new());
-        let mut products = Vec::new();
+        let (mut norms, mut products) = (Vec::new(), Vec::new());
         self.for_each_list_rows(|entry, values| {
-            let rows = entry.rows as usize;
-            sums.iter_mut().for_each(|sum| *sum = 0.0);
-            for row in values.chunks_exact(dim) {
-                for (sum, &value) in sums.iter_mut().zip(row) {
-                    *sum += value as f64;
-                }
-            }
-            for (middle, sum) in mean.iter_mut().zip(&sums) {
-                *middle = (sum / rows as f64) as f32;
-            }
+            let mean = crate::kmeans::mean_of(values.chunks_exact(dim), dim);
             norms.clear();
             for row in values.chunks_exact(dim) {
                 let norm = quiver_simd::dot_f32(row, row);
