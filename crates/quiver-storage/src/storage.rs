@@ -312,6 +312,39 @@ impl Storage {
         Ok(())
     }
 
+    /// Writes object `key` from `file`, finished, whose contents `bytes` are
+    /// (a mapping of it). A `file://` store takes the file itself: it is linked
+    /// into place under the key — an unnamed temporary file (`O_TMPFILE`) gets
+    /// its name there — so a segment of gigabytes is not copied on the disk,
+    /// and the object shares the file's page cache (its huge folios too). Any
+    /// other store, or a file the store cannot link (on another filesystem, or
+    /// one that had a name and lost it), gets `bytes` as from [`Storage::put`].
+    pub async fn put_file(
+        &self,
+        key: &str,
+        file: &std::fs::File,
+        bytes: Bytes,
+    ) -> StorageResult<()> {
+        if let Some(path) = self.local_path(key) {
+            let started = Instant::now();
+            match link_into_place(file, &path) {
+                Ok(()) => {
+                    METRICS
+                        .duration
+                        .with_label_values(&["link"])
+                        .observe(started.elapsed().as_secs_f64());
+                    METRICS.requests.with_label_values(&["link", "ok"]).inc();
+                    return Ok(());
+                }
+                Err(error) => tracing::debug!(
+                    store = %self.description, %key, %error,
+                    "cannot link the file into the local store; writing a copy"
+                ),
+            }
+        }
+        self.put(key, bytes).await
+    }
+
     /// Reads the whole object `key`.
     pub async fn get(&self, key: &str) -> StorageResult<Bytes> {
         let path = Path::from(key);
@@ -387,4 +420,24 @@ impl Storage {
             })
             .collect())
     }
+}
+
+/// Gives the open `file` the name `path` (its directories created): a hard
+/// link through `/proc/self/fd`, which is also how an `O_TMPFILE` file is
+/// named. Fails across filesystems, when `path` exists, and for a file that
+/// had a name and lost it.
+fn link_into_place(file: &std::fs::File, path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let open_file = format!("/proc/self/fd/{}", file.as_raw_fd());
+    rustix::fs::linkat(
+        rustix::fs::CWD,
+        open_file.as_str(),
+        rustix::fs::CWD,
+        path,
+        rustix::fs::AtFlags::SYMLINK_FOLLOW,
+    )?;
+    Ok(())
 }

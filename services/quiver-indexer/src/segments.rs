@@ -169,6 +169,9 @@ impl ShardIndex {
 /// no copy of it in memory; the file goes away with the last clone of `bytes`.
 pub(crate) struct BuiltSegment {
     pub bytes: Bytes,
+    /// The scratch file `bytes` maps: a `file://` store takes it as the object
+    /// (see `Storage::put_file`).
+    pub file: std::fs::File,
     /// Ids in row order.
     pub ids: Vec<PointId>,
     /// The default `nprobe` of its codebook's lists.
@@ -231,12 +234,14 @@ impl SegmentBuild {
         // A second mapping of the same pages, owned by the upload's bytes.
         // SAFETY: the file is unnamed and finished; nothing writes to it.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_error)?;
-        // Mapped before the upload copies from it: a copy that faults on its
-        // source is split into small writes, and on a local object store (`quiver
-        // standalone`) small writes make small folios — the served file would
-        // then be mapped with 4 KiB pages (see `quiver_index::HugePageWriter`).
-        // The pages are in the page cache already; this only maps them. Older
-        // kernels refuse the advice, which changes nothing but the page size.
+        // A local object store (`quiver standalone`) takes this file as the
+        // object (`Storage::put_file`): the served file is these pages, in huge
+        // folios. Where it copies instead (another filesystem), the copy must
+        // not fault on its source: that splits it into small writes, which make
+        // small folios, and the served file would be mapped with 4 KiB pages (see
+        // `quiver_index::HugePageWriter`). So the mapping is populated first; the
+        // pages are in the page cache already. Older kernels refuse the advice,
+        // which changes nothing but the page size.
         let _ = map.advise(memmap2::Advice::PopulateRead);
         let bytes = Bytes::from_owner(map);
         let segment = Segment::open(source)?;
@@ -270,6 +275,7 @@ impl SegmentBuild {
         };
         Ok(BuiltSegment {
             bytes,
+            file,
             ids,
             default_nprobe: codebook.nprobe,
             probe_ratio_milli: codebook.probe_ratio_milli,

@@ -53,7 +53,7 @@ pub use quiver_model::{
     WalPosition,
 };
 pub use raft_types::{MetaNode, MetaNodeId, TypeConfig, typ};
-pub use server::{MetaServer, run_single_node};
+pub use server::{MetaServer, run_single_node, run_single_node_with};
 pub use state_machine::StateMachineStore;
 
 #[cfg(test)]

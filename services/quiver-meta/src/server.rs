@@ -513,9 +513,15 @@ async fn observe_raft_metrics(context: Arc<MetaContext>, shutdown: CancellationT
 /// `quiver standalone`): node id 1, data in `data_dir`, initialized on first start,
 /// and returns once it is the leader.
 pub async fn run_single_node(data_dir: &Path, listen: &str) -> MetaResult<MetaServer> {
+    run_single_node_with(MetaConfig::new(1, data_dir, listen)).await
+}
+
+/// [`run_single_node`] with `config` (its node id, data directory and address;
+/// it is initialized on first start whatever `config.init` says).
+pub async fn run_single_node_with(config: MetaConfig) -> MetaResult<MetaServer> {
     let config = MetaConfig {
         init: true,
-        ..MetaConfig::new(1, data_dir, listen)
+        ..config
     };
     let server = MetaServer::start(config).await?;
     server.wait_for_leader(Duration::from_secs(30)).await?;

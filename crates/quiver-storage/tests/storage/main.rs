@@ -85,6 +85,62 @@ async fn put_get_range_head_list_delete_on_every_store() {
     }
 }
 
+/// Writes `data` into an unnamed scratch file under `directory`, as a segment
+/// build leaves it, and maps it.
+fn finished_file(directory: &std::path::Path, data: &[u8]) -> (std::fs::File, Bytes) {
+    use std::io::Write;
+    let mut file = tempfile::tempfile_in(directory).unwrap();
+    file.write_all(data).unwrap();
+    // SAFETY: the file is unnamed and finished; nothing writes to it.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    (file, Bytes::from_owner(map))
+}
+
+#[tokio::test]
+async fn a_finished_file_becomes_the_object_and_a_local_store_links_it() {
+    use std::os::unix::fs::MetadataExt;
+    let directory = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir_in(directory.path()).unwrap();
+    for store in stores(directory.path()).await {
+        let name = store.description().to_string();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let (file, bytes) = finished_file(scratch.path(), &data);
+        let key = keys::segment_key("c1", 3, "linked");
+        store.put_file(&key, &file, bytes).await.unwrap();
+        assert_eq!(store.get(&key).await.unwrap().as_ref(), &data[..], "{name}");
+        if let Some(path) = store.local_path(&key) {
+            // The object is the scratch file itself, not a copy of it.
+            let (object, scratch_file) =
+                (std::fs::metadata(&path).unwrap(), file.metadata().unwrap());
+            assert_eq!(object.ino(), scratch_file.ino(), "{name}: a copy");
+            assert_eq!(object.nlink(), 1, "{name}");
+            // Dropping the scratch file (and its mapping) leaves the object whole.
+            drop(file);
+            assert_eq!(std::fs::read(&path).unwrap(), data, "{name}");
+            // A key that exists already: written over, as `put` does.
+            let (again, bytes) = finished_file(scratch.path(), b"second");
+            store.put_file(&key, &again, bytes).await.unwrap();
+            assert_eq!(store.get(&key).await.unwrap().as_ref(), b"second", "{name}");
+            // A file that had a name and lost it cannot be linked: copied.
+            let named = tempfile::NamedTempFile::new_in(scratch.path()).unwrap();
+            std::fs::write(named.path(), b"third").unwrap();
+            let (reopened, path_of_named) = (named.reopen().unwrap(), named.path().to_owned());
+            drop(named);
+            assert!(!path_of_named.exists());
+            // SAFETY: nothing writes to the file any more.
+            let map = unsafe { memmap2::Mmap::map(&reopened) }.unwrap();
+            let key = keys::segment_key("c1", 3, "copied");
+            store
+                .put_file(&key, &reopened, Bytes::from_owner(map))
+                .await
+                .unwrap();
+            assert_eq!(store.get(&key).await.unwrap().as_ref(), b"third", "{name}");
+            let copied = std::fs::metadata(store.local_path(&key).unwrap()).unwrap();
+            assert_ne!(copied.ino(), reopened.metadata().unwrap().ino(), "{name}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn large_objects_go_up_in_parts() {
     let directory = tempfile::tempdir().unwrap();

@@ -137,7 +137,11 @@ async fn flush_frozen(
             default_nprobe: Some(built.default_nprobe),
             probe_ratio_milli: built.probe_ratio_milli,
         };
-        failpoints::during("flush-upload", shared.storage.put(&key, built.bytes)).await?;
+        failpoints::during(
+            "flush-upload",
+            shared.storage.put_file(&key, &built.file, built.bytes),
+        )
+        .await?;
         change.add_segments.push(entry.clone());
         new_segment = Some((entry, built.ids, built.codebook));
     }

@@ -120,6 +120,8 @@ type MergeSource = (Arc<str>, SegmentEntry, RoaringBitmap);
 /// when every source row was deleted), and where each id came from.
 struct MergedRows {
     bytes: bytes::Bytes,
+    /// The scratch file `bytes` maps (none when it is empty).
+    file: Option<std::fs::File>,
     ids: Vec<PointId>,
     default_nprobe: Option<u32>,
     probe_ratio_milli: Option<u32>,
@@ -154,8 +156,12 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         probe_ratio_milli: merged.probe_ratio_milli,
     };
     let empty_result = merged.ids.is_empty();
-    if !empty_result {
-        failpoints::during("merge-upload", shared.storage.put(&key, merged.bytes)).await?;
+    if let Some(file) = merged.file.as_ref().filter(|_| !empty_result) {
+        failpoints::during(
+            "merge-upload",
+            shared.storage.put_file(&key, file, merged.bytes),
+        )
+        .await?;
     }
     if !late_deleted.is_empty() {
         let deletes_key = keys::deletes_key(
@@ -305,6 +311,7 @@ async fn build_merged(
     Ok(match built {
         Some(built) => MergedRows {
             bytes: built.bytes,
+            file: Some(built.file),
             ids: built.ids,
             default_nprobe: Some(built.default_nprobe),
             probe_ratio_milli: built.probe_ratio_milli,
@@ -313,6 +320,7 @@ async fn build_merged(
         },
         None => MergedRows {
             bytes: bytes::Bytes::new(),
+            file: None,
             ids: Vec::new(),
             default_nprobe: None,
             probe_ratio_milli: None,

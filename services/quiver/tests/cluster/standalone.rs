@@ -744,4 +744,59 @@ async fn a_long_compaction_answers_202_and_goes_on() {
     assert_eq!(answer["done"], true, "{stdout}");
     assert!(answer["merges"].as_u64().unwrap() >= 1, "{stdout}");
     assert_eq!(described().await.0, 2);
+
+    // What the shards no longer reference (WAL objects, merged segments) is
+    // deleted once the standalone's 30 s grace is over: the disk then holds
+    // the two live segments, no copies of them, and no scratch files.
+    let data = directory.path().join("data");
+    let files_under = |path: std::path::PathBuf| -> Vec<std::path::PathBuf> {
+        let mut files = Vec::new();
+        let mut pending = vec![path];
+        while let Some(path) = pending.pop() {
+            for entry in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                if entry.file_type().unwrap().is_dir() {
+                    pending.push(entry.path());
+                } else {
+                    files.push(entry.path());
+                }
+            }
+        }
+        files
+    };
+    // `STANDALONE_GC_GRACE_MS` (30 s), the indexer's GC round (every 10 s), and
+    // a margin.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30 + 45);
+    loop {
+        let objects = files_under(data.join("objects"));
+        let wal = objects
+            .iter()
+            .filter(|path| path.to_string_lossy().contains("/wal/"));
+        let segments: Vec<_> = objects
+            .iter()
+            .filter(|path| {
+                path.extension()
+                    .is_some_and(|extension| extension == "qseg")
+            })
+            .collect();
+        if wal.count() == 0 && segments.len() == 2 {
+            for segment in segments {
+                use std::os::unix::fs::MetadataExt;
+                assert_eq!(
+                    std::fs::metadata(segment).unwrap().nlink(),
+                    1,
+                    "{segment:?}"
+                );
+            }
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "retired objects still on disk: {objects:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        files_under(data.join("scratch")),
+        Vec::<std::path::PathBuf>::new()
+    );
 }
