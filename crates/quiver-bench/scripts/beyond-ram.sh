@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Data larger than memory, in one run, with default settings:
 #   1. `quiver standalone` loads BASE (a payload on every point) and settles (flushes and
-#      merges done); its anonymous memory (RssAnon) is sampled every second,
-#      the peak reported;
+#      merges done); its anonymous memory (RssAnon) and the disk's free space are
+#      sampled every second, the peaks reported, and the data directory's size;
 #   2. it is restarted inside a memory cgroup of MEM_LIMIT bytes (page cache
 #      included: the data does not fit), the page cache dropped, and searched
 #      cold then warm at concurrency 1, 16, 64 (quiver-bench cluster, REST,
@@ -37,12 +37,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Samples RssAnon and RssFile (kB) of $1 every second into $2.
+# Samples RssAnon and RssFile (kB) of $1 and the free space (MiB) of the work
+# directory's filesystem every second into $2 (the free space also counts the
+# builds' unnamed scratch files, which no `du` sees).
 sample_memory() {
-    echo -e "seconds\trss_anon_kb\trss_file_kb" >"$2"
-    local start=$SECONDS
+    echo -e "seconds\trss_anon_kb\trss_file_kb\tfree_disk_mib" >"$2"
+    local start=$SECONDS free
     while kill -0 "$1" 2>/dev/null; do
-        awk -v t=$((SECONDS - start)) '/RssAnon/ {a=$2} /RssFile/ {f=$2} END {print t "\t" a "\t" f}' \
+        free=$(df -Pm "$work" | awk 'NR == 2 {print $4}')
+        awk -v t=$((SECONDS - start)) -v free="$free" '/RssAnon/ {a=$2} /RssFile/ {f=$2} END {print t "\t" a "\t" f "\t" free}' \
             "/proc/$1/status" >>"$2" 2>/dev/null || true
         sleep 1
     done
@@ -67,6 +70,10 @@ if [ ! -d "$work/standalone" ]; then
     wait "$sampler" 2>/dev/null || true; sampler=""
     awk 'NR > 1 && $2 > peak {peak = $2} END {printf "peak RssAnon while loading and merging: %.0f MiB\n", peak / 1024}' \
         "$out/load-memory.tsv" | tee "$out/load-memory.txt"
+    # Disk taken at the peak: free space at the start less its lowest (anything
+    # else writing to that disk meanwhile counts too).
+    awk 'NR == 2 {first = $4; low = $4} NR > 1 && $4 < low {low = $4} END {printf "peak disk used while loading and merging: %.1f GiB\n", (first - low) / 1024}' \
+        "$out/load-memory.tsv" | tee -a "$out/load-memory.txt"
 fi
 du -sh "$work/standalone" | tee -a "$out/load-memory.txt"
 
