@@ -354,32 +354,25 @@ pub(crate) async fn download_segment(
         path: directory.display().to_string(),
         source,
     };
-    if let Some(path) = storage.local_path(key) {
-        let name = key.to_string();
-        let segment = tokio::task::spawn_blocking(move || -> IndexerResult<_> {
-            Ok(Segment::open(MmapSource::open(&path)?.with_name(name))?)
-        })
-        .await
-        .map_err(|error| IndexerError::Internal(format!("segment open task: {error}")))??;
-        return Ok(DownloadedSegment {
-            segment,
-            _file: None,
-        });
-    }
-    let size = storage.head(key).await?.size;
-    let mut file = tempfile::Builder::new()
-        .prefix("quiver-segment-")
-        .tempfile_in(directory)
-        .map_err(io_error)?;
-    let mut offset = 0;
-    while offset < size {
-        let range: Range<u64> = offset..(offset + PART_BYTES).min(size);
-        let part = storage.get_range(key, range.clone()).await?;
-        file.write_all(&part).map_err(io_error)?;
-        offset = range.end;
-    }
-    file.flush().map_err(io_error)?;
-    let path = file.path().to_path_buf();
+    let (path, file) = match storage.local_path(key) {
+        Some(path) => (path, None),
+        None => {
+            let size = storage.head(key).await?.size;
+            let mut file = tempfile::Builder::new()
+                .prefix("quiver-segment-")
+                .tempfile_in(directory)
+                .map_err(io_error)?;
+            let mut offset = 0;
+            while offset < size {
+                let range: Range<u64> = offset..(offset + PART_BYTES).min(size);
+                let part = storage.get_range(key, range.clone()).await?;
+                file.write_all(&part).map_err(io_error)?;
+                offset = range.end;
+            }
+            file.flush().map_err(io_error)?;
+            (file.path().to_path_buf(), Some(file))
+        }
+    };
     let name = key.to_string();
     let segment = tokio::task::spawn_blocking(move || -> IndexerResult<_> {
         Ok(Segment::open(MmapSource::open(&path)?.with_name(name))?)
@@ -388,7 +381,7 @@ pub(crate) async fn download_segment(
     .map_err(|error| IndexerError::Internal(format!("segment open task: {error}")))??;
     Ok(DownloadedSegment {
         segment,
-        _file: Some(file),
+        _file: file,
     })
 }
 

@@ -120,7 +120,7 @@ type MergeSource = (Arc<str>, SegmentEntry, RoaringBitmap);
 /// when every source row was deleted), and where each id came from.
 struct MergedRows {
     bytes: bytes::Bytes,
-    /// The scratch file `bytes` maps (none when it is empty).
+    /// The scratch file `bytes` maps (none exactly when it is empty).
     file: Option<std::fs::File>,
     ids: Vec<PointId>,
     default_nprobe: Option<u32>,
@@ -156,7 +156,7 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         probe_ratio_milli: merged.probe_ratio_milli,
     };
     let empty_result = merged.ids.is_empty();
-    if let Some(file) = merged.file.as_ref().filter(|_| !empty_result) {
+    if let Some(file) = &merged.file {
         failpoints::during(
             "merge-upload",
             shared.storage.put_file(&key, file, merged.bytes),
