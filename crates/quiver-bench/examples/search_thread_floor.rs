@@ -59,6 +59,15 @@ fn main() -> Result<()> {
     sizes.sort_unstable();
     let rows: u64 = sizes.iter().map(|&size| size as u64).sum();
     let squares: f64 = sizes.iter().map(|&size| (size as f64).powi(2)).sum();
+    for section in segment.sections() {
+        println!(
+            "section {:?}: bytes {}..{} ({:.1} MiB)",
+            section.kind,
+            section.offset,
+            section.offset + section.length,
+            section.length as f64 / (1 << 20) as f64
+        );
+    }
     println!(
         "{} rows in {} blocks of {} rows, {} lists: median {} rows, max {}, sum of squares / rows {:.0} (the rows a probe of a random row's list scans)",
         rows,

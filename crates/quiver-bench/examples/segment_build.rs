@@ -9,7 +9,8 @@
 //!
 //! ```text
 //! cargo run --release -p quiver-bench --example segment_build -- \
-//!     --base syn1m768/base.fvecs --rows 200000 [--threads 1] [--calibrate]
+//!     --base syn1m768/base.fvecs --rows 200000 [--threads 1] [--calibrate] \
+//!     [--scratch-dir DIR]
 //! ```
 
 use std::path::PathBuf;
@@ -41,6 +42,10 @@ struct Options {
     /// Write the segment and calibrate its default probe.
     #[arg(long)]
     calibrate: bool,
+    /// Keep the rows in scratch files in this directory until the build, as
+    /// an indexer's builds do (default: in memory).
+    #[arg(long)]
+    scratch_dir: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -50,10 +55,15 @@ fn main() -> Result<()> {
     for _ in 0..options.repeat {
         let mut spec = SegmentSpec::new(base.dim, Metric::L2, IdType::U64);
         spec.build.threads = options.threads;
-        let mut writer = SegmentWriter::new(spec)?;
+        let adding = Instant::now();
+        let mut writer = match &options.scratch_dir {
+            Some(directory) => SegmentWriter::with_scratch_dir(spec, directory)?,
+            None => SegmentWriter::new(spec)?,
+        };
         for row in 0..base.rows() {
             writer.add(PointId::U64(row as u64), base.row(row), None)?;
         }
+        println!("  adding the rows: {:.2} s", adding.elapsed().as_secs_f64());
         let started = Instant::now();
         let last = Mutex::new((None::<BuildStage>, started, started));
         let file = tempfile::NamedTempFile::new()?;

@@ -9,6 +9,7 @@
 mod build_pool;
 mod calibrate;
 mod codebook;
+mod direct_io;
 mod error;
 mod fields;
 mod filter;
@@ -28,6 +29,7 @@ pub use calibrate::{
     MIN_SAMPLE_QUERIES, calibrate_nprobe,
 };
 pub use codebook::{Codebook, CodebookInfo};
+pub use direct_io::DirectFileWriter;
 pub use error::{IndexError, IndexErrorKind, IndexResult};
 pub use fields::{FieldColumn, FieldKind, FieldSpec, FieldValue};
 pub use filter::{CompareOp, Filter, Literal, MAX_FILTER_DEPTH};

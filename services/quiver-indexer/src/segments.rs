@@ -226,22 +226,28 @@ impl SegmentBuild {
             source,
         };
         let file = tempfile::tempfile_in(&self.scratch_dir).map_err(io_error)?;
-        // Whole 2 MiB writes: the scratch file's page cache is in huge folios.
-        let mut out = quiver_index::HugePageWriter::new(file);
+        // Written around the page cache where the file system allows it
+        // (`quiver_index::DirectFileWriter`): on a virtual machine a CPU write
+        // into a fresh 2 MiB page-cache folio is dear (a 1M x 768 merge spent
+        // half its time there), the device's is not.
+        let mut out = quiver_index::DirectFileWriter::new(file).map_err(io_error)?;
         self.writer.finish(&mut out, progress)?;
-        let file = out.into_inner().map_err(io_error)?;
+        let file = out.finish().map_err(io_error)?;
         let source = MmapSource::map_file(&file, "new segment")?;
         // A second mapping of the same pages, owned by the upload's bytes.
         // SAFETY: the file is unnamed and finished; nothing writes to it.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_error)?;
-        // A local object store (`quiver standalone`) takes this file as the
-        // object (`Storage::put_file`): the served file is these pages, in huge
-        // folios. Where it copies instead (another filesystem), the copy must
-        // not fault on its source: that splits it into small writes, which make
-        // small folios, and the served file would be mapped with 4 KiB pages (see
-        // `quiver_index::HugePageWriter`). So the mapping is populated first; the
-        // pages are in the page cache already. Older kernels refuse the advice,
-        // which changes nothing but the page size.
+        // The file read back into the page cache in 2 MiB folios (a fault of a
+        // `MADV_HUGEPAGE` mapping reads one; the device fills it), before the
+        // segment is opened (a read through its own mapping would make small
+        // ones). A local object store (`quiver standalone`) takes this file as
+        // the object (`Storage::put_file`): the served file is these pages,
+        // mapped with 2 MiB pages. Where the store copies instead (another
+        // filesystem), the copy does not fault on its source: a copy split into
+        // small writes makes small folios (see `quiver_index::HugePageWriter`).
+        // Older kernels refuse an advice, which changes nothing but the page
+        // size.
+        let _ = map.advise(memmap2::Advice::HugePage);
         let _ = map.advise(memmap2::Advice::PopulateRead);
         let bytes = Bytes::from_owner(map);
         let segment = Segment::open(source)?;
@@ -554,15 +560,22 @@ mod tests {
             .await
             .expect("put");
         multipart
-            .put("segment-in-parts", built.bytes)
+            .put("segment-in-parts", built.bytes.clone())
             .await
             .expect("multipart put");
+        // What `quiver standalone` serves: the build's own file, linked.
+        storage
+            .put_file("linked", &built.file, built.bytes)
+            .await
+            .expect("put file");
 
-        // Every whole 2 MiB page of the object is mapped as one: the upload
-        // copied from a mapping that no longer faults. (Copying from a fresh
-        // mapping, the kernel splits the copy and only the first page was huge.)
+        // Every whole 2 MiB page of the object is mapped as one: the build
+        // read its file back in 2 MiB folios (it wrote it around the page
+        // cache), and the uploads copied from that mapping, which no longer
+        // faults. (Copying from a fresh mapping, the kernel splits the copy and
+        // only the first page was huge.)
         let whole_pages = size / HUGE * HUGE;
-        for key in ["segment", "segment-in-parts"] {
+        for key in ["segment", "segment-in-parts", "linked"] {
             let path = storage.local_path(key).expect("a local store");
             let huge = huge_mapped_bytes(&path);
             assert!(
