@@ -145,7 +145,10 @@ impl Storage {
                 let local = object_store::local::LocalFileSystem::new_with_prefix(root).map_err(
                     |error| StorageError::Config(format!("{}: {error}", root.display())),
                 )?;
-                let local = Arc::new(local.with_automatic_cleanup(true));
+                // Durable when a put returns, as an S3 PUT is: the file and its
+                // directory entry synced (an acknowledged write's WAL object must
+                // survive a power loss, not only a killed process).
+                let local = Arc::new(local.with_automatic_cleanup(true).with_fsync(true));
                 local_store = Some(local.clone());
                 local
             }
@@ -327,7 +330,15 @@ impl Storage {
     ) -> StorageResult<()> {
         if let Some(path) = self.local_path(key) {
             let started = Instant::now();
-            match link_into_place(file, &path) {
+            // Syncs (a file written through the page cache may have gigabytes
+            // to write back): off the async workers.
+            let linked = match file.try_clone() {
+                Ok(file) => tokio::task::spawn_blocking(move || link_into_place(&file, &path))
+                    .await
+                    .unwrap_or_else(|error| Err(std::io::Error::other(error))),
+                Err(error) => Err(error),
+            };
+            match linked {
                 Ok(()) => {
                     METRICS
                         .duration
@@ -428,7 +439,16 @@ impl Storage {
 /// had a name and lost it.
 fn link_into_place(file: &std::fs::File, path: &std::path::Path) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
+    // Durable when it returns, as a put is: the file's data and size first, then
+    // its new name and any directory made for it.
+    file.sync_all()?;
+    let mut made = Vec::new();
     if let Some(parent) = path.parent() {
+        let mut missing = Some(parent);
+        while let Some(directory) = missing.filter(|directory| !directory.exists()) {
+            made.push(directory);
+            missing = directory.parent();
+        }
         std::fs::create_dir_all(parent)?;
     }
     let open_file = format!("/proc/self/fd/{}", file.as_raw_fd());
@@ -439,5 +459,14 @@ fn link_into_place(file: &std::fs::File, path: &std::path::Path) -> std::io::Res
         path,
         rustix::fs::AtFlags::SYMLINK_FOLLOW,
     )?;
+    // The directory holding the new name, and each directory made on the way
+    // in the one holding it.
+    let parent = path.parent();
+    for directory in parent
+        .into_iter()
+        .chain(made.iter().filter_map(|made| made.parent()))
+    {
+        std::fs::File::open(directory)?.sync_all()?;
+    }
     Ok(())
 }
