@@ -1,14 +1,17 @@
 //! Writing large files around the page cache.
 //!
-//! A build writes gigabytes: the scratch copy of its rows (read back by the
-//! build alone), then the segment. Written through the page cache, every page
-//! is first a page the CPU fills; on a virtual machine whose host takes back the
-//! guest's free memory (free page reporting, ballooning), the first write into
-//! each such page is a fault on the host as well: measured on the 2-vCPU nested
-//! guest the project runs on, `dd` of 1 GB into a new file took 9.8 s of system
-//! time buffered and 0.08 s with `O_DIRECT`, and reading it back cold 0.7 s (the
-//! device fills the pages, not the CPU). A 1M × 768 merge spent half its time
-//! there (docs/bench/served-real100k/calibrated-300/experiments.txt, item 48).
+//! A build writes its segment — gigabytes for a large merge — in aligned 2 MiB
+//! chunks, so that the page cache holds it in 2 MiB folios and it is mapped with
+//! huge pages. Through the page cache each of those folios is first filled by
+//! the CPU; on a virtual machine whose host takes back the guest's free memory
+//! (free page reporting, ballooning) that is a fault on the host for every page
+//! as well: measured on the 2-vCPU nested guest the project runs on, `dd` of
+//! 1 GB in 2 MiB writes into a new file took 5–10 s of system time buffered and
+//! 0.1 s with `O_DIRECT`, and reading it back cold through a `MADV_HUGEPAGE`
+//! mapping 0.9 s, with 2 MiB folios the device filled (smaller buffered writes,
+//! such as the build's 1 MiB scratch writes, were cheap). A 1M × 768 merge
+//! spent half its time there (docs/bench/served-real100k/calibrated-300/
+//! experiments.txt, items 48 and 49).
 //!
 //! [`DirectFileWriter`] writes whole, aligned [`HUGE_PAGE_BYTES`] chunks from a
 //! page-aligned buffer with `O_DIRECT` where the file system takes it, and the
