@@ -128,6 +128,10 @@ pub(crate) fn ca_bundle_error(settings: &S3Settings, reason: &str) -> StorageErr
     ))
 }
 
+/// The largest single write of an object into a local store (see
+/// [`Storage::put`]).
+const LOCAL_WRITE_BYTES: usize = 1 << 20;
+
 impl Storage {
     /// Opens the store at `url` (creating the directory of a `file://` store).
     pub fn open(
@@ -301,12 +305,20 @@ impl Storage {
                 }
             }
         } else {
-            self.run(
-                "put",
-                key,
-                self.store.put(&path, PutPayload::from_bytes(bytes)),
-            )
-            .await?;
+            let payload = if self.local.is_some() {
+                // A local store writes each piece with its own `write`, and a
+                // page-cache folio is as large as the write that made it: one
+                // write of several MiB makes 2 MiB folios, which on a virtual
+                // machine cost the CPU several seconds per GB to fill (see
+                // `quiver_index::DirectFileWriter`); 1 MiB pieces do not.
+                (0..size)
+                    .step_by(LOCAL_WRITE_BYTES)
+                    .map(|start| bytes.slice(start..(start + LOCAL_WRITE_BYTES).min(size)))
+                    .collect()
+            } else {
+                PutPayload::from_bytes(bytes)
+            };
+            self.run("put", key, self.store.put(&path, payload)).await?;
         }
         METRICS
             .bytes
