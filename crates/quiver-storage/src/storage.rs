@@ -305,12 +305,18 @@ impl Storage {
                 }
             }
         } else {
-            let payload = if self.local.is_some() {
+            let mapped = matches!(
+                crate::keys::parse_key(key),
+                Some(crate::keys::ObjectKind::Segment { .. })
+            );
+            let payload = if self.local.is_some() && !mapped {
                 // A local store writes each piece with its own `write`, and a
                 // page-cache folio is as large as the write that made it: one
                 // write of several MiB makes 2 MiB folios, which on a virtual
                 // machine cost the CPU several seconds per GB to fill (see
-                // `quiver_index::DirectFileWriter`); 1 MiB pieces do not.
+                // `quiver_index::DirectFileWriter`); 1 MiB pieces do not. A
+                // segment keeps its whole write: searchers map it, and 2 MiB
+                // folios are mapped with 2 MiB pages.
                 (0..size)
                     .step_by(LOCAL_WRITE_BYTES)
                     .map(|start| bytes.slice(start..(start + LOCAL_WRITE_BYTES).min(size)))

@@ -555,27 +555,30 @@ mod tests {
                 ..StorageOptions::default()
             },
         );
+        // Under segment keys, as the indexer writes them.
+        let key = |name: &str| quiver_storage::keys::segment_key("c1", 0, name);
+        let keys = [key("copied"), key("in-parts"), key("linked")];
         storage
-            .put("segment", built.bytes.clone())
+            .put(&keys[0], built.bytes.clone())
             .await
             .expect("put");
         multipart
-            .put("segment-in-parts", built.bytes.clone())
+            .put(&keys[1], built.bytes.clone())
             .await
             .expect("multipart put");
         // What `quiver standalone` serves: the build's own file, linked.
         storage
-            .put_file("linked", &built.file, built.bytes)
+            .put_file(&keys[2], &built.file, built.bytes)
             .await
             .expect("put file");
 
         // Every whole 2 MiB page of the object is mapped as one: the build
         // read its file back in 2 MiB folios (it wrote it around the page
         // cache), and the uploads copied from that mapping, which no longer
-        // faults. (Copying from a fresh mapping, the kernel splits the copy and
-        // only the first page was huge.)
+        // faults, in whole writes. (Copying from a fresh mapping, the kernel
+        // splits the copy and only the first page was huge.)
         let whole_pages = size / HUGE * HUGE;
-        for key in ["segment", "segment-in-parts", "linked"] {
+        for key in &keys {
             let path = storage.local_path(key).expect("a local store");
             let huge = huge_mapped_bytes(&path);
             assert!(

@@ -391,14 +391,14 @@ fn a_missing_or_empty_ca_bundle_is_refused_naming_the_file() {
 
 #[tokio::test]
 async fn an_object_of_several_mebibytes_comes_back_whole_from_every_store() {
-    // A local store writes a put in 1 MiB pieces: every boundary and the short
-    // last piece must land where they belong.
+    // A local store writes a WAL object in 1 MiB pieces: every boundary and the
+    // short last piece must land where they belong.
     let directory = tempfile::tempdir().unwrap();
     for store in stores(directory.path()).await {
         let name = store.description().to_string();
         for size in [(1 << 20) - 1, 1 << 20, (3 << 20) + 12_345] {
             let data: Vec<u8> = (0..size as u32).map(|i| (i * 7 % 253) as u8).collect();
-            let key = keys::segment_key("c1", 4, &format!("sized-{size}"));
+            let key = keys::wal_key("c1", 4, 1, size as u64);
             store.put(&key, Bytes::from(data.clone())).await.unwrap();
             let back = store.get(&key).await.unwrap();
             assert!(back.as_ref() == &data[..], "{name}: {size} bytes");
