@@ -355,18 +355,26 @@ async fn indexer_kill_points_with_takeover_lose_nothing() -> anyhow::Result<()> 
             // (the new holder dying at its own crash point, the other taking the
             // shards back) may have written its epoch into the tail by then, and
             // epochs only grow, so what the tail holds must be at most these.
-            let newest = run
-                .cluster
-                .leases(COLLECTION)
-                .await?
-                .values()
-                .map(|(_, epoch)| *epoch)
-                .max()
-                .unwrap_or(0);
+            // Right after such a death no indexer may hold the shards (the dead
+            // holder's lease expired, the other has not taken them yet): no
+            // lease is no epoch, so wait for one that covers the tail.
+            let cluster = &run.cluster;
+            let newest = std::cell::Cell::new(0);
+            let covered = eventually(
+                "a lease epoch at least the WAL tail's",
+                Duration::from_secs(60),
+                || async {
+                    let leases = cluster.leases(COLLECTION).await.ok()?;
+                    newest.set(leases.values().map(|(_, epoch)| *epoch).max().unwrap_or(0));
+                    (newest.get() >= scan.max_tail_epoch).then_some(())
+                },
+            )
+            .await;
             anyhow::ensure!(
-                scan.max_tail_epoch <= newest,
-                "the WAL tail holds epoch {} beyond the newest lease epoch {newest}",
-                scan.max_tail_epoch
+                covered.is_ok(),
+                "the WAL tail holds epoch {} beyond the newest lease epoch {} (60 s of leases)",
+                scan.max_tail_epoch,
+                newest.get()
             );
         }
         run.summary.iterations += 1;
