@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use quiver_common::stats::percentile_or_zero;
 use quiver_common::vecs::{Matrix, read_fvecs, read_ivecs};
 use quiver_index::{
-    ByteSource, Codebook, HugePageWriter, IdType, Metric, MmapSource, PointId, RawPrecision,
+    ByteSource, Codebook, DirectFileWriter, IdType, Metric, MmapSource, PointId, RawPrecision,
     SearchParams, SearchScratch, Segment, SegmentSpec, SegmentWriter, SharedProbe, merge_hits,
     search_shared,
 };
@@ -122,11 +122,19 @@ fn build_segments(
         }
         let path = directory.join(format!("segment-{index:04}.qseg"));
         let partial = path.with_extension("qseg.partial");
-        let file = std::fs::File::create(&partial)
+        // Readable too: it is mapped to be read back.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&partial)
             .with_context(|| format!("creating {}", partial.display()))?;
-        // Written as the indexer writes segments: whole 2 MiB pages, so the
-        // engine maps them with huge pages as the servers do.
-        let mut out = HugePageWriter::new(file);
+        // Written and read back as the indexer writes segments (around the
+        // page cache, then into it in 2 MiB folios), so the engine maps them
+        // with huge pages as the servers do.
+        let mut out = DirectFileWriter::new(file)
+            .with_context(|| format!("creating {}", partial.display()))?;
         let progress = bar(&format!("segment {index}"), 1);
         let summary = writer.finish(&mut out, &|stage, done, total| {
             progress.set_message(format!("{stage:?}"));
@@ -138,8 +146,11 @@ fn build_segments(
             progress.set_position(done);
         })?;
         progress.finish();
-        out.into_inner()
+        let file = out
+            .finish()
             .with_context(|| format!("writing {}", partial.display()))?;
+        quiver_index::map_read_back(&file)
+            .with_context(|| format!("reading back {}", partial.display()))?;
         std::fs::rename(&partial, &path)?;
         file_bytes += summary.file_bytes;
         hot_bytes += summary.hot_bytes;

@@ -16,8 +16,9 @@
 //! [`DirectFileWriter`] writes whole, aligned [`HUGE_PAGE_BYTES`] chunks from a
 //! page-aligned buffer with `O_DIRECT` where the file system takes it, and the
 //! same chunks through the page cache where it does not (tmpfs on older
-//! kernels, some network file systems): those make 2 MiB folios, as
-//! [`HugePageWriter`](crate::HugePageWriter)'s do.
+//! kernels, some network file systems): those make 2 MiB folios too.
+//! [`map_read_back`] maps a finished file so that reading it fills the page
+//! cache with 2 MiB folios (the device's work, not the CPU's).
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -139,6 +140,20 @@ impl Write for DirectFileWriter {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// Maps a finished file and reads it into the page cache in 2 MiB folios: a
+/// fault of a `MADV_HUGEPAGE` mapping reads one (the device fills it), and
+/// `MADV_POPULATE_READ` faults the whole file at once. Do it before anything
+/// else reads the file — a read through a mapping without the advice, or with
+/// `read`, makes small folios, and the file is then mapped with 4 KiB pages.
+/// Older kernels refuse an advice, which changes nothing but the page size.
+pub fn map_read_back(file: &File) -> io::Result<memmap2::Mmap> {
+    // SAFETY: the caller's file is finished; nothing writes to it while mapped.
+    let map = unsafe { memmap2::Mmap::map(file) }?;
+    let _ = map.advise(memmap2::Advice::HugePage);
+    let _ = map.advise(memmap2::Advice::PopulateRead);
+    Ok(map)
 }
 
 fn set_direct(file: &File, on: bool) -> io::Result<()> {

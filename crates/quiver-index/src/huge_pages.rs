@@ -8,13 +8,14 @@
 //!
 //! Linux maps a file with 2 MiB pages where its page cache holds 2 MiB folios,
 //! and (on file systems with large folios: ext4, xfs) a folio's size follows the
-//! write that made it: an aligned 2 MiB write from memory that is resident makes
-//! one, while `BufWriter`'s writes (its capacity, at any offset) and writes from
-//! a mapping that still faults make small ones. [`HugePageWriter`] writes whole,
-//! aligned 2 MiB chunks; a reader that faults a file in itself gets huge folios
-//! by advising its mapping `MADV_HUGEPAGE` (see `MmapSource`).
+//! write or read that made it: an aligned 2 MiB write from memory that is
+//! resident makes one, while `BufWriter`'s writes (its capacity, at any offset)
+//! and writes from a mapping that still faults make small ones. Segments are
+//! written in whole, aligned 2 MiB chunks around the page cache and read back
+//! through a `MADV_HUGEPAGE` mapping ([`crate::DirectFileWriter`],
+//! [`crate::map_read_back`]); a reader that faults a file in itself gets huge
+//! folios the same way (see `MmapSource`).
 
-use std::io::{self, Write};
 use std::ops::Range;
 
 use crate::source::AccessPattern;
@@ -45,88 +46,9 @@ pub fn advice_range(
     (start < end).then_some(start as usize..end as usize)
 }
 
-/// A buffered writer whose writes to `inner` are whole, aligned
-/// [`HUGE_PAGE_BYTES`] chunks (the last one may be shorter), counted from where
-/// `inner` stood when it was wrapped (the start of a new file).
-pub struct HugePageWriter<W: Write> {
-    inner: W,
-    buffer: Vec<u8>,
-    /// Bytes written to `inner` so far.
-    written: u64,
-}
-
-impl<W: Write> HugePageWriter<W> {
-    /// Wraps `inner`, positioned at the start of a file.
-    pub fn new(inner: W) -> Self {
-        HugePageWriter {
-            inner,
-            buffer: Vec::with_capacity(HUGE_PAGE_BYTES),
-            written: 0,
-        }
-    }
-
-    /// Writes what is buffered and returns the inner writer.
-    pub fn into_inner(mut self) -> io::Result<W> {
-        self.flush()?;
-        Ok(self.inner)
-    }
-
-    fn write_buffer(&mut self) -> io::Result<()> {
-        if !self.buffer.is_empty() {
-            self.inner.write_all(&self.buffer)?;
-            self.written += self.buffer.len() as u64;
-            self.buffer.clear();
-        }
-        Ok(())
-    }
-}
-
-impl<W: Write> Write for HugePageWriter<W> {
-    fn write(&mut self, mut data: &[u8]) -> io::Result<usize> {
-        let length = data.len();
-        while !data.is_empty() {
-            // Fill up to the next huge page boundary (after a flush mid-chunk,
-            // the next write still ends on one).
-            let end = self.written + self.buffer.len() as u64;
-            let room = HUGE_PAGE_BYTES - (end % HUGE_PAGE_BYTES as u64) as usize;
-            let take = room.min(data.len());
-            self.buffer.extend_from_slice(&data[..take]);
-            data = &data[take..];
-            if take == room {
-                self.write_buffer()?;
-            }
-        }
-        Ok(length)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.write_buffer()?;
-        self.inner.flush()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Records the size of every write it gets.
-    #[derive(Default)]
-    struct Recorder {
-        bytes: Vec<u8>,
-        writes: Vec<usize>,
-    }
-
-    impl Write for Recorder {
-        fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-            self.bytes.extend_from_slice(data);
-            self.writes.push(data.len());
-            Ok(data.len())
-        }
-
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
 
     #[test]
     fn advice_never_splits_a_huge_page_between_sections() {
@@ -158,33 +80,5 @@ mod tests {
             advice_range(3 * mib, mib as usize, size, AccessPattern::Random),
             None
         );
-    }
-
-    #[test]
-    fn writes_are_whole_aligned_huge_pages_and_keep_every_byte() {
-        let data: Vec<u8> = (0..5 * HUGE_PAGE_BYTES + 12_345)
-            .map(|index| (index * 31 % 251) as u8)
-            .collect();
-        let mut writer = HugePageWriter::new(Recorder::default());
-        // Odd-sized pieces, and a flush in the middle of a chunk.
-        let (first, rest) = data.split_at(HUGE_PAGE_BYTES + 7_000);
-        for piece in first.chunks(100_003) {
-            writer.write_all(piece).expect("write");
-        }
-        writer.flush().expect("flush");
-        writer.write_all(rest).expect("write");
-        let recorder = writer.into_inner().expect("into_inner");
-        assert_eq!(recorder.bytes, data);
-        // Every write but the flush's and the last ends on a huge page boundary.
-        let mut end = 0;
-        let mut unaligned = 0;
-        for &size in &recorder.writes {
-            end += size;
-            if end % HUGE_PAGE_BYTES != 0 {
-                unaligned += 1;
-            }
-        }
-        assert_eq!(unaligned, 2, "writes: {:?}", recorder.writes);
-        assert!(recorder.writes.iter().all(|&size| size <= HUGE_PAGE_BYTES));
     }
 }

@@ -29,12 +29,12 @@ pub use calibrate::{
     MIN_SAMPLE_QUERIES, calibrate_nprobe,
 };
 pub use codebook::{Codebook, CodebookInfo};
-pub use direct_io::DirectFileWriter;
+pub use direct_io::{DirectFileWriter, map_read_back};
 pub use error::{IndexError, IndexErrorKind, IndexResult};
 pub use fields::{FieldColumn, FieldKind, FieldSpec, FieldValue};
 pub use filter::{CompareOp, Filter, Literal, MAX_FILTER_DEPTH};
 pub use format::{ChunkChecksums, FORMAT_VERSION, SectionEntry, SectionKind, SegmentChunk};
-pub use huge_pages::{HUGE_PAGE_BYTES, HugePageWriter, advice_range};
+pub use huge_pages::{HUGE_PAGE_BYTES, advice_range};
 pub use params::{
     BuildParams, IdType, MAX_STRING_ID_BYTES, Metric, RawPrecision, SearchParams, default_nlist,
     default_nprobe, max_ratio_probes,

@@ -234,21 +234,14 @@ impl SegmentBuild {
         self.writer.finish(&mut out, progress)?;
         let file = out.finish().map_err(io_error)?;
         let source = MmapSource::map_file(&file, "new segment")?;
-        // A second mapping of the same pages, owned by the upload's bytes.
-        // SAFETY: the file is unnamed and finished; nothing writes to it.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_error)?;
-        // The file read back into the page cache in 2 MiB folios (a fault of a
-        // `MADV_HUGEPAGE` mapping reads one; the device fills it), before the
-        // segment is opened (a read through its own mapping would make small
-        // ones). A local object store (`quiver standalone`) takes this file as
-        // the object (`Storage::put_file`): the served file is these pages,
-        // mapped with 2 MiB pages. Where the store copies instead (another
-        // filesystem), the copy does not fault on its source: a copy split into
-        // small writes makes small folios (see `quiver_index::HugePageWriter`).
-        // Older kernels refuse an advice, which changes nothing but the page
-        // size.
-        let _ = map.advise(memmap2::Advice::HugePage);
-        let _ = map.advise(memmap2::Advice::PopulateRead);
+        // A second mapping of the same pages, owned by the upload's bytes,
+        // read back into the page cache in 2 MiB folios before the segment is
+        // opened (`quiver_index::map_read_back`). A local object store
+        // (`quiver standalone`) takes this file as the object
+        // (`Storage::put_file`): the served file is these pages, mapped with
+        // 2 MiB pages. Where the store copies instead (another filesystem),
+        // the copy does not fault on its source.
+        let map = quiver_index::map_read_back(&file).map_err(io_error)?;
         let bytes = Bytes::from_owner(map);
         let segment = Segment::open(source)?;
         let ids = segment.ids()?;
