@@ -1,11 +1,138 @@
 //! Helpers of the tests that start roles in this process: object stores (the S3
-//! server, memory), a searcher's read context, an indexer that moves only when
-//! the test writes.
+//! server, memory), a searcher's read context, a one-node metadata service, an
+//! indexer that moves only when the test writes, a searcher, a one-shard
+//! collection.
 
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-use quiver_searcher::ReadContext;
+use quiver_indexer::{IndexerNode, IndexerNodeConfig};
+use quiver_meta_client::MetaClient;
+use quiver_proto::data;
+use quiver_proto::data::indexer_client::IndexerClient;
+use quiver_proto::meta as pb;
+use quiver_searcher::{ReadContext, SearcherNode, SearcherNodeConfig};
+use quiver_storage::testing::{FaultConfig, FaultProxy};
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl};
+use quiver_test_support::S3TestServer;
+
+/// A fresh bucket of the S3 server: its storage (keys under `key_prefix`), a
+/// fault proxy in front of the server (no faults yet), and the same storage
+/// through that proxy — for a searcher whose store the test slows or breaks
+/// while the indexer writes at full speed.
+pub async fn store_and_proxied(
+    server: &S3TestServer,
+    bucket_prefix: &str,
+    key_prefix: &str,
+) -> (Storage, FaultProxy, Storage) {
+    let bucket = server.create_bucket(bucket_prefix).await;
+    let storage = server.storage(&bucket, key_prefix, StorageOptions::default());
+    let proxy = FaultProxy::start(server.endpoint(), FaultConfig::none())
+        .await
+        .unwrap();
+    let proxied = server.storage_via(
+        &proxy.endpoint(),
+        &bucket,
+        key_prefix,
+        StorageOptions::default(),
+    );
+    (storage, proxy, proxied)
+}
+
+/// Writes `records` to `shard` through `indexer`, retrying for up to 30 s
+/// while it refuses them (it may still be opening the shard).
+pub async fn write_until_accepted(
+    indexer: &mut IndexerClient<tonic::transport::Channel>,
+    shard: pb::ShardRef,
+    records: Vec<data::WriteRecord>,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match indexer
+            .write(data::WriteRequest {
+                shard: Some(shard),
+                records: records.clone(),
+            })
+            .await
+        {
+            Ok(_) => return,
+            Err(status) if std::time::Instant::now() < deadline => {
+                tracing::debug!(%status, "write not accepted yet");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("write failed: {status}"),
+        }
+    }
+}
+
+/// A one-node metadata service keeping its data in `directory`, and a client.
+pub async fn single_meta(directory: &Path) -> (quiver_meta::MetaServer, MetaClient) {
+    let meta = quiver_meta::run_single_node(directory, "127.0.0.1:0")
+        .await
+        .unwrap();
+    let client = MetaClient::connect([meta.local_address().to_string()]).unwrap();
+    (meta, client)
+}
+
+/// An indexer under [`manual_config`] writing to `storage`, and its address.
+pub async fn manual_indexer(
+    node_id: &str,
+    meta: &MetaClient,
+    storage: &Storage,
+) -> (IndexerNode, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let mut config = IndexerNodeConfig::new(node_id, &address);
+    config.indexer = manual_config();
+    config.heartbeat_interval = Duration::from_millis(200);
+    let indexer = IndexerNode::start(config, listener, meta.clone(), storage.clone())
+        .await
+        .unwrap();
+    (indexer, address)
+}
+
+/// A searcher reading through `read_context` (heartbeats every 200 ms, then
+/// `configure`), and its address.
+pub async fn searcher_node(
+    node_id: &str,
+    meta: &MetaClient,
+    read_context: Arc<ReadContext>,
+    configure: impl FnOnce(&mut SearcherNodeConfig),
+) -> (SearcherNode, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let mut config = SearcherNodeConfig::new(node_id, &address);
+    config.heartbeat_interval = Duration::from_millis(200);
+    configure(&mut config);
+    let searcher = SearcherNode::start(config, listener, meta.clone(), read_context)
+        .await
+        .unwrap();
+    (searcher, address)
+}
+
+/// Creates a one-shard collection and returns its shard.
+pub async fn one_shard_collection(
+    meta: &MetaClient,
+    name: &str,
+    dimension: usize,
+    metric: pb::Metric,
+) -> pb::ShardRef {
+    let created = meta
+        .create_collection(pb::CollectionSpec {
+            name: name.into(),
+            dimension: dimension as u32,
+            metric: metric as i32,
+            shards: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    pb::ShardRef {
+        collection_id: created.collection.unwrap().collection_id,
+        shard: 0,
+    }
+}
 
 /// The S3 server's storage (a fresh bucket named from `bucket_prefix`, keys under
 /// `key_prefix`), or `None` (a visible skip) without one; under CI a missing server fails.

@@ -9,17 +9,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quiver_indexer::{IndexerNode, IndexerNodeConfig};
 use quiver_proto::data::indexer_client::IndexerClient;
 use quiver_proto::data::searcher_client::SearcherClient;
 use quiver_proto::data::{self, write_record};
 use quiver_proto::meta as pb;
-use quiver_searcher::{ReadContext, SearcherNode, SearcherNodeConfig};
-use quiver_storage::StorageOptions;
-use quiver_storage::testing::{FaultConfig, FaultProxy};
+use quiver_searcher::ReadContext;
+use quiver_storage::testing::FaultConfig;
 use quiver_test_support::S3TestServer;
 
-use crate::in_process::manual_config;
+use crate::in_process::{
+    manual_indexer, one_shard_collection, searcher_node, single_meta, store_and_proxied,
+    write_until_accepted,
+};
 
 const DIM: usize = 64;
 const ROWS: u64 = 20_000;
@@ -54,39 +55,13 @@ async fn a_flushed_segment_serves_with_its_rows_already_in_the_cache() {
     let Some(server) = S3TestServer::from_env("the rows warm-up test") else {
         return;
     };
-    let bucket = server.create_bucket("quiver-rows-warm").await;
     // The indexer writes at full speed; the searcher reads through the proxy.
-    let storage = server.storage(&bucket, "rows-warm", StorageOptions::default());
-    let proxy = FaultProxy::start(server.endpoint(), FaultConfig::none())
-        .await
-        .unwrap();
-    let searcher_storage = server.storage_via(
-        &proxy.endpoint(),
-        &bucket,
-        "rows-warm",
-        StorageOptions::default(),
-    );
+    let (storage, proxy, searcher_storage) =
+        store_and_proxied(&server, "quiver-rows-warm", "rows-warm").await;
 
     let meta_dir = tempfile::tempdir().unwrap();
-    let meta = quiver_meta::run_single_node(meta_dir.path(), "127.0.0.1:0")
-        .await
-        .unwrap();
-    let client =
-        quiver_meta_client::MetaClient::connect([meta.local_address().to_string()]).unwrap();
-
-    let indexer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let indexer_address = indexer_listener.local_addr().unwrap().to_string();
-    let mut indexer_config = IndexerNodeConfig::new("indexer-rw", &indexer_address);
-    indexer_config.indexer = manual_config();
-    indexer_config.heartbeat_interval = Duration::from_millis(200);
-    let indexer = IndexerNode::start(
-        indexer_config,
-        indexer_listener,
-        client.clone(),
-        storage.clone(),
-    )
-    .await
-    .unwrap();
+    let (meta, client) = single_meta(meta_dir.path()).await;
+    let (indexer, indexer_address) = manual_indexer("indexer-rw", &client, &storage).await;
 
     // A cache with a row tier (what a searcher over S3 has), large enough that
     // the new segment's rows fit the quarter of it one reload may warm.
@@ -108,36 +83,14 @@ async fn a_flushed_segment_serves_with_its_rows_already_in_the_cache() {
         searcher_storage.clone(),
         tokio::runtime::Handle::current(),
     ));
-    let searcher_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let searcher_address = searcher_listener.local_addr().unwrap().to_string();
-    let mut searcher_config = SearcherNodeConfig::new("searcher-rw", &searcher_address);
-    searcher_config.heartbeat_interval = Duration::from_millis(200);
     // Frequent safety polls too: one that finds the flushed manifest while its
     // view is being prepared must not serve it with cold rows.
-    searcher_config.safety_poll_interval = Duration::from_millis(100);
-    let searcher = SearcherNode::start(
-        searcher_config,
-        searcher_listener,
-        client.clone(),
-        read_context.clone(),
-    )
-    .await
-    .unwrap();
-
-    let created = client
-        .create_collection(pb::CollectionSpec {
-            name: "rows_warm".into(),
-            dimension: DIM as u32,
-            metric: pb::Metric::L2 as i32,
-            shards: 1,
-            ..Default::default()
+    let (searcher, searcher_address) =
+        searcher_node("searcher-rw", &client, read_context.clone(), |config| {
+            config.safety_poll_interval = Duration::from_millis(100);
         })
-        .await
-        .unwrap();
-    let shard = pb::ShardRef {
-        collection_id: created.collection.unwrap().collection_id,
-        shard: 0,
-    };
+        .await;
+    let shard = one_shard_collection(&client, "rows_warm", DIM, pb::Metric::L2).await;
     let mut indexer_client = IndexerClient::connect(format!("http://{indexer_address}"))
         .await
         .unwrap();
@@ -157,23 +110,7 @@ async fn a_flushed_segment_serves_with_its_rows_already_in_the_cache() {
                 })),
             })
             .collect();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match indexer_client
-                .write(data::WriteRequest {
-                    shard: Some(shard),
-                    records: records.clone(),
-                })
-                .await
-            {
-                Ok(_) => break,
-                Err(status) if Instant::now() < deadline => {
-                    tracing::debug!(%status, "write not accepted yet");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(status) => panic!("write failed: {status}"),
-            }
-        }
+        write_until_accepted(&mut indexer_client, shard, records).await;
     }
     // Every row in the served WAL tail.
     let deadline = Instant::now() + Duration::from_secs(30);

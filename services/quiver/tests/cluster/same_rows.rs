@@ -7,17 +7,17 @@
 
 use std::time::Duration;
 
-use quiver_indexer::{IndexerNode, IndexerNodeConfig};
 use quiver_proto::data::indexer_client::IndexerClient;
 use quiver_proto::data::searcher_client::SearcherClient;
 use quiver_proto::data::{self, write_record};
 use quiver_proto::meta as pb;
-use quiver_searcher::{SearcherNode, SearcherNodeConfig};
-use quiver_storage::StorageOptions;
-use quiver_storage::testing::{Fault, FaultConfig, FaultProxy};
+use quiver_storage::testing::{Fault, FaultConfig};
 use quiver_test_support::S3TestServer;
 
-use crate::in_process::{context, counter, manual_config};
+use crate::in_process::{
+    context, counter, manual_indexer, one_shard_collection, searcher_node, single_meta,
+    store_and_proxied, write_until_accepted,
+};
 
 const DIM: usize = 8;
 
@@ -45,24 +45,7 @@ async fn write(
     shard: pb::ShardRef,
     ids: std::ops::Range<u64>,
 ) {
-    // The indexer may still be opening the shard: retry for a while.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match indexer
-            .write(data::WriteRequest {
-                shard: Some(shard),
-                records: upserts(ids.clone()),
-            })
-            .await
-        {
-            Ok(_) => return,
-            Err(status) if std::time::Instant::now() < deadline => {
-                tracing::debug!(%status, "write not accepted yet");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(status) => panic!("write failed: {status}"),
-        }
-    }
+    write_until_accepted(indexer, shard, upserts(ids)).await;
 }
 
 fn num(id: u64) -> Option<data::PointId> {
@@ -76,68 +59,18 @@ async fn a_strong_read_after_a_merge_is_answered_by_the_served_view() {
     let Some(server) = S3TestServer::from_env("the same-rows strong read test") else {
         return;
     };
-    let bucket = server.create_bucket("quiver-same-rows").await;
     // The indexer writes straight to the server; the searcher reads through a
     // proxy that can stall its GETs.
-    let storage = server.storage(&bucket, "same-rows", StorageOptions::default());
-    let proxy = FaultProxy::start(server.endpoint(), FaultConfig::none())
-        .await
-        .unwrap();
-    let searcher_storage = server.storage_via(
-        &proxy.endpoint(),
-        &bucket,
-        "same-rows",
-        StorageOptions::default(),
-    );
+    let (storage, proxy, searcher_storage) =
+        store_and_proxied(&server, "quiver-same-rows", "same-rows").await;
     let meta_dir = tempfile::tempdir().unwrap();
-    let meta = quiver_meta::run_single_node(meta_dir.path(), "127.0.0.1:0")
-        .await
-        .unwrap();
-    let client =
-        quiver_meta_client::MetaClient::connect([meta.local_address().to_string()]).unwrap();
-
-    let indexer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let indexer_address = indexer_listener.local_addr().unwrap().to_string();
-    let mut indexer_config = IndexerNodeConfig::new("indexer-same-rows", &indexer_address);
-    indexer_config.indexer = manual_config();
-    indexer_config.heartbeat_interval = Duration::from_millis(200);
-    let indexer = IndexerNode::start(
-        indexer_config,
-        indexer_listener,
-        client.clone(),
-        storage.clone(),
-    )
-    .await
-    .unwrap();
+    let (meta, client) = single_meta(meta_dir.path()).await;
+    let (indexer, indexer_address) = manual_indexer("indexer-same-rows", &client, &storage).await;
     let cache_dir = tempfile::tempdir().unwrap();
     let read_context = context(&searcher_storage, cache_dir.path(), 1 << 20);
-    let searcher_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let searcher_address = searcher_listener.local_addr().unwrap().to_string();
-    let mut searcher_config = SearcherNodeConfig::new("searcher-same-rows", &searcher_address);
-    searcher_config.heartbeat_interval = Duration::from_millis(200);
-    let searcher = SearcherNode::start(
-        searcher_config,
-        searcher_listener,
-        client.clone(),
-        read_context,
-    )
-    .await
-    .unwrap();
-
-    let created = client
-        .create_collection(pb::CollectionSpec {
-            name: "same_rows".into(),
-            dimension: DIM as u32,
-            metric: pb::Metric::L2 as i32,
-            shards: 1,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let shard = pb::ShardRef {
-        collection_id: created.collection.unwrap().collection_id,
-        shard: 0,
-    };
+    let (searcher, searcher_address) =
+        searcher_node("searcher-same-rows", &client, read_context, |_| {}).await;
+    let shard = one_shard_collection(&client, "same_rows", DIM, pb::Metric::L2).await;
     let mut indexer_client = IndexerClient::connect(format!("http://{indexer_address}"))
         .await
         .unwrap();

@@ -5,14 +5,15 @@
 
 use std::time::{Duration, Instant};
 
-use quiver_indexer::{IndexerNode, IndexerNodeConfig};
 use quiver_proto::data::indexer_client::IndexerClient;
 use quiver_proto::data::searcher_client::SearcherClient;
 use quiver_proto::data::{self, write_record};
 use quiver_proto::meta as pb;
-use quiver_searcher::{SearcherNode, SearcherNodeConfig};
 
-use crate::in_process::{context, counter, manual_config, memory_storage};
+use crate::in_process::{
+    context, counter, manual_indexer, memory_storage, one_shard_collection, searcher_node,
+    single_meta, write_until_accepted,
+};
 
 const DIM: usize = 8;
 
@@ -38,24 +39,7 @@ async fn write(
             })),
         })
         .collect();
-    // The indexer may still be opening the shard: retry UNAVAILABLE for a while.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match indexer
-            .write(data::WriteRequest {
-                shard: Some(shard),
-                records: Vec::clone(&records),
-            })
-            .await
-        {
-            Ok(_) => return,
-            Err(status) if Instant::now() < deadline => {
-                tracing::debug!(%status, "write not accepted yet");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(status) => panic!("write failed: {status}"),
-        }
-    }
+    write_until_accepted(indexer, shard, records).await;
 }
 
 /// Waits until an eventual (no manifest wait) search finds point `id`.
@@ -94,61 +78,22 @@ async fn wait_visible(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_searcher_follows_the_watch_stream_and_reopens_it() {
     let meta_dir = tempfile::tempdir().unwrap();
-    let mut meta = quiver_meta::run_single_node(meta_dir.path(), "127.0.0.1:0")
-        .await
-        .unwrap();
+    let (mut meta, client) = single_meta(meta_dir.path()).await;
     let meta_address = meta.local_address().to_string();
-    let client = quiver_meta_client::MetaClient::connect([meta_address.clone()]).unwrap();
     let storage = memory_storage();
-
-    let indexer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let indexer_address = indexer_listener.local_addr().unwrap().to_string();
-    let mut indexer_config = IndexerNodeConfig::new("indexer-w", &indexer_address);
-    indexer_config.indexer = manual_config();
-    indexer_config.heartbeat_interval = Duration::from_millis(200);
-    let indexer = IndexerNode::start(
-        indexer_config,
-        indexer_listener,
-        client.clone(),
-        storage.clone(),
-    )
-    .await
-    .unwrap();
+    let (indexer, indexer_address) = manual_indexer("indexer-w", &client, &storage).await;
 
     let cache_dir = tempfile::tempdir().unwrap();
     let read_context = context(&storage, cache_dir.path(), 1 << 20);
-    let searcher_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let searcher_address = searcher_listener.local_addr().unwrap().to_string();
-    let mut searcher_config = SearcherNodeConfig::new("searcher-w", &searcher_address);
     // Only the first poll runs (before the collection exists): everything after
     // must come through the watch stream.
-    searcher_config.safety_poll_interval = Duration::from_secs(3600);
-    searcher_config.heartbeat_interval = Duration::from_millis(200);
-    searcher_config.watch_max_backoff = Duration::from_millis(500);
-    let searcher = SearcherNode::start(
-        searcher_config,
-        searcher_listener,
-        client.clone(),
-        read_context.clone(),
-    )
-    .await
-    .unwrap();
-
-    let created = client
-        .create_collection(pb::CollectionSpec {
-            name: "watched".into(),
-            dimension: DIM as u32,
-            metric: pb::Metric::L2 as i32,
-            shards: 1,
-            ..Default::default()
+    let (searcher, searcher_address) =
+        searcher_node("searcher-w", &client, read_context.clone(), |config| {
+            config.safety_poll_interval = Duration::from_secs(3600);
+            config.watch_max_backoff = Duration::from_millis(500);
         })
-        .await
-        .unwrap();
-    let collection_id = created.collection.unwrap().collection_id;
-    let shard = pb::ShardRef {
-        collection_id,
-        shard: 0,
-    };
+        .await;
+    let shard = one_shard_collection(&client, "watched", DIM, pb::Metric::L2).await;
     let mut indexer_client = IndexerClient::connect(format!("http://{indexer_address}"))
         .await
         .unwrap();
