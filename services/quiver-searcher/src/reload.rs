@@ -28,8 +28,10 @@ pub(crate) struct ServedShard {
     view: Arc<RwLock<Option<Arc<ShardView>>>>,
     /// One manifest reload at a time per shard.
     reload: tokio::sync::Mutex<()>,
-    /// The newest manifest the watch announced and no reload has taken yet.
-    wanted: Mutex<Option<Manifest>>,
+    /// The newest manifest the watch announced and no reload has taken yet
+    /// (shared with a preparation, [`prepare_same_rows`], which stops warming
+    /// rows once a manifest with new rows waits).
+    wanted: Arc<Mutex<Option<Manifest>>>,
     /// `(view version, manifest version)`: the manifest meta has at that
     /// version holds exactly the rows of the view at that version (see
     /// [`ServedShard::view_with_rows_of`]).
@@ -46,7 +48,7 @@ impl ServedShard {
             spec,
             view: Arc::new(RwLock::new(None)),
             reload: tokio::sync::Mutex::new(()),
-            wanted: Mutex::new(None),
+            wanted: Arc::new(Mutex::new(None)),
             same_rows: Mutex::new(None),
             preparing: AtomicU64::new(0),
         }
@@ -327,7 +329,8 @@ struct Prepared {
 /// read waits for such a manifest (the served view has its rows,
 /// [`ServedShard::view_with_rows_of`]), and one that needs new rows does not
 /// wait for this warm-up: its reload takes the lock, which this does not hold.
-/// Only for segments read through the cache: a mapped local file has no row
+/// The rows' warm-up stops as soon as a manifest with new rows is announced, so
+/// eventual reads do not wait long for them either. Only for segments read through the cache: a mapped local file has no row
 /// tier (its rows are held in memory by the reload, [`warm_new_segments`]).
 async fn prepare_same_rows(
     state: &NodeState,
@@ -352,6 +355,7 @@ async fn prepare_same_rows(
     let context = state.context.clone();
     let spec = served.spec.clone();
     let served_view = served.view.clone();
+    let wanted = served.wanted.clone();
     let shard_name = shard.to_string();
     // Cleared by the reload that follows, once it holds the lock.
     served.preparing.store(manifest.version, Ordering::Release);
@@ -370,20 +374,29 @@ async fn prepare_same_rows(
             record_warm_up(&shard_name, "codes", bytes, started.elapsed());
             let rows_started = Instant::now();
             let version = view.manifest().version;
-            // Stops on a segment a newer served view no longer has.
+            let rows = view.manifest().last_committed;
+            // Stops once a manifest with new rows waits (eventual reads would
+            // see them only after this), and on a segment a newer served view
+            // no longer has; the reload's background warm-up does the rest.
             let still_wanted = |key: &str| {
-                served_view
-                    .read()
+                let new_rows_wait = wanted
+                    .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .as_ref()
-                    .is_none_or(|served| {
-                        served.manifest().version <= version
-                            || served
-                                .manifest()
-                                .segments
-                                .iter()
-                                .any(|entry| entry.key == key)
-                    })
+                    .is_some_and(|waiting| waiting.last_committed != rows);
+                !new_rows_wait
+                    && served_view
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .as_ref()
+                        .is_none_or(|served| {
+                            served.manifest().version <= version
+                                || served
+                                    .manifest()
+                                    .segments
+                                    .iter()
+                                    .any(|entry| entry.key == key)
+                        })
             };
             let bytes = warm_new_rows(&context, &view, Some(&current), &still_wanted);
             record_warm_up(&shard_name, "rows", bytes, rows_started.elapsed());
