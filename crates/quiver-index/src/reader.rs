@@ -18,6 +18,13 @@ use crate::rotation::{Rotation, padded_dimension};
 use crate::source::{AccessPattern, ByteSource, ReadSession};
 use crate::writer::{PointId, SegmentHeader};
 
+/// Rows whose payload offsets [`Segment::for_each_payload`] reads at a time.
+pub(crate) const PAYLOAD_SCAN_ROWS: u64 = 4096;
+
+/// The most payload text [`Segment::for_each_payload`] reads in one piece
+/// (unless one row's alone is larger).
+pub(crate) const PAYLOAD_SCAN_BYTES: u64 = 4 << 20;
+
 /// One IVF list: its rows and code blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ListEntry {
@@ -643,6 +650,59 @@ impl<S: ByteSource> Segment<S> {
         let base = (self.header.rows + 1) * 8;
         let bytes = self.read(SectionKind::Payloads, base + start, (end - start) as usize)?;
         Ok(Some(bytes.to_vec()))
+    }
+
+    /// Calls `visit(row, payload)` for every row that has a payload, in row
+    /// order, with its stored JSON text. The section is read in windows of at
+    /// most 4,096 rows and 4 MiB (a larger row alone), so a scan of a segment
+    /// larger than memory or than the cache holds one window at a time.
+    pub fn for_each_payload(
+        &self,
+        mut visit: impl FnMut(u32, &[u8]) -> IndexResult<()>,
+    ) -> IndexResult<()> {
+        let rows = self.header.rows;
+        let base = (rows + 1) * 8;
+        let mut first = 0u64;
+        while first < rows {
+            let count = (rows - first).min(PAYLOAD_SCAN_ROWS);
+            let offset_bytes =
+                self.read(SectionKind::Payloads, first * 8, (count as usize + 1) * 8)?;
+            let offsets: Vec<u64> = offset_bytes
+                .chunks_exact(8)
+                .map(|bytes| u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+                .collect();
+            drop(offset_bytes);
+            if offsets.windows(2).any(|pair| pair[1] < pair[0]) {
+                return Err(IndexError::corrupted(
+                    self.source.name(),
+                    "payload offsets decrease",
+                ));
+            }
+            // Rows whose texts together fit a window are read in one piece.
+            let mut start = 0usize;
+            while start < count as usize {
+                let mut end = start + 1;
+                while end < count as usize
+                    && offsets[end + 1] - offsets[start] <= PAYLOAD_SCAN_BYTES
+                {
+                    end += 1;
+                }
+                let span = (offsets[end] - offsets[start]) as usize;
+                if span > 0 {
+                    let bytes = self.read(SectionKind::Payloads, base + offsets[start], span)?;
+                    for index in start..end {
+                        let from = (offsets[index] - offsets[start]) as usize;
+                        let to = (offsets[index + 1] - offsets[start]) as usize;
+                        if to > from {
+                            visit((first + index as u64) as u32, &bytes[from..to])?;
+                        }
+                    }
+                }
+                start = end;
+            }
+            first += count;
+        }
+        Ok(())
     }
 
     /// Returns the stored payload of `row` parsed as JSON.

@@ -252,8 +252,15 @@ def _check_filter(tree: Any, schema: Dict[str, str], depth: int = 0) -> None:
         _check_filter(tree["not"], schema, depth + 1)
         return
     name = tree.get("field")
-    if name not in schema:
-        raise ApiError("INVALID_ARGUMENT", f"filter: field {name!r} is not in the payload schema")
+    # A declared field must be compared with values of its type; any other
+    # field is read from the payloads, as the server does.
+    kind = schema.get(name)
+    numeric = (int, float)
+    for literal in tree.get("in", tree.get("not_in", [tree.get("value")])):
+        if kind == "keyword" and not isinstance(literal, str) or kind in ("integer", "float") and (
+            isinstance(literal, bool) or not isinstance(literal, numeric)
+        ):
+            raise ApiError("INVALID_ARGUMENT", f"filter compares field {name!r} ({kind}) with {literal!r}")
     if "op" in tree and tree["op"] not in ("=", "!=", "<", "<=", ">", ">="):
         raise ApiError("INVALID_ARGUMENT", f"filter: unknown operator {tree['op']!r}")
 

@@ -1,5 +1,7 @@
-//! Checking a filter against a collection's payload schema: every field
-//! declared, every literal of the field's type, the nesting bounded.
+//! Checking a filter against a collection's payload schema: every literal
+//! compared with a declared field of that field's type, the nesting bounded.
+//! Fields the schema does not declare are allowed: they are read from the
+//! stored payloads (see [`Filter::rows`]).
 
 use super::ast::{CompareOp, Filter, Literal};
 use super::{MAX_FILTER_DEPTH, invalid};
@@ -7,8 +9,9 @@ use crate::error::IndexResult;
 use crate::fields::{FieldKind, FieldSpec};
 
 impl Filter {
-    /// Checks every field is declared in `schema` with a type its literals fit,
-    /// and the nesting is not deeper than [`MAX_FILTER_DEPTH`].
+    /// Checks every field declared in `schema` is compared with literals of its
+    /// type, and the nesting is not deeper than [`MAX_FILTER_DEPTH`]. A field
+    /// `schema` does not declare may hold anything, so any literal fits it.
     pub fn check(&self, schema: &[FieldSpec]) -> IndexResult<()> {
         self.check_at(schema, 0)
     }
@@ -21,10 +24,7 @@ impl Filter {
         }
         let check_literal = |field: &str, literal: &Literal| -> IndexResult<()> {
             let Some(spec) = schema.iter().find(|spec| spec.name == field) else {
-                let declared: Vec<&str> = schema.iter().map(|spec| spec.name.as_str()).collect();
-                return Err(invalid(format!(
-                    "filter field {field:?} is not in the collection's payload schema (declared: {declared:?})"
-                )));
+                return Ok(());
             };
             let fits = matches!(
                 (spec.kind, literal),

@@ -1,11 +1,14 @@
 //! Evaluating a filter: against one JSON payload (rows not in a segment yet),
 //! or over a segment's field columns into a row bitmap.
 
+use std::fmt;
+
 use roaring::RoaringBitmap;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
 use super::ast::{CompareOp, Filter, Literal};
-use crate::error::IndexResult;
+use crate::error::{IndexError, IndexResult};
 use crate::fields::FieldColumn;
 use crate::reader::Segment;
 use crate::source::ByteSource;
@@ -80,6 +83,12 @@ impl Filter {
     }
 
     /// Returns the rows of `segment` that satisfy the filter.
+    ///
+    /// A field the segment has a column for (declared in the payload schema
+    /// when it was written) is read from that column; any other field from the
+    /// rows' stored payloads, scanned once per evaluation, with the same
+    /// semantics as [`Filter::matches_payload`] — so a row matches the same
+    /// filter before and after it is flushed into a segment.
     pub fn rows<S: ByteSource>(&self, segment: &Segment<S>) -> IndexResult<RoaringBitmap> {
         let rows = segment.rows() as u32;
         let mut columns = Vec::new();
@@ -90,26 +99,19 @@ impl Filter {
         &self,
         segment: &Segment<S>,
         rows: u32,
-        columns: &mut Vec<(String, Option<FieldColumn>)>,
+        columns: &mut Vec<(String, Column)>,
     ) -> IndexResult<RoaringBitmap> {
         let all = || RoaringBitmap::from_sorted_iter(0..rows).expect("sorted");
         match self {
             Filter::Compare { field, op, value } => {
                 let column = column_of(segment, field, columns)?;
-                let matched = match column {
-                    Some(column) => compare_column(column, rows, *op, value),
-                    None => RoaringBitmap::new(),
-                };
                 Ok(if *op == CompareOp::Ne {
                     // Rows without a value are "not equal" too.
-                    let mut equal = match column {
-                        Some(column) => compare_column(column, rows, CompareOp::Eq, value),
-                        None => RoaringBitmap::new(),
-                    };
+                    let mut equal = column.compare(rows, CompareOp::Eq, value);
                     equal ^= all();
                     equal
                 } else {
-                    matched
+                    column.compare(rows, *op, value)
                 })
             }
             Filter::In {
@@ -119,10 +121,8 @@ impl Filter {
             } => {
                 let column = column_of(segment, field, columns)?;
                 let mut found = RoaringBitmap::new();
-                if let Some(column) = column {
-                    for value in values {
-                        found |= compare_column(column, rows, CompareOp::Eq, value);
-                    }
+                for value in values {
+                    found |= column.compare(rows, CompareOp::Eq, value);
                 }
                 if *negated {
                     found ^= all();
@@ -155,20 +155,138 @@ impl Filter {
     }
 }
 
-/// Decodes each field's column once per evaluation.
+/// One field's values over a segment's rows, as a filter reads them.
+enum Column {
+    /// The segment's column of a declared field.
+    Declared(FieldColumn),
+    /// A field without a column: each row's value read out of its payload
+    /// (rows without a payload or without the key have none).
+    Scanned(Vec<(u32, Value)>),
+}
+
+impl Column {
+    /// Rows whose value satisfies `value op literal` (rows without one never do).
+    fn compare(&self, rows: u32, op: CompareOp, literal: &Literal) -> RoaringBitmap {
+        match self {
+            Column::Declared(column) => compare_column(column, rows, op, literal),
+            Column::Scanned(values) => values
+                .iter()
+                .filter(|(_, stored)| {
+                    literal
+                        .compare_json(stored)
+                        .is_some_and(|ordering| op.holds(ordering))
+                })
+                .map(|&(row, _)| row)
+                .collect(),
+        }
+    }
+}
+
+/// Reads each field once per evaluation: its column, or its values scanned out
+/// of the payloads when the segment has no column for it.
 fn column_of<'c, S: ByteSource>(
     segment: &Segment<S>,
     field: &str,
-    columns: &'c mut Vec<(String, Option<FieldColumn>)>,
-) -> IndexResult<Option<&'c FieldColumn>> {
+    columns: &'c mut Vec<(String, Column)>,
+) -> IndexResult<&'c Column> {
     let position = match columns.iter().position(|(name, _)| name == field) {
         Some(position) => position,
         None => {
-            columns.push((field.to_string(), segment.field_column(field)?));
+            let column = match segment.field_column(field)? {
+                Some(column) => Column::Declared(column),
+                None => Column::Scanned(scan_field(segment, field)?),
+            };
+            columns.push((field.to_string(), column));
             columns.len() - 1
         }
     };
-    Ok(columns[position].1.as_ref())
+    Ok(&columns[position].1)
+}
+
+/// The rows of `segment` whose payload has a value for top-level key `field`,
+/// with that value (`null` counts as none, as for a declared field).
+fn scan_field<S: ByteSource>(segment: &Segment<S>, field: &str) -> IndexResult<Vec<(u32, Value)>> {
+    let mut values = Vec::new();
+    segment.for_each_payload(|row, text| {
+        let value = payload_field(text, field).map_err(|_| {
+            IndexError::corrupted(
+                segment.source.name(),
+                format!("payload of row {row} is not a JSON object"),
+            )
+        })?;
+        if let Some(value) = value.filter(|value| !value.is_null()) {
+            values.push((row, value));
+        }
+        Ok(())
+    })?;
+    Ok(values)
+}
+
+/// Reads the value of top-level key `field` out of a JSON object's text without
+/// building the rest of it (the last one if the key repeats, as `Value` keeps).
+/// `Ok(None)` when the key is absent or the text is not an object.
+fn payload_field(text: &[u8], field: &str) -> serde_json::Result<Option<Value>> {
+    struct KeyIs<'f>(&'f str);
+    impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
+        type Value = bool;
+        fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+            deserializer.deserialize_str(self)
+        }
+    }
+    impl<'de> Visitor<'de> for KeyIs<'_> {
+        type Value = bool;
+        fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+            formatter.write_str("a key")
+        }
+        fn visit_str<E: de::Error>(self, key: &str) -> Result<bool, E> {
+            Ok(key == self.0)
+        }
+    }
+    struct FieldOf<'f>(&'f str);
+    impl<'de> Visitor<'de> for FieldOf<'_> {
+        type Value = Option<Value>;
+        fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+            formatter.write_str("a JSON payload")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Value>, A::Error> {
+            let mut found = None;
+            while let Some(wanted) = map.next_key_seed(KeyIs(self.0))? {
+                if wanted {
+                    found = Some(map.next_value::<Value>()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+        // Anything but an object has no keys.
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Value>, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Option<Value>, E> {
+            Ok(None)
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Option<Value>, E> {
+            Ok(None)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Option<Value>, E> {
+            Ok(None)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Option<Value>, E> {
+            Ok(None)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Option<Value>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Option<Value>, E> {
+            Ok(None)
+        }
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(text);
+    let value = deserializer.deserialize_any(FieldOf(field))?;
+    deserializer.end()?;
+    Ok(value)
 }
 
 fn present(bits: &[u64], row: usize) -> bool {

@@ -207,7 +207,7 @@ async fn the_rest_api_end_to_end() {
             "/v1/collections/docs/search/batch",
             Some(json!({"searches": [
                 {"vector": vector(1, DIM), "k": 3},
-                {"vector": vector(2, DIM), "k": 3, "filter": "size = 3"}
+                {"vector": vector(2, DIM), "k": 3, "filter": "lang = 3"}
             ]})),
         )
         .await;
@@ -216,7 +216,7 @@ async fn the_rest_api_end_to_end() {
         body["error"]["message"]
             .as_str()
             .unwrap()
-            .starts_with("searches[1]: filter field \"size\""),
+            .starts_with("searches[1]: filter compares field \"lang\""),
         "{body}"
     );
 
@@ -330,7 +330,7 @@ async fn the_rest_api_end_to_end() {
         (
             "POST",
             "/v1/collections/docs/search",
-            json!({"vector": vector(1, DIM), "filter": "colour = 1"}),
+            json!({"vector": vector(1, DIM), "filter": "colour <= true"}),
             "INVALID_ARGUMENT",
             "colour",
         ),
@@ -642,6 +642,132 @@ async fn api_keys_are_enforced_per_access_level() {
 /// A compaction outlasting the gateway's wait answers `202 {"done": false}`
 /// and goes on; asking again joins it until `200 {"done": true}`; quiverctl
 /// does the asking by itself.
+/// A filter on payload fields no schema declares (a collection created with
+/// none, as the quick start does) answers from the unflushed rows and, the same,
+/// once they are in segments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_on_undeclared_fields_read_the_payloads() {
+    let directory = tempfile::tempdir().unwrap();
+    let config = directory.path().join("quiver.toml");
+    // No flush before the first searches (a flush every 3 s, or on compaction).
+    std::fs::write(&config, "[indexer]\nflush_interval_ms = 3000\n").unwrap();
+    let server = Standalone::start_with(
+        &directory.path().join("data"),
+        crate::support::StartOptions {
+            args: vec!["--config".into(), config.display().to_string()],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (status, body) = server
+        .call(
+            "PUT",
+            "/v1/collections/plain",
+            Some(json!({"dimension": DIM, "metric": "cosine"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let points: Vec<Value> = (0..600u64)
+        .map(|id| {
+            let kind = ["a", "b", "c"][(id % 3) as usize];
+            let mut payload = json!({"n": id, "kind": kind, "tags": ["x"]});
+            if id % 10 == 0 {
+                payload["kind"] = Value::Null;
+            }
+            json!({"id": id, "vector": vector(id, DIM), "payload": payload})
+        })
+        .collect();
+    let (status, body) = server
+        .call(
+            "POST",
+            "/v1/collections/plain/points",
+            Some(json!({"points": points})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let search = |filter: Value| {
+        let server = &server;
+        async move {
+            let (status, body) = server
+                .call(
+                    "POST",
+                    "/v1/collections/plain/search",
+                    Some(
+                        json!({"vector": vector(42, DIM), "k": 600, "filter": filter,
+                                "nprobe": 100000, "consistency": "strong"}),
+                    ),
+                )
+                .await;
+            assert_eq!(status, 200, "{body}");
+            let mut ids: Vec<u64> = body["hits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|hit| hit["id"].as_u64().unwrap())
+                .collect();
+            ids.sort_unstable();
+            ids
+        }
+    };
+    let expect =
+        |keep: &dyn Fn(u64) -> bool| (0..600u64).filter(|&id| keep(id)).collect::<Vec<_>>();
+    let cases: Vec<(Value, Vec<u64>)> = vec![
+        (
+            json!("n >= 40 and n < 45"),
+            expect(&|id| (40..45).contains(&id)),
+        ),
+        (
+            json!("kind = \"b\" and n < 100"),
+            expect(&|id| id % 3 == 1 && id % 10 != 0 && id < 100),
+        ),
+        (
+            json!("kind != \"a\" and n < 60"),
+            expect(&|id| (id % 3 != 0 || id % 10 == 0) && id < 60),
+        ),
+        (
+            json!({"field": "kind", "in": ["a", "c"], }),
+            expect(&|id| id % 3 != 1 && id % 10 != 0),
+        ),
+        (json!("n = \"7\" or tags = \"x\" or missing = 1"), vec![]),
+    ];
+    for (filter, expected) in &cases {
+        assert_eq!(
+            &search(filter.clone()).await,
+            expected,
+            "unflushed: {filter}"
+        );
+    }
+    let (_, body) = server.call("GET", "/v1/collections/plain", None).await;
+    assert_eq!(
+        body["segments"], 0,
+        "flushed before the first searches: {body}"
+    );
+    // Into segments: compact (flushes, then merges) and search again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = server
+            .call("POST", "/admin/v1/collections/plain/compact", None)
+            .await;
+        let (_, described) = server.call("GET", "/v1/collections/plain", None).await;
+        if status == 200 && described["wal_tail_rows"] == 0 && described["segments"] != 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never compacted: {body} {described}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (filter, expected) in &cases {
+        assert_eq!(
+            &search(filter.clone()).await,
+            expected,
+            "in segments: {filter}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_compaction_answers_202_and_goes_on() {
     let directory = tempfile::tempdir().unwrap();
