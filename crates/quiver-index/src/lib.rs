@@ -32,7 +32,7 @@ pub use codebook::{Codebook, CodebookInfo};
 pub use direct_io::{DirectFileWriter, map_read_back};
 pub use error::{IndexError, IndexErrorKind, IndexResult};
 pub use fields::{FieldColumn, FieldKind, FieldSpec, FieldValue};
-pub use filter::{CompareOp, Filter, Literal, MAX_FILTER_DEPTH};
+pub use filter::{CompareOp, FieldValues, Filter, Literal, MAX_FILTER_DEPTH};
 pub use format::{ChunkChecksums, FORMAT_VERSION, SectionEntry, SectionKind, SegmentChunk};
 pub use huge_pages::{HUGE_PAGE_BYTES, advice_range};
 pub use params::{

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use quiver_blobcache::{BlobCache, CachedObject};
-use quiver_index::{Filter, IndexErrorKind, Segment};
+use quiver_index::{FieldValues, Filter, IndexErrorKind, Segment};
 use quiver_storage::manifest::SegmentEntry;
 use quiver_storage::{DeletionBitmap, Storage, WalBatch, WalRecord};
 use roaring::RoaringBitmap;
@@ -21,6 +21,10 @@ pub const BITMAP_CACHE_BYTES: u64 = 64 << 20;
 pub const WAL_BATCH_CACHE_BYTES: u64 = 256 << 20;
 /// Bytes of filter matches (row bitmaps per segment and filter) kept.
 pub const FILTER_CACHE_BYTES: u64 = 64 << 20;
+/// Bytes of payload field values (per segment and field) kept for filters: a
+/// field's decoded column, or its values read out of the payloads when the
+/// payload schema does not declare it (one scan per segment and field).
+pub const FIELD_VALUES_CACHE_BYTES: u64 = 128 << 20;
 
 fn bitmap_weight(bitmap: &RoaringBitmap) -> u32 {
     u32::try_from(bitmap.serialized_size()).unwrap_or(u32::MAX)
@@ -53,6 +57,7 @@ pub struct ReadContext {
     bitmaps: moka::sync::Cache<String, Arc<RoaringBitmap>>,
     wal_batches: moka::sync::Cache<String, Arc<WalBatch>>,
     filter_rows: moka::sync::Cache<(String, String), Arc<RoaringBitmap>>,
+    field_values: moka::sync::Cache<(String, String), Arc<FieldValues>>,
 }
 
 impl ReadContext {
@@ -75,6 +80,12 @@ impl ReadContext {
             filter_rows: moka::sync::Cache::builder()
                 .max_capacity(FILTER_CACHE_BYTES)
                 .weigher(|_, rows: &Arc<RoaringBitmap>| bitmap_weight(rows))
+                .build(),
+            field_values: moka::sync::Cache::builder()
+                .max_capacity(FIELD_VALUES_CACHE_BYTES)
+                .weigher(|_, values: &Arc<FieldValues>| {
+                    u32::try_from(values.weight()).unwrap_or(u32::MAX)
+                })
                 .build(),
         }
     }
@@ -154,9 +165,55 @@ impl ReadContext {
         if let Some(rows) = self.filter_rows.get(&cache_key) {
             return Ok(rows);
         }
-        let rows = Arc::new(filter.rows(segment)?);
+        let mut values = Vec::new();
+        for field in filter.fields() {
+            values.push((field, self.field_values(segment_key, segment, field)?));
+        }
+        let rows = Arc::new(filter.rows_of(segment.rows() as u32, &|field| {
+            values
+                .iter()
+                .find(|(name, _)| *name == field)
+                .map(|(_, values)| values.as_ref())
+        }));
         self.filter_rows.insert(cache_key, rows.clone());
         Ok(rows)
+    }
+
+    /// Returns field `field`'s values over `segment`'s rows, read once per
+    /// segment and field: concurrent first filters on it wait for one read (a
+    /// scan of the payloads when the field has no column can take a while).
+    fn field_values(
+        &self,
+        segment_key: &str,
+        segment: &Segment<CachedObject>,
+        field: &str,
+    ) -> SearcherResult<Arc<FieldValues>> {
+        let mut failure = None;
+        let read =
+            self.field_values
+                .try_get_with(
+                    (segment_key.to_string(), field.to_string()),
+                    || match segment.field_values(field) {
+                        Ok(values) => {
+                            if values.scanned() {
+                                crate::metrics::METRICS.filter_field_scans.inc();
+                            }
+                            Ok(Arc::new(values))
+                        }
+                        Err(error) => {
+                            failure = Some(error);
+                            Err(())
+                        }
+                    },
+                );
+        match read {
+            Ok(values) => Ok(values),
+            // This thread's read failed: its error. Another's: read again here.
+            Err(_) => match failure {
+                Some(error) => Err(error.into()),
+                None => Ok(Arc::new(segment.field_values(field)?)),
+            },
+        }
     }
 }
 

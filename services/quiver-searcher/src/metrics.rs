@@ -14,6 +14,7 @@ pub(crate) struct SearcherMetrics {
     pub manifest_waits: IntCounter,
     pub manifest_same_rows: IntCounter,
     pub segment_opens: IntCounter,
+    pub filter_field_scans: IntCounter,
     pub corrupted_objects: IntCounter,
     pub manifest_reloads: IntCounterVec,
     pub watch_reconnects: IntCounter,
@@ -57,6 +58,11 @@ pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
     segment_opens: register_int_counter!(
         "quiver_searcher_segment_opens_total",
         "Segments opened (a manifest change opens only its new segments)."
+    )
+    .expect("metric registers once"),
+    filter_field_scans: register_int_counter!(
+        "quiver_searcher_filter_field_scans_total",
+        "Payload fields a filter read out of a segment's stored payloads (the field is not in the payload schema); kept per segment and field once read."
     )
     .expect("metric registers once"),
     corrupted_objects: register_int_counter!(

@@ -86,140 +86,250 @@ impl Filter {
     ///
     /// A field the segment has a column for (declared in the payload schema
     /// when it was written) is read from that column; any other field from the
-    /// rows' stored payloads, scanned once per evaluation, with the same
+    /// rows' stored payloads ([`Segment::field_values`]), with the same
     /// semantics as [`Filter::matches_payload`] — so a row matches the same
     /// filter before and after it is flushed into a segment.
     pub fn rows<S: ByteSource>(&self, segment: &Segment<S>) -> IndexResult<RoaringBitmap> {
-        let rows = segment.rows() as u32;
-        let mut columns = Vec::new();
-        self.evaluate(segment, rows, &mut columns)
+        let mut values = Vec::new();
+        for field in self.fields() {
+            values.push((field, segment.field_values(field)?));
+        }
+        Ok(self.rows_of(segment.rows() as u32, &|field| {
+            values
+                .iter()
+                .find(|(name, _)| *name == field)
+                .map(|(_, values)| values)
+        }))
     }
 
-    fn evaluate<S: ByteSource>(
+    /// The distinct fields the filter reads, in order of appearance.
+    pub fn fields(&self) -> Vec<&str> {
+        fn collect<'f>(filter: &'f Filter, out: &mut Vec<&'f str>) {
+            match filter {
+                Filter::Compare { field, .. } | Filter::In { field, .. } => {
+                    if !out.contains(&field.as_str()) {
+                        out.push(field);
+                    }
+                }
+                Filter::And(parts) | Filter::Or(parts) => {
+                    parts.iter().for_each(|part| collect(part, out))
+                }
+                Filter::Not(inner) => collect(inner, out),
+            }
+        }
+        let mut out = Vec::new();
+        collect(self, &mut out);
+        out
+    }
+
+    /// Returns the rows (of `rows`) that satisfy the filter, given each of its
+    /// [`Filter::fields`]' values over those rows (`None`: no row has one) —
+    /// for a caller that keeps [`Segment::field_values`] between filters.
+    pub fn rows_of<'v>(
         &self,
-        segment: &Segment<S>,
         rows: u32,
-        columns: &mut Vec<(String, Column)>,
-    ) -> IndexResult<RoaringBitmap> {
+        values: &dyn Fn(&str) -> Option<&'v FieldValues>,
+    ) -> RoaringBitmap {
         let all = || RoaringBitmap::from_sorted_iter(0..rows).expect("sorted");
+        let compare = |field: &str, op: CompareOp, literal: &Literal| {
+            values(field).map_or_else(RoaringBitmap::new, |values| {
+                values.compare(rows, op, literal)
+            })
+        };
         match self {
             Filter::Compare { field, op, value } => {
-                let column = column_of(segment, field, columns)?;
-                Ok(if *op == CompareOp::Ne {
+                if *op == CompareOp::Ne {
                     // Rows without a value are "not equal" too.
-                    let mut equal = column.compare(rows, CompareOp::Eq, value);
+                    let mut equal = compare(field, CompareOp::Eq, value);
                     equal ^= all();
                     equal
                 } else {
-                    column.compare(rows, *op, value)
-                })
+                    compare(field, *op, value)
+                }
             }
             Filter::In {
                 field,
-                values,
+                values: literals,
                 negated,
             } => {
-                let column = column_of(segment, field, columns)?;
                 let mut found = RoaringBitmap::new();
-                for value in values {
-                    found |= column.compare(rows, CompareOp::Eq, value);
+                for literal in literals {
+                    found |= compare(field, CompareOp::Eq, literal);
                 }
                 if *negated {
                     found ^= all();
                 }
-                Ok(found)
+                found
             }
             Filter::And(parts) => {
                 let mut result = all();
                 for part in parts {
-                    result &= part.evaluate(segment, rows, columns)?;
+                    result &= part.rows_of(rows, values);
                     if result.is_empty() {
                         break;
                     }
                 }
-                Ok(result)
+                result
             }
             Filter::Or(parts) => {
                 let mut result = RoaringBitmap::new();
                 for part in parts {
-                    result |= part.evaluate(segment, rows, columns)?;
+                    result |= part.rows_of(rows, values);
                 }
-                Ok(result)
+                result
             }
             Filter::Not(inner) => {
-                let mut result = inner.evaluate(segment, rows, columns)?;
+                let mut result = inner.rows_of(rows, values);
                 result ^= all();
-                Ok(result)
+                result
             }
         }
     }
 }
 
-/// One field's values over a segment's rows, as a filter reads them.
-enum Column {
-    /// The segment's column of a declared field.
-    Declared(FieldColumn),
-    /// A field without a column: each row's value read out of its payload
-    /// (rows without a payload or without the key have none).
-    Scanned(Vec<(u32, Value)>),
+/// One payload field's values over the rows of a segment, as filters read them:
+/// the segment's column of a declared field, or — for a field it has no column
+/// for — typed columns built from the stored payloads, one per JSON type the
+/// field holds (keywords, integers, other numbers, booleans; `null`, arrays and
+/// objects count as no value). What a searcher caches per segment and field.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FieldValues {
+    columns: Vec<FieldColumn>,
+    /// Whether they were read out of the payloads (the field has no column).
+    scanned: bool,
 }
 
-impl Column {
+impl FieldValues {
+    /// Whether the values were scanned out of the payloads (no column).
+    pub fn scanned(&self) -> bool {
+        self.scanned
+    }
+
+    /// Heap bytes held (for a cache's weigher).
+    pub fn weight(&self) -> usize {
+        self.columns
+            .iter()
+            .map(|column| match column {
+                FieldColumn::Keyword {
+                    dictionary,
+                    codes,
+                    present,
+                } => {
+                    dictionary.iter().map(|word| word.len() + 24).sum::<usize>()
+                        + codes.len() * 4
+                        + present.len() * 8
+                }
+                FieldColumn::Integer { values, present } => values.len() * 8 + present.len() * 8,
+                FieldColumn::Float { values, present } => values.len() * 8 + present.len() * 8,
+                FieldColumn::Bool { values, present } => values.len() + present.len() * 8,
+            })
+            .sum::<usize>()
+            + 64
+    }
+
     /// Rows whose value satisfies `value op literal` (rows without one never do).
     fn compare(&self, rows: u32, op: CompareOp, literal: &Literal) -> RoaringBitmap {
-        match self {
-            Column::Declared(column) => compare_column(column, rows, op, literal),
-            Column::Scanned(values) => values
-                .iter()
-                .filter(|(_, stored)| {
-                    literal
-                        .compare_json(stored)
-                        .is_some_and(|ordering| op.holds(ordering))
-                })
-                .map(|&(row, _)| row)
-                .collect(),
+        let mut matched = RoaringBitmap::new();
+        for column in &self.columns {
+            matched |= compare_column(column, rows, op, literal);
         }
+        matched
     }
 }
 
-/// Reads each field once per evaluation: its column, or its values scanned out
-/// of the payloads when the segment has no column for it.
-fn column_of<'c, S: ByteSource>(
-    segment: &Segment<S>,
-    field: &str,
-    columns: &'c mut Vec<(String, Column)>,
-) -> IndexResult<&'c Column> {
-    let position = match columns.iter().position(|(name, _)| name == field) {
-        Some(position) => position,
-        None => {
-            let column = match segment.field_column(field)? {
-                Some(column) => Column::Declared(column),
-                None => Column::Scanned(scan_field(segment, field)?),
-            };
-            columns.push((field.to_string(), column));
-            columns.len() - 1
+impl<S: ByteSource> Segment<S> {
+    /// Returns field `name`'s values over this segment's rows: its column when
+    /// the segment has one, else read out of every row's stored payload (one
+    /// pass over the payloads, [`Segment::for_each_payload`]).
+    pub fn field_values(&self, name: &str) -> IndexResult<FieldValues> {
+        if let Some(column) = self.field_column(name)? {
+            return Ok(FieldValues {
+                columns: vec![column],
+                scanned: false,
+            });
         }
-    };
-    Ok(&columns[position].1)
-}
-
-/// The rows of `segment` whose payload has a value for top-level key `field`,
-/// with that value (`null` counts as none, as for a declared field).
-fn scan_field<S: ByteSource>(segment: &Segment<S>, field: &str) -> IndexResult<Vec<(u32, Value)>> {
-    let mut values = Vec::new();
-    segment.for_each_payload(|row, text| {
-        let value = payload_field(text, field).map_err(|_| {
-            IndexError::corrupted(
-                segment.source.name(),
-                format!("payload of row {row} is not a JSON object"),
-            )
+        let rows = self.rows() as usize;
+        let words = rows.div_ceil(64);
+        let mut keywords: Vec<(u32, String)> = Vec::new();
+        let (mut integers, mut integers_present) = (Vec::new(), Vec::new());
+        let (mut floats, mut floats_present) = (Vec::new(), Vec::new());
+        let (mut bools, mut bools_present) = (Vec::new(), Vec::new());
+        let set = |present: &mut Vec<u64>, row: u32| {
+            present.resize(words, 0);
+            present[row as usize / 64] |= 1 << (row % 64);
+        };
+        self.for_each_payload(|row, text| {
+            let value = payload_field(text, name).map_err(|_| {
+                IndexError::corrupted(
+                    self.source.name(),
+                    format!("payload of row {row} is not JSON"),
+                )
+            })?;
+            match value {
+                Some(Value::String(text)) => keywords.push((row, text)),
+                Some(Value::Bool(flag)) => {
+                    bools.resize(rows, false);
+                    bools[row as usize] = flag;
+                    set(&mut bools_present, row);
+                }
+                Some(Value::Number(number)) => match number.as_i64() {
+                    Some(integer) => {
+                        integers.resize(rows, 0);
+                        integers[row as usize] = integer;
+                        set(&mut integers_present, row);
+                    }
+                    None => {
+                        floats.resize(rows, 0.0);
+                        floats[row as usize] = number.as_f64().unwrap_or(f64::NAN);
+                        set(&mut floats_present, row);
+                    }
+                },
+                _ => {}
+            }
+            Ok(())
         })?;
-        if let Some(value) = value.filter(|value| !value.is_null()) {
-            values.push((row, value));
+        let mut columns = Vec::new();
+        if !keywords.is_empty() {
+            let mut dictionary: Vec<String> =
+                keywords.iter().map(|(_, text)| text.clone()).collect();
+            dictionary.sort_unstable();
+            dictionary.dedup();
+            let mut codes = vec![0u32; rows];
+            let mut present = Vec::new();
+            for (row, text) in &keywords {
+                codes[*row as usize] =
+                    dictionary.binary_search(text).expect("in dictionary") as u32;
+                set(&mut present, *row);
+            }
+            columns.push(FieldColumn::Keyword {
+                dictionary,
+                codes,
+                present,
+            });
         }
-        Ok(())
-    })?;
-    Ok(values)
+        if !integers_present.is_empty() {
+            columns.push(FieldColumn::Integer {
+                values: integers,
+                present: integers_present,
+            });
+        }
+        if !floats_present.is_empty() {
+            columns.push(FieldColumn::Float {
+                values: floats,
+                present: floats_present,
+            });
+        }
+        if !bools_present.is_empty() {
+            columns.push(FieldColumn::Bool {
+                values: bools,
+                present: bools_present,
+            });
+        }
+        Ok(FieldValues {
+            columns,
+            scanned: true,
+        })
+    }
 }
 
 /// Reads the value of top-level key `field` out of a JSON object's text without

@@ -21,6 +21,7 @@ mod json;
 mod parse;
 
 pub use ast::{CompareOp, Filter, Literal};
+pub use eval::FieldValues;
 
 use crate::error::IndexError;
 

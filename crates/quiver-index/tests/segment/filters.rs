@@ -82,6 +82,12 @@ fn undeclared_payload(row: usize) -> Option<serde_json::Value> {
         // The same key with another type in some rows.
         payload["price"] = serde_json::json!(row.to_string());
     }
+    // Numbers beyond i64 among fractions.
+    payload["big"] = if row.is_multiple_of(19) {
+        serde_json::json!(u64::MAX)
+    } else {
+        serde_json::json!(row as f64 + 0.5)
+    };
     if row == 4_500 {
         // Larger than a scan window (4 MiB) on its own.
         payload["blob"] = serde_json::json!("x".repeat(5 << 20));
@@ -143,6 +149,10 @@ fn fields_without_a_column_are_read_from_the_payloads() {
         r#"nested = "red""#,
         "missing = 1",
         "missing != 1",
+        "big > 1e18",
+        "big <= 100",
+        "big = 10.5",
+        "big in [11.5, 12]",
         "price > 8990",
     ] {
         let filter = Filter::parse(text).unwrap();
@@ -156,6 +166,23 @@ fn fields_without_a_column_are_read_from_the_payloads() {
             .collect();
         assert_eq!(rows.iter().collect::<Vec<_>>(), expected, "{text}");
     }
+    // The same through values kept between filters, as a searcher does.
+    let kept: Vec<(&str, quiver_index::FieldValues)> = ["price", "color"]
+        .into_iter()
+        .map(|field| (field, segment.field_values(field).unwrap()))
+        .collect();
+    assert!(kept.iter().all(|(_, values)| values.scanned()));
+    let filter = Filter::parse(r#"price < 300 and color = "blue""#).unwrap();
+    let lookup = |field: &str| {
+        kept.iter()
+            .find(|(name, _)| *name == field)
+            .map(|(_, values)| values)
+    };
+    assert_eq!(
+        filter.rows_of(segment.rows() as u32, &lookup),
+        filter.rows(&segment).unwrap()
+    );
+    assert!(!filter.rows(&segment).unwrap().is_empty());
     // The row larger than a scan window is read, and those around it.
     let filter = Filter::parse(r#"blob >= "x" or price = 4095 or price = 8999"#).unwrap();
     let ids: Vec<quiver_index::PointId> = filter
@@ -185,6 +212,8 @@ fn a_declared_column_and_a_scan_of_the_same_payloads_agree() {
     });
     let undeclared = Segment::open(MemorySource::new("undeclared.qseg", &undeclared)).unwrap();
     assert!(undeclared.header().fields.is_empty());
+    assert!(!declared.field_values("price").unwrap().scanned());
+    assert!(undeclared.field_values("price").unwrap().scanned());
     for text in [
         r#"color = "red" and weight != 1.75"#,
         r#"color not in ["red"] or sale = true"#,
