@@ -51,7 +51,7 @@ pub struct CollectionIndex {
     pub raw_precision: String,
 }
 
-/// One declared payload field.
+/// One declared (indexed) payload field.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FieldSchema {
@@ -82,7 +82,7 @@ pub struct Collection {
     pub replication: u32,
     /// Index settings.
     pub index: CollectionIndex,
-    /// The declared payload fields.
+    /// The declared payload fields, indexed for filters.
     pub payload_schema: Vec<FieldSchema>,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,

@@ -151,7 +151,8 @@ pub struct Point {
     pub id: PointId,
     /// The vector, of the collection's dimension, finite values.
     pub vector: Vec<f32>,
-    /// A JSON object; its declared fields can be filtered on. `null` is none.
+    /// A JSON object; filters can use its top-level fields (those of the payload
+    /// schema indexed). `null` is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
 }

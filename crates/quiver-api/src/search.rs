@@ -59,7 +59,8 @@ pub struct SearchRequest {
     /// How many hits (default 10).
     #[serde(default = "default_k")]
     pub k: usize,
-    /// A filter on declared payload fields: its string form
+    /// A filter on payload fields (those of the payload schema are indexed; any
+    /// other is read from the stored payloads): its string form
     /// (`"lang = \"en\" and year >= 2020"`) or its JSON form
     /// (`{"and": [{"field": "lang", "value": "en"}, …]}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

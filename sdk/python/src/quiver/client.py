@@ -167,7 +167,8 @@ class Client:
             shards: shard count, fixed at creation.
             replication: searchers per shard.
             index: index parameters (quantization, raw-vector precision, segment size).
-            payload_schema: the filterable fields, as ``{"lang": "keyword"}`` or
+            payload_schema: the fields indexed for filters (any payload field can be
+                filtered on; declared ones are fast), as ``{"lang": "keyword"}`` or
                 ``[{"name": "lang", "type": "keyword"}]``; types are ``keyword``,
                 ``integer``, ``float`` and ``bool``.
 
@@ -324,7 +325,7 @@ class Client:
 
         Args:
             vector: a list of floats or a 1-D numpy array.
-            filter: a filter on payload fields declared in the schema, as a string
+            filter: a filter on payload fields (the schema's are indexed), as a string
                 (``'lang = "en" and year >= 2020'``) or a JSON tree
                 (``{"and": [{"field": "lang", "op": "=", "value": "en"}, ...]}``,
                 ``{"field": "f", "in": [...]}``, ``{"not": {...}}``).

@@ -46,8 +46,9 @@ pub fn check_search_options(limits: &Limits, input: &SearchInput) -> GatewayResu
     Ok(())
 }
 
-/// Checks a search against the collection (dimension, finite values, a filter on
-/// declared fields of the right types); returns the filter's string form.
+/// Checks a search against the collection (dimension, finite values, a filter
+/// whose declared fields are compared with values of their types); returns the
+/// filter's string form.
 pub fn prepare_search(
     spec: &SegmentSpec,
     name: &str,
