@@ -5,6 +5,24 @@ use quiver_index::{Filter, MemorySource, SearchParams, SearchScratch, Segment};
 
 use crate::data::small_segment_bytes;
 
+/// Filters over the fields of [`small_segment_bytes`]: every operator, missing values.
+const COLUMN_FILTERS: &[&str] = &[
+    r#"color = "red""#,
+    r#"color != "red""#,
+    r#"color >= "green""#,
+    r#"color in ["red", "blue"]"#,
+    r#"color not in ["red", "purple"]"#,
+    "price < 70",
+    "price >= 10.5 and price <= 20",
+    "weight > 100.0",
+    "weight != 1.75",
+    "weight = 0",
+    "sale = true",
+    "sale != false or price = 3",
+    r#"not (color = "green" and sale = true) and price < 300"#,
+    "price = 9999",
+];
+
 #[test]
 fn segment_bitmaps_agree_with_payload_evaluation() {
     let bytes = small_segment_bytes();
@@ -13,22 +31,7 @@ fn segment_bitmaps_agree_with_payload_evaluation() {
     let payloads: Vec<serde_json::Value> = (0..segment.rows() as u32)
         .map(|row| segment.payload(row).unwrap().unwrap())
         .collect();
-    for text in [
-        r#"color = "red""#,
-        r#"color != "red""#,
-        r#"color >= "green""#,
-        r#"color in ["red", "blue"]"#,
-        r#"color not in ["red", "purple"]"#,
-        "price < 70",
-        "price >= 10.5 and price <= 20",
-        "weight > 100.0",
-        "weight != 1.75",
-        "weight = 0",
-        "sale = true",
-        "sale != false or price = 3",
-        r#"not (color = "green" and sale = true) and price < 300"#,
-        "price = 9999",
-    ] {
+    for text in COLUMN_FILTERS {
         let filter = Filter::parse(text).unwrap();
         filter.check(&schema).unwrap();
         let rows = filter.rows(&segment).unwrap();
@@ -130,20 +133,8 @@ fn fields_without_a_column_are_read_from_the_payloads() {
         payloads.iter().filter(|payload| payload.is_none()).count(),
         819
     );
-    for text in [
-        r#"color = "red""#,
-        r#"color != "red""#,
-        r#"color >= "green""#,
-        r#"color in ["red", "blue"]"#,
-        r#"color not in ["red", "purple"]"#,
-        "price < 70",
+    for text in COLUMN_FILTERS.iter().chain(&[
         r#"price = "34""#,
-        "price >= 10.5 and price <= 20",
-        "weight > 100.0",
-        "weight != 1.75",
-        "sale = true",
-        "sale != false or price = 3",
-        r#"not (color = "green" and sale = true) and price < 300"#,
         r#"blob = "x""#,
         r#"tags = "a""#,
         r#"nested = "red""#,
@@ -154,7 +145,7 @@ fn fields_without_a_column_are_read_from_the_payloads() {
         "big = 10.5",
         "big in [11.5, 12]",
         "price > 8990",
-    ] {
+    ]) {
         let filter = Filter::parse(text).unwrap();
         filter.check(&[]).unwrap();
         let rows = filter.rows(&segment).unwrap();

@@ -61,6 +61,35 @@ fn error_code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("<no error code>")
 }
 
+/// Starts a standalone over a fresh data directory in `directory` with the
+/// configuration file `toml`.
+async fn start_configured(directory: &tempfile::TempDir, toml: &str) -> Standalone {
+    let config = directory.path().join("quiver.toml");
+    std::fs::write(&config, toml).unwrap();
+    Standalone::start_with(
+        &directory.path().join("data"),
+        crate::support::StartOptions {
+            args: vec!["--config".into(), config.display().to_string()],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// The server's `/metrics` text.
+async fn metrics_text(server: &Standalone) -> String {
+    server
+        .client
+        .get(format!("http://{}/metrics", server.http))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rest_api_end_to_end() {
     let directory = tempfile::tempdir().unwrap();
@@ -430,15 +459,7 @@ async fn the_rest_api_end_to_end() {
             "after compaction"
         );
     }
-    let metrics = server
-        .client
-        .get(format!("http://{}/metrics", server.http))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&server).await;
     for name in [
         "quiver_gateway_requests_total",
         "quiver_indexer_rows_written_total",
@@ -648,18 +669,8 @@ async fn api_keys_are_enforced_per_access_level() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filters_on_undeclared_fields_read_the_payloads() {
     let directory = tempfile::tempdir().unwrap();
-    let config = directory.path().join("quiver.toml");
     // No flush before the first searches (a flush every 3 s, or on compaction).
-    std::fs::write(&config, "[indexer]\nflush_interval_ms = 3000\n").unwrap();
-    let server = Standalone::start_with(
-        &directory.path().join("data"),
-        crate::support::StartOptions {
-            args: vec!["--config".into(), config.display().to_string()],
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let server = start_configured(&directory, "[indexer]\nflush_interval_ms = 3000\n").await;
     let (status, body) = server
         .call(
             "PUT",
@@ -782,16 +793,8 @@ async fn filters_on_undeclared_fields_read_the_payloads() {
     // A segment's payloads are read once per field: new filters on the same
     // fields read none again.
     let scans = || async {
-        let metrics = server
-            .client
-            .get(format!("http://{}/metrics", server.http))
-            .send()
+        metrics_text(&server)
             .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        metrics
             .lines()
             .find_map(|line| line.strip_prefix("quiver_searcher_filter_field_scans_total "))
             .map(|count| count.trim().parse::<u64>().expect("a count"))
@@ -813,23 +816,13 @@ async fn filters_on_undeclared_fields_read_the_payloads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_compaction_answers_202_and_goes_on() {
     let directory = tempfile::tempdir().unwrap();
-    let config = directory.path().join("quiver.toml");
     // Wait 1 ms for the merges (each takes longer: downloads, a build, an
     // upload, a commit); flush every 200 ms; no background merges.
-    std::fs::write(
-        &config,
+    let server = start_configured(
+        &directory,
         "[gateway]\ncompact_wait_ms = 1\n\n[indexer]\nflush_interval_ms = 200\nmerge_factor = 1000\ncodebook_refresh = false\n",
     )
-    .unwrap();
-    let server = Standalone::start_with(
-        &directory.path().join("data"),
-        crate::support::StartOptions {
-            args: vec!["--config".into(), config.display().to_string()],
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    .await;
     create(&server, "long").await;
     let described = || async {
         let (_, body) = server.call("GET", "/v1/collections/long", None).await;
