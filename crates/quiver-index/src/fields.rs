@@ -77,6 +77,24 @@ impl FieldColumn {
     }
 }
 
+/// The value a filter reads for `field` in `payload`: its top-level key of that
+/// name, or — when there is none and the name has dots — the value at that path
+/// of nested objects (`meta.lang` is `payload["meta"]["lang"]`).
+pub(crate) fn payload_value<'p>(
+    payload: &'p serde_json::Value,
+    field: &str,
+) -> Option<&'p serde_json::Value> {
+    if let Some(value) = payload.get(field) {
+        return Some(value);
+    }
+    if !field.contains('.') {
+        return None;
+    }
+    field
+        .split('.')
+        .try_fold(payload, |value, part| value.get(part))
+}
+
 /// Extracts the declared field values of one payload, checking their types.
 pub(crate) fn extract_values(
     fields: &[FieldSpec],
@@ -86,7 +104,7 @@ pub(crate) fn extract_values(
     fields
         .iter()
         .map(|field| {
-            let Some(value) = payload.and_then(|p| p.get(&field.name)) else {
+            let Some(value) = payload.and_then(|p| payload_value(p, &field.name)) else {
                 return Ok(None);
             };
             if value.is_null() {

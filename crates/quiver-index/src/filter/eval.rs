@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::ast::{CompareOp, Filter, Literal};
 use crate::error::{IndexError, IndexResult};
-use crate::fields::FieldColumn;
+use crate::fields::{FieldColumn, payload_value};
 use crate::reader::Segment;
 use crate::source::ByteSource;
 
@@ -55,7 +55,7 @@ impl Literal {
 impl Filter {
     /// Returns true when the JSON `payload` satisfies the filter.
     pub fn matches_payload(&self, payload: Option<&Value>) -> bool {
-        let lookup = |field: &str| payload.and_then(|payload| payload.get(field));
+        let lookup = |field: &str| payload.and_then(|payload| payload_value(payload, field));
         match self {
             Filter::Compare { field, op, value } => match lookup(field) {
                 Some(stored) => match value.compare_json(stored) {
@@ -333,9 +333,15 @@ impl<S: ByteSource> Segment<S> {
 }
 
 /// Reads the value of top-level key `field` out of a JSON object's text without
-/// building the rest of it (the last one if the key repeats, as `Value` keeps).
-/// `Ok(None)` when the key is absent or the text is not an object.
+/// building the rest of it (the last one if the key repeats, as `Value` keeps);
+/// a dotted name is read as [`payload_value`] does, from the whole payload.
+/// `Ok(None)` when there is no such value or the text is not an object.
 fn payload_field(text: &[u8], field: &str) -> serde_json::Result<Option<Value>> {
+    if field.contains('.') {
+        // A path into nested objects, unless a top-level key has the name.
+        let payload: Value = serde_json::from_slice(text)?;
+        return Ok(payload_value(&payload, field).cloned());
+    }
     struct KeyIs<'f>(&'f str);
     impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
         type Value = bool;

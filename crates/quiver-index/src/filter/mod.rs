@@ -151,6 +151,12 @@ mod tests {
         assert!(filter.matches_payload(Some(&json!({"price": 5}))));
         assert!(!filter.matches_payload(Some(&json!({"price": 6}))));
         assert!(!filter.matches_payload(Some(&json!({"price": "5"}))));
+        // A dotted name: a top-level key of that name, else a path into objects.
+        let filter = Filter::parse(r#"meta.lang = "en""#).unwrap();
+        assert!(filter.matches_payload(Some(&json!({"meta": {"lang": "en"}}))));
+        assert!(filter.matches_payload(Some(&json!({"meta.lang": "en", "meta": {"lang": "de"}}))));
+        assert!(!filter.matches_payload(Some(&json!({"meta": {"lang": "de"}}))));
+        assert!(!filter.matches_payload(Some(&json!({"meta": ["en"]}))));
         let filter = Filter::parse("price not in [1, 2]").unwrap();
         assert!(filter.matches_payload(Some(&json!({"price": 3}))));
         assert!(filter.matches_payload(None));

@@ -138,6 +138,8 @@ fn fields_without_a_column_are_read_from_the_payloads() {
         r#"blob = "x""#,
         r#"tags = "a""#,
         r#"nested = "red""#,
+        r#"nested.color = "red""#,
+        r#"nested.color != "red" or n.a = 1"#,
         "missing = 1",
         "missing != 1",
         "big > 1e18",

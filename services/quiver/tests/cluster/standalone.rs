@@ -682,7 +682,8 @@ async fn filters_on_undeclared_fields_read_the_payloads() {
     let points: Vec<Value> = (0..600u64)
         .map(|id| {
             let kind = ["a", "b", "c"][(id % 3) as usize];
-            let mut payload = json!({"n": id, "kind": kind, "tags": ["x"]});
+            let mut payload =
+                json!({"n": id, "kind": kind, "tags": ["x"], "meta": {"even": id % 2 == 0}});
             if id % 10 == 0 {
                 payload["kind"] = Value::Null;
             }
@@ -747,6 +748,10 @@ async fn filters_on_undeclared_fields_read_the_payloads() {
             expect(&|id| id % 3 != 1 && id % 10 != 0),
         ),
         (json!("n = \"7\" or tags = \"x\" or missing = 1"), vec![]),
+        (
+            json!("meta.even = true and n < 10"),
+            expect(&|id| id % 2 == 0 && id < 10),
+        ),
     ];
     for (filter, expected) in &cases {
         let (ids, (segments, _)) = search(filter.clone()).await;
