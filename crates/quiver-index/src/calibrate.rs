@@ -61,7 +61,7 @@ pub struct CalibrationOptions {
 impl Default for CalibrationOptions {
     fn default() -> Self {
         CalibrationOptions {
-            k: 10,
+            k: crate::params::CALIBRATED_K,
             target_recall: 0.97,
             sample_queries: DEFAULT_SAMPLE_QUERIES,
             exact_work: DEFAULT_EXACT_WORK,

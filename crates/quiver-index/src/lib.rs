@@ -36,8 +36,8 @@ pub use filter::{CompareOp, FieldValues, Filter, Literal, MAX_FILTER_DEPTH};
 pub use format::{ChunkChecksums, FORMAT_VERSION, SectionEntry, SectionKind, SegmentChunk};
 pub use huge_pages::{HUGE_PAGE_BYTES, advice_range};
 pub use params::{
-    BuildParams, IdType, MAX_STRING_ID_BYTES, Metric, RawPrecision, SearchParams, default_nlist,
-    default_nprobe, max_ratio_probes,
+    BuildParams, CALIBRATED_K, IdType, MAX_STRING_ID_BYTES, MIN_ROWS_PER_HIT, Metric, RawPrecision,
+    SearchParams, default_nlist, default_nprobe, max_ratio_probes,
 };
 pub use reader::Segment;
 pub use search::{

@@ -154,6 +154,9 @@ pub struct SearchScratch {
     rotated: Vec<f32>,
     planes: Vec<u64>,
     list_keys: Vec<(f32, u32)>,
+    /// The lists left out of `list_keys`, nearest first, once a search needs
+    /// more rows than its chosen lists hold (`rank_unchosen_lists`).
+    more_lists: Vec<(f32, u32)>,
     list_dots: Vec<f32>,
     /// The shortlisted lists and their centroids' inner products with the
     /// query (`choose_lists`).
@@ -425,7 +428,7 @@ impl<S: ByteSource> Segment<S> {
         // The lists whose keys are computed exactly: a shortlist by estimate.
         let shortlist = match probe {
             Probe::Nearest(nprobe) => nprobe + nprobe / 2 + PROBE_SHORTLIST_EXTRA,
-            Probe::Within { ratio, max } => {
+            Probe::Within { ratio, min, max } => {
                 // Every list whose estimated distance is within the ratio, with
                 // room for the estimates' error. Cosine estimates leave out the
                 // query's squared norm (a constant), distances need it.
@@ -441,6 +444,7 @@ impl<S: ByteSource> Segment<S> {
                 );
                 (within + within / 4 + PROBE_SHORTLIST_EXTRA)
                     .min(max + max / 2 + PROBE_SHORTLIST_EXTRA)
+                    .max(min + min / 2 + PROBE_SHORTLIST_EXTRA)
             }
         }
         .min(nlist);
@@ -470,8 +474,8 @@ impl<S: ByteSource> Segment<S> {
         }
         let nprobe = match probe {
             Probe::Nearest(nprobe) => nprobe,
-            Probe::Within { ratio, max } => {
-                lists_within(&scratch.list_keys, 0.0, 1.0 + ratio).clamp(1, max)
+            Probe::Within { ratio, min, max } => {
+                lists_within(&scratch.list_keys, 0.0, 1.0 + ratio).clamp(min.max(1), max)
             }
         };
         if nprobe < scratch.list_keys.len() {
@@ -511,6 +515,34 @@ impl<S: ByteSource> Segment<S> {
                 .map(|(list, &dot)| self.list_key(encoded.norm_sq, list, dot)),
         );
         Ok(())
+    }
+
+    /// Ranks the lists that `choose_lists` left out (`scratch.list_keys` holds
+    /// the chosen ones), nearest first, into `scratch.more_lists`, and records
+    /// their centroids' inner products in `scratch.list_dots`: where a search
+    /// whose chosen lists held fewer than k rows it may return goes on.
+    fn rank_unchosen_lists(&self, query_norm_sq: f32, scratch: &mut SearchScratch) {
+        let nlist = self.header.nlist;
+        let mut chosen = vec![false; nlist];
+        for &(_, list) in &scratch.list_keys {
+            chosen[list as usize] = true;
+        }
+        scratch.shortlist_rows.clear();
+        scratch
+            .shortlist_rows
+            .extend((0..nlist as u32).filter(|&list| !chosen[list as usize]));
+        self.score_shortlisted_centroids(scratch);
+        scratch.list_dots.resize(nlist, 0.0);
+        scratch.more_lists.clear();
+        for (&list, &dot) in scratch.shortlist_rows.iter().zip(&scratch.shortlist_dots) {
+            scratch.list_dots[list as usize] = dot;
+            scratch
+                .more_lists
+                .push((self.list_key(query_norm_sq, list as usize, dot), list));
+        }
+        scratch
+            .more_lists
+            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
     }
 
     /// Scores the centroids of `scratch.shortlist_rows` against the rotated

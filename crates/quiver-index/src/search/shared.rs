@@ -5,9 +5,11 @@
 
 use std::collections::BinaryHeap;
 
-use super::{Hit, Ranking, RowFilter, SearchScratch, SearchStats, TopK, to_score, unhandle};
+use super::{
+    EncodedQuery, Hit, Ranking, RowFilter, SearchScratch, SearchStats, TopK, to_score, unhandle,
+};
 use crate::error::{IndexError, IndexResult};
-use crate::params::{Metric, SearchParams};
+use crate::params::{CALIBRATED_K, MIN_ROWS_PER_HIT, Metric, SearchParams};
 use crate::reader::Segment;
 use crate::source::ByteSource;
 
@@ -80,7 +82,17 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
             return Ok(Vec::new());
         };
         lead.prepare_query(query, scratch)?;
-        let probe = params.probe(lead.header.nlist, lead.header.metric);
+        // Lists for a large k: at least MIN_ROWS_PER_HIT rows per hit past the
+        // calibrated ten, at the members' mean rows per list.
+        let nlist = lead.header.nlist;
+        let rows: u64 = members.iter().map(|member| member.segment.rows()).sum();
+        let past_calibrated = params.k.saturating_sub(CALIBRATED_K);
+        let lists_for_k = ((past_calibrated.saturating_mul(MIN_ROWS_PER_HIT) as u64)
+            .saturating_mul(nlist as u64)
+            .div_ceil(rows.max(1))) as usize;
+        let probe = params
+            .probe(nlist, lead.header.metric)
+            .at_least(lists_for_k, nlist);
         scratch.stats = SearchStats::default();
         let encoded = lead.encode_query(scratch);
         lead.choose_lists(&encoded, probe, scratch);
@@ -94,18 +106,25 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
         };
         for probe in 0..scratch.list_keys.len() {
             let list = scratch.list_keys[probe].1 as usize;
-            for (index, member) in members.iter().enumerate() {
-                member.segment.probe_list(
-                    index,
-                    &self.sessions[index],
-                    list,
-                    &encoded,
-                    params,
-                    member.filter,
-                    scratch,
-                    &mut ranking,
-                )?;
+            self.probe_members(list, &encoded, params, scratch, &mut ranking)?;
+        }
+        // A full answer whenever the members hold k rows their filters allow:
+        // the chosen lists (few, for a query among dense rows; or thinned by a
+        // filter or by deletions) can hold fewer than k of them, so the next
+        // nearest lists are probed until they do. While fewer than k rows are
+        // ranked, every allowed row of a probed list is kept (the top-k and
+        // the reserve have room), so this count is the allowed rows seen.
+        let ranked = |ranking: &Ranking| ranking.top.heap.len() + ranking.reserve.heap.len();
+        if ranked(&ranking) < params.k {
+            lead.rank_unchosen_lists(encoded.norm_sq, scratch);
+            let more = std::mem::take(&mut scratch.more_lists);
+            for &(_, list) in &more {
+                if ranked(&ranking) >= params.k {
+                    break;
+                }
+                self.probe_members(list as usize, &encoded, params, scratch, &mut ranking)?;
             }
+            scratch.more_lists = more;
         }
         // The guard: the best ruled-out rows by estimate are rescored as well.
         let Ranking {
@@ -135,6 +154,32 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
         scratch.reserve = reserve.heap;
         scratch.stats.rows_rescored = rescored;
         Ok(finish_shared(lead.header.metric, top, scratch))
+    }
+}
+
+impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
+    /// Scans `list` in every member.
+    fn probe_members(
+        &self,
+        list: usize,
+        encoded: &EncodedQuery,
+        params: &SearchParams,
+        scratch: &mut SearchScratch,
+        ranking: &mut Ranking,
+    ) -> IndexResult<()> {
+        for (index, member) in self.members.iter().enumerate() {
+            member.segment.probe_list(
+                index,
+                &self.sessions[index],
+                list,
+                encoded,
+                params,
+                member.filter,
+                scratch,
+                ranking,
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -759,34 +759,12 @@ async fn filters_on_undeclared_fields_read_the_payloads() {
         assert_eq!(segments, 0, "flushed before the first searches");
     }
     // Into segments: compact (flushes, then merges) and search again.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let (status, body) = server
-            .call("POST", "/admin/v1/collections/plain/compact", None)
-            .await;
-        let (_, described) = server.call("GET", "/v1/collections/plain", None).await;
-        if status == 200 && described["wal_tail_rows"] == 0 && described["segments"] != 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never compacted: {body} {described}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Until the searcher serves the segments (a strong read may still be
-    // answered from the view holding the same rows in its tail).
-    loop {
-        let (_, (segments, tail)) = search(json!("n < 1")).await;
-        if segments > 0 && tail == 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the segments were never served"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    settle_into_segments(
+        &server,
+        "plain",
+        json!({"vector": vector(42, DIM), "k": 1, "filter": "n < 1", "consistency": "strong"}),
+    )
+    .await;
     for (filter, expected) in &cases {
         let (ids, (segments, tail)) = search(filter.clone()).await;
         assert_eq!(&ids, expected, "in segments: {filter}");
@@ -816,6 +794,111 @@ async fn filters_on_undeclared_fields_read_the_payloads() {
         expect(&|id| id % 3 == 2 && id < 9)
     );
     assert_eq!(scans().await, before, "a field was read again");
+}
+
+/// Compacts `name` and waits until the searcher serves its rows from
+/// segments alone (no unflushed tail left).
+async fn settle_into_segments(server: &Standalone, name: &str, probe: Value) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = server
+            .call(
+                "POST",
+                &format!("/admin/v1/collections/{name}/compact"),
+                None,
+            )
+            .await;
+        let (_, described) = server
+            .call("GET", &format!("/v1/collections/{name}"), None)
+            .await;
+        if status == 200 && described["wal_tail_rows"] == 0 && described["segments"] != 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never compacted: {body} {described}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    loop {
+        let (status, body) = server
+            .call(
+                "POST",
+                &format!("/v1/collections/{name}/search"),
+                Some(probe.clone()),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        if body["cost"]["segments"].as_u64() > Some(0) && body["cost"]["tail_rows_scored"] == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the segments were never served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_answers_k_hits_whenever_the_collection_holds_them() {
+    let directory = tempfile::tempdir().unwrap();
+    let server = Standalone::start(&directory.path().join("data"), &[])
+        .await
+        .unwrap();
+    let (status, body) = server
+        .call(
+            "PUT",
+            "/v1/collections/wide",
+            Some(json!({"dimension": DIM, "metric": "cosine"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let rows = 4_000u64;
+    for start in (0..rows).step_by(1_000) {
+        let points: Vec<Value> = (start..start + 1_000)
+            .map(|id| json!({"id": id, "vector": vector(id, DIM), "payload": {"bucket": id % 10}}))
+            .collect();
+        let (status, body) = server
+            .call(
+                "POST",
+                "/v1/collections/wide/points",
+                Some(json!({"points": points})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // The rows in segments: the calibrated probe of these 17 tight clusters
+    // holds far fewer rows than the k asked for below.
+    settle_into_segments(&server, "wide", json!({"vector": vector(0, DIM), "k": 1})).await;
+    let search = |body: Value| {
+        let server = &server;
+        async move {
+            let (status, answer) = server
+                .call("POST", "/v1/collections/wide/search", Some(body))
+                .await;
+            assert_eq!(status, 200, "{answer}");
+            let hits = answer["hits"].as_array().unwrap().clone();
+            let ids: BTreeSet<u64> = hits.iter().map(|hit| hit["id"].as_u64().unwrap()).collect();
+            assert_eq!(ids.len(), hits.len(), "an id twice: {answer}");
+            hits
+        }
+    };
+    for k in [10u64, 200, 1_000, 3_999] {
+        let hits =
+            search(json!({"vector": vector(5, DIM), "k": k, "include_payload": false})).await;
+        assert_eq!(hits.len() as u64, k, "k = {k}");
+    }
+    let all =
+        search(json!({"vector": vector(5, DIM), "k": 10_000, "include_payload": false})).await;
+    assert_eq!(all.len() as u64, rows, "k past the row count");
+    // A filter: k of the rows it keeps, however far they lie from the query.
+    let hits = search(json!({"vector": vector(5, DIM), "k": 350, "filter": "bucket = 3"})).await;
+    assert_eq!(hits.len(), 350);
+    assert!(
+        hits.iter().all(|hit| hit["payload"]["bucket"] == 3),
+        "{hits:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
