@@ -174,7 +174,7 @@ pub struct UpsertRequest {
 pub struct PointIdsRequest {
     /// The ids.
     pub ids: Vec<PointId>,
-    /// Returns each point's vector too (get).
+    /// Returns each point's vector too (get; unit length in a cosine collection).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub include_vector: bool,
     /// `"strong"` (default) or `"eventual"` (get).

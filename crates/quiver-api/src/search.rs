@@ -56,7 +56,8 @@ pub struct SearchRequest {
     /// The query vector, of the collection's dimension.
     #[serde(deserialize_with = "query_vector")]
     pub vector: Vec<f32>,
-    /// How many hits (default 10).
+    /// How many hits (default 10): always k when the collection holds k points the
+    /// filter keeps.
     #[serde(default = "default_k")]
     pub k: usize,
     /// A filter on payload fields (those of the payload schema are indexed; any
@@ -79,7 +80,7 @@ pub struct SearchRequest {
     /// Returns each hit's payload (default true).
     #[serde(default = "default_true")]
     pub include_payload: bool,
-    /// Returns each hit's vector (default false).
+    /// Returns each hit's vector (default false; unit length in a cosine collection).
     #[serde(default)]
     pub include_vector: bool,
 }

@@ -334,7 +334,8 @@ class Client:
             consistency: ``"strong"`` (server default: acknowledged writes are
                 visible) or ``"eventual"`` (may lag, never waits).
             include_payload: return payloads with the hits.
-            include_vector: return the stored vectors with the hits.
+            include_vector: return the stored vectors with the hits (unit length in a
+                cosine collection).
 
         Returns:
             A list of :class:`~quiver.Hit` (``.id``, ``.score``, ``.payload``,
