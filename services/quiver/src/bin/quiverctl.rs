@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// Operate a Quiver cluster (or `quiver standalone`).
 #[derive(Parser)]
-#[command(name = "quiverctl", version, about)]
+#[command(name = "quiverctl", version)]
 struct Cli {
     /// Gateway address.
     #[arg(

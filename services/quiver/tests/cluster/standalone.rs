@@ -1049,3 +1049,25 @@ async fn a_long_compaction_answers_202_and_goes_on() {
         Vec::<std::path::PathBuf>::new()
     );
 }
+
+#[test]
+fn each_binary_says_what_it_is_in_its_help() {
+    for (binary, about) in [
+        (
+            env!("CARGO_BIN_EXE_quiver"),
+            "The quiver binary: runs any Quiver role",
+        ),
+        (env!("CARGO_BIN_EXE_quiverctl"), "Operate a Quiver cluster"),
+    ] {
+        let output = std::process::Command::new(binary)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{binary} --help");
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            help.lines().next().unwrap_or("").starts_with(about),
+            "{binary} --help begins:\n{help}"
+        );
+    }
+}
