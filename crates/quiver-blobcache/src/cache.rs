@@ -103,31 +103,44 @@ impl BlobCacheConfig {
     pub const MIN_HOT_REGION_BYTES: u64 = 1 << 20;
 
     /// Splits the capacity: (hot bytes, hot region bytes, row-tier bytes). The hot
-    /// tier keeps `region_bytes` regions when it holds [`Self::MIN_HOT_REGIONS`]
-    /// of them; a smaller cache shrinks them (halving a power-of-two size, down
-    /// to [`Self::MIN_HOT_REGION_BYTES`]) until it does, so a 256 MiB cache still
-    /// reads raw vectors in 64 KiB row regions instead of 16 MiB fills. One tier
-    /// (row bytes 0, `region_bytes` regions) when the row tier is off or either
-    /// tier would still be too small to be useful (under
-    /// [`Self::MIN_HOT_REGIONS`] or [`Self::MIN_ROW_REGIONS`]).
+    /// tier keeps `region_bytes` regions when its share
+    /// (100 − [`Self::ROW_TIER_PERCENT`] %) holds [`Self::MIN_HOT_REGIONS`] of
+    /// them; a smaller cache shrinks them (halving a power-of-two size, down to
+    /// [`Self::MIN_HOT_REGION_BYTES`]) until it does, so a 256 MiB cache still
+    /// reads raw vectors in 64 KiB row regions instead of 16 MiB fills. When
+    /// even that share is too small, the hot tier takes
+    /// [`Self::MIN_HOT_REGIONS`] regions of the smallest size and the row tier
+    /// the rest (a 32 MiB cache: 16 MiB of 1 MiB hot regions, 16 MiB of row
+    /// regions). One tier when the row tier is off or would hold fewer than
+    /// [`Self::MIN_ROW_REGIONS`]; its regions shrink the same way, so a small
+    /// cache still has [`Self::MIN_HOT_REGIONS`] of them where it can.
     fn split(&self) -> (u64, u64, u64) {
-        let one_tier = (self.capacity_bytes, self.region_bytes, 0);
+        let shrunk = |bytes: u64| {
+            let mut region = self.region_bytes;
+            while bytes < Self::MIN_HOT_REGIONS * region
+                && region.is_power_of_two()
+                && region / 2 >= Self::MIN_HOT_REGION_BYTES
+            {
+                region /= 2;
+            }
+            region
+        };
+        let one_tier = (self.capacity_bytes, shrunk(self.capacity_bytes), 0);
         if self.row_region_bytes == 0 {
             return one_tier;
         }
-        let rows = self.capacity_bytes / 100 * Self::ROW_TIER_PERCENT / self.row_region_bytes
-            * self.row_region_bytes;
-        let hot = self.capacity_bytes - rows;
-        let mut hot_region = self.region_bytes;
-        while hot < Self::MIN_HOT_REGIONS * hot_region
-            && hot_region.is_power_of_two()
-            && hot_region / 2 >= Self::MIN_HOT_REGION_BYTES
-        {
-            hot_region /= 2;
+        let round_rows = |bytes: u64| bytes / self.row_region_bytes * self.row_region_bytes;
+        let mut rows = round_rows(self.capacity_bytes / 100 * Self::ROW_TIER_PERCENT);
+        let mut hot = self.capacity_bytes - rows;
+        let hot_region = shrunk(hot);
+        if hot < Self::MIN_HOT_REGIONS * hot_region {
+            rows = round_rows(
+                self.capacity_bytes
+                    .saturating_sub(Self::MIN_HOT_REGIONS * hot_region),
+            );
+            hot = self.capacity_bytes - rows;
         }
-        if hot < Self::MIN_HOT_REGIONS * hot_region
-            || rows < Self::MIN_ROW_REGIONS * self.row_region_bytes
-        {
+        if rows < Self::MIN_ROW_REGIONS * self.row_region_bytes {
             one_tier
         } else {
             (hot, hot_region, rows)

@@ -166,11 +166,23 @@ fn a_small_cache_shrinks_its_hot_regions_to_keep_a_row_tier() {
     let (hot, rows) = cache.stats_by_tier();
     assert_eq!(hot.total_regions, 16, "{hot:?}");
     assert!(rows.unwrap().total_regions >= 1500);
-    // Under 64 MiB even 1 MiB hot regions would be too few: one tier.
+    // Under 64 MiB a quarter would hold fewer than 16 hot regions of even
+    // 1 MiB: the hot tier takes 16 of them and the row tier the rest (not one
+    // tier of two 16 MiB regions, which a query's rescoring reads filled with
+    // a GiB from the store).
     let small = BlobCacheConfig::new(directory.path().join("small"), 32 << 20);
     let cache = BlobCache::new(&small, memory_storage(), runtime.handle().clone()).unwrap();
+    assert_eq!(cache.row_region_bytes(), Some(64 << 10));
+    assert_eq!(cache.region_bytes(), 1 << 20);
+    let (hot, rows) = cache.stats_by_tier();
+    assert_eq!(hot.total_regions, 16, "{hot:?}");
+    assert_eq!(rows.unwrap().total_regions, 256);
+    // Too small for 64 row regions beside that: one tier, still of 16 regions.
+    let tiny = BlobCacheConfig::new(directory.path().join("tiny"), 16 << 20);
+    let cache = BlobCache::new(&tiny, memory_storage(), runtime.handle().clone()).unwrap();
     assert_eq!(cache.row_region_bytes(), None);
-    assert_eq!(cache.region_bytes(), 16 << 20);
+    assert_eq!(cache.region_bytes(), 1 << 20);
+    assert_eq!(cache.stats().total_regions, 16);
 }
 
 #[test]
