@@ -165,16 +165,9 @@ impl ReadContext {
         if let Some(rows) = self.filter_rows.get(&cache_key) {
             return Ok(rows);
         }
-        let mut values = Vec::new();
-        for field in filter.fields() {
-            values.push((field, self.field_values(segment_key, segment, field)?));
-        }
-        let rows = Arc::new(filter.rows_of(segment.rows() as u32, &|field| {
-            values
-                .iter()
-                .find(|(name, _)| *name == field)
-                .map(|(_, values)| values.as_ref())
-        }));
+        let rows = Arc::new(filter.rows_with(segment.rows() as u32, |field| {
+            self.field_values(segment_key, segment, field)
+        })?);
         self.filter_rows.insert(cache_key, rows.clone());
         Ok(rows)
     }

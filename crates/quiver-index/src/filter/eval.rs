@@ -1,6 +1,7 @@
 //! Evaluating a filter: against one JSON payload (rows not in a segment yet),
 //! or over a segment's field columns into a row bitmap.
 
+use std::borrow::Borrow;
 use std::fmt;
 
 use roaring::RoaringBitmap;
@@ -90,15 +91,26 @@ impl Filter {
     /// semantics as [`Filter::matches_payload`] — so a row matches the same
     /// filter before and after it is flushed into a segment.
     pub fn rows<S: ByteSource>(&self, segment: &Segment<S>) -> IndexResult<RoaringBitmap> {
+        self.rows_with(segment.rows() as u32, |field| segment.field_values(field))
+    }
+
+    /// Returns the rows (of `rows`) that satisfy the filter, reading each of
+    /// its [`Filter::fields`]' values once with `read` — a caller that keeps
+    /// [`Segment::field_values`] between filters passes its cache's.
+    pub fn rows_with<V: Borrow<FieldValues>, E>(
+        &self,
+        rows: u32,
+        mut read: impl FnMut(&str) -> Result<V, E>,
+    ) -> Result<RoaringBitmap, E> {
         let mut values = Vec::new();
         for field in self.fields() {
-            values.push((field, segment.field_values(field)?));
+            values.push((field, read(field)?));
         }
-        Ok(self.rows_of(segment.rows() as u32, &|field| {
+        Ok(self.rows_of(rows, &|field| {
             values
                 .iter()
                 .find(|(name, _)| *name == field)
-                .map(|(_, values)| values)
+                .map(|(_, values)| values.borrow())
         }))
     }
 

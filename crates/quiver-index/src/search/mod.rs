@@ -532,7 +532,6 @@ impl<S: ByteSource> Segment<S> {
             .shortlist_rows
             .extend((0..nlist as u32).filter(|&list| !chosen[list as usize]));
         self.score_shortlisted_centroids(scratch);
-        scratch.list_dots.resize(nlist, 0.0);
         scratch.more_lists.clear();
         for (&list, &dot) in scratch.shortlist_rows.iter().zip(&scratch.shortlist_dots) {
             scratch.list_dots[list as usize] = dot;
