@@ -117,7 +117,9 @@ struct CommonArgs {
     /// Log line format.
     #[arg(long, env = "QUIVER_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
-    /// Address of the HTTP port serving /metrics, /healthz and /readyz.
+    /// Address of the HTTP port: /metrics, /healthz and /readyz on every role, and
+    /// the REST API on the gateway (required there) and standalone (default
+    /// 127.0.0.1:7700).
     #[arg(long, env = "QUIVER_HTTP_LISTEN")]
     http_listen: Option<String>,
     /// Time to drain on SIGTERM before exiting.
