@@ -13,7 +13,7 @@
 use rand::SeedableRng;
 use rand::seq::index::sample;
 
-use crate::error::IndexResult;
+use crate::error::{IndexError, IndexResult};
 use crate::params::{Metric, SearchParams};
 use crate::reader::Segment;
 use crate::search::SearchScratch;
@@ -147,6 +147,17 @@ pub fn calibrate_nprobe<S: ByteSource>(
             (row, vector, truth)
         })
         .collect();
+    // Recall counts ties: a hit as near as the k-th exact neighbour is a right
+    // answer whatever its row (rows repeated many times over would otherwise
+    // never count as found, and the calibration would probe every list).
+    let kth_keys = queries
+        .iter()
+        .map(|(_, vector, truth)| {
+            truth.iter().try_fold(f32::NEG_INFINITY, |kth, &row| {
+                Ok::<_, IndexError>(kth.max(exact_key(segment, vector, row)?))
+            })
+        })
+        .collect::<IndexResult<Vec<f32>>>()?;
     // Mean recall@k of the sample, and mean lists probed, under `probe`.
     let mut passes = 0usize;
     let mut measure = |probe: &dyn Fn(&mut SearchParams)| -> IndexResult<(f64, f64)> {
@@ -156,16 +167,18 @@ pub fn calibrate_nprobe<S: ByteSource>(
         let mut found = 0usize;
         let mut wanted = 0usize;
         let mut lists = 0usize;
-        for (row, vector, truth) in &queries {
+        for ((row, vector, truth), &kth) in queries.iter().zip(&kth_keys) {
             let hits = segment.search(vector, &params, None, &mut scratch)?;
             lists += scratch.stats.lists_probed;
-            let answer: Vec<u32> = hits
-                .into_iter()
-                .map(|hit| hit.row)
-                .filter(|hit| hit != row)
-                .take(k)
-                .collect();
-            found += truth.iter().filter(|row| answer.contains(row)).count();
+            let mut right = 0usize;
+            for hit in hits.iter().filter(|hit| hit.row != *row).take(k) {
+                if truth.contains(&hit.row)
+                    || exact_key(segment, vector, hit.row)? <= kth + kth.abs() * 1e-6
+                {
+                    right += 1;
+                }
+            }
+            found += right.min(truth.len());
             wanted += truth.len();
         }
         let recall = if wanted == 0 {
@@ -244,9 +257,11 @@ pub fn calibrate_nprobe<S: ByteSource>(
     let mut shortfall = target - high_recall;
     while high_recall < target && high < nlist {
         low = high;
+        // At least a quarter more each time: the bisection below refines it,
+        // and a bound that keeps falling short cannot cost a pass per list.
         high = share_of(counts, target + 2.0 * shortfall)
             .unwrap_or(nlist)
-            .clamp(high + 1, nlist);
+            .clamp((high + 1).max(high + high / 4).min(nlist), nlist);
         high_recall = measure_nprobe(high)?;
         shortfall = (2.0 * shortfall).max(target - high_recall);
     }
@@ -266,6 +281,16 @@ pub fn calibrate_nprobe<S: ByteSource>(
         samples,
         passes,
         probe_ratio: None,
+    })
+}
+
+/// The exact key (smaller is nearer) of `row` for `query`, as the segment's
+/// exact search ranks it.
+fn exact_key<S: ByteSource>(segment: &Segment<S>, query: &[f32], row: u32) -> IndexResult<f32> {
+    let vector = segment.vector(row)?;
+    Ok(match segment.header().metric {
+        Metric::L2 => quiver_simd::l2sq_f32(query, &vector),
+        Metric::Cosine | Metric::Dot => -quiver_simd::dot_f32(query, &vector),
     })
 }
 

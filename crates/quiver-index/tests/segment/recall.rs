@@ -472,6 +472,30 @@ fn inner_product_segments_calibrate_a_count_of_lists() {
 }
 
 #[test]
+fn rows_repeated_many_times_calibrate_like_any_others() {
+    // 200 distinct rows, each stored 40 times: a row's nearest neighbours are
+    // its copies, all at distance 0, so which copies an answer names is
+    // arbitrary. Counted by row, no probe ever reached the target and the
+    // calibration walked every list one pass at a time (311 passes, 30 s, for
+    // 20k such rows served).
+    use quiver_index::{CalibrationOptions, calibrate_nprobe};
+    let dim = 32;
+    let (distinct, _) = clustered(200, 0, dim, 20, 31);
+    let base: Vec<f32> = (0..40).flat_map(|_| distinct.iter().copied()).collect();
+    for metric in [Metric::L2, Metric::Cosine, Metric::Dot] {
+        let segment = build(&base, dim, metric, |_| {});
+        let calibration = calibrate_nprobe(&segment, &CalibrationOptions::default()).unwrap();
+        assert!(calibration.recall >= 0.97, "{metric:?}: {calibration:?}");
+        assert!(calibration.passes <= 4, "{metric:?}: {calibration:?}");
+        assert!(
+            calibration.nprobe < segment.header().nlist / 2,
+            "{metric:?}: {calibration:?} of {} lists",
+            segment.header().nlist
+        );
+    }
+}
+
+#[test]
 fn a_search_answers_k_hits_whenever_the_segment_holds_k_rows_it_may_return() {
     let dim = 32;
     let (base, queries) = clustered(20_000, 10, dim, 40, 23);
