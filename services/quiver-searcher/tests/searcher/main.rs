@@ -433,3 +433,125 @@ async fn search_through_the_cache_from_the_s3_server() {
         .await;
     check(fixture(storage).await).await;
 }
+
+/// Small tight clusters: the calibrated probe is the query's own list (its ten
+/// nearest rows are its cluster), but a filter's nearest kept rows lie in the
+/// clusters around it. 1,500 clusters of 20 rows; `group < 10` keeps 10 %.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_finds_its_nearest_kept_rows_around_a_tight_cluster() {
+    let storage = Storage::open(
+        &StoreUrl::Memory,
+        &S3Settings::default(),
+        StorageOptions::default(),
+    )
+    .unwrap();
+    let shard = ShardRef {
+        collection_id: "c-tight".into(),
+        shard: 0,
+    };
+    let catalog = Arc::new(MemoryCatalog::default());
+    catalog.set_epoch(&shard, 1);
+    let config = IndexerConfig {
+        flush_interval_ms: 3_600_000,
+        flush_rows: 1_000_000,
+        max_unflushed_rows: 1_000_000,
+        merge_factor: 1000,
+        codebook_refresh: false,
+        ..IndexerConfig::default()
+    };
+    let writer = ShardWriter::open(
+        shard.clone(),
+        1,
+        spec(),
+        config,
+        storage.clone(),
+        catalog.clone(),
+    )
+    .await
+    .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+    let centres: Vec<Vec<f32>> = (0..1500)
+        .map(|_| (0..DIM).map(|_| rng.random_range(-1.0..1.0)).collect())
+        .collect();
+    let near = |rng: &mut rand::rngs::StdRng, centre: &[f32]| -> Vec<f32> {
+        centre
+            .iter()
+            .map(|value| value + rng.random_range(-0.03..0.03))
+            .collect()
+    };
+    let mut live: HashMap<u64, Vec<f32>> = HashMap::new();
+    let records: Vec<WalRecord> = (0..30_000u64)
+        .map(|id| {
+            let vector = near(&mut rng, &centres[(id / 20) as usize]);
+            live.insert(id, vector.clone());
+            upsert(id, &vector)
+        })
+        .collect();
+    writer.write(records).await.unwrap();
+    writer.flush().await.unwrap();
+    let manifest = catalog.manifest(&shard).await.unwrap();
+    assert_eq!(manifest.segments.len(), 1);
+    let queries: Vec<Vec<f32>> = (0..100)
+        .map(|_| {
+            let centre = &centres[rng.random_range(0..centres.len())];
+            near(&mut rng, centre)
+        })
+        .collect();
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = BlobCache::new(
+        &BlobCacheConfig {
+            directory: cache_dir.path().to_path_buf(),
+            capacity_bytes: 64 << 20,
+            region_bytes: 1 << 20,
+            map_local_files: true,
+            row_region_bytes: 0,
+        },
+        storage.clone(),
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let context = Arc::new(ReadContext::new(
+        Arc::new(cache),
+        storage,
+        tokio::runtime::Handle::current(),
+    ));
+    tokio::task::spawn_blocking(move || {
+        let view = ShardView::load(&context, &spec(), manifest).unwrap();
+        let mut scratch = SearchScratch::new();
+        let keep = |id: u64| id % 100 < 10;
+        let (mut found, mut wanted, mut own_found, mut own_wanted) = (0, 0, 0, 0);
+        for query in &queries {
+            for (filter, keep, found, wanted) in [
+                (
+                    None,
+                    &(|_: u64| true) as &dyn Fn(u64) -> bool,
+                    &mut own_found,
+                    &mut own_wanted,
+                ),
+                (
+                    Some("group < 10"),
+                    &keep as &dyn Fn(u64) -> bool,
+                    &mut found,
+                    &mut wanted,
+                ),
+            ] {
+                let truth = brute_force(&live, query, 10, keep);
+                let hits = view
+                    .search(&context, &request(query, 10, filter), &mut scratch)
+                    .unwrap();
+                assert_eq!(hits.len(), 10);
+                *found += hits
+                    .iter()
+                    .filter(|hit| matches!(hit.id, PointId::U64(id) if truth.contains(&id)))
+                    .count();
+                *wanted += truth.len();
+            }
+        }
+        let own = own_found as f64 / own_wanted as f64;
+        let filtered = found as f64 / wanted as f64;
+        assert!(own >= 0.95, "unfiltered recall {own:.3}");
+        assert!(filtered >= 0.95, "filtered recall {filtered:.3}");
+    })
+    .await
+    .unwrap();
+}
