@@ -22,6 +22,7 @@
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod cluster_tls;
+mod config_flags;
 mod config_sections;
 mod data_node;
 mod gateway_role;
@@ -171,14 +172,33 @@ impl FileConfig {
     }
 }
 
-fn read_config_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
+/// Reads the config file of `role`: its sections and process-wide keys. Its
+/// top-level keys that name flags of the role were applied as their
+/// variables before the command line was parsed (`config_flags`), so they are
+/// left out here.
+fn read_config_file(path: Option<&Path>, role: &str) -> anyhow::Result<FileConfig> {
     let Some(path) = path else {
         return Ok(FileConfig::default());
     };
-    let text = std::fs::read_to_string(path)
+    let mut text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config file {}", path.display()))?;
+    if let Ok(mut table) = text.parse::<toml::Table>() {
+        let flags = config_flags::file_flags(role);
+        let before = table.len();
+        table.retain(|key, value| {
+            config_flags::flag_value(value).is_none() || !flags.iter().any(|(flag, _)| flag == key)
+        });
+        if table.len() != before {
+            text = toml::to_string(&table).context("config file: writing back its sections")?;
+        }
+    }
     toml::from_str(&text).map_err(|error| {
-        let reason = error.message().replace('\n', " ");
+        let mut reason = error.message().replace('\n', " ");
+        if reason.starts_with("unknown field") {
+            reason.push_str(&format!(
+                ", or a flag of `quiver {role}` (`data_dir = \"…\"` for --data-dir)"
+            ));
+        }
         // Type errors do not name the key: quote the line they are on.
         let place = error
             .span()
@@ -246,7 +266,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         | RoleCommand::Gateway { common, .. }
         | RoleCommand::Standalone { common, .. } => common.clone(),
     };
-    let file = read_config_file(common.config.as_deref())?;
+    let role_name = match &cli.command {
+        RoleCommand::Meta { .. } => "meta",
+        RoleCommand::Indexer { .. } => "indexer",
+        RoleCommand::Searcher { .. } => "searcher",
+        RoleCommand::Gateway { .. } => "gateway",
+        RoleCommand::Standalone { .. } => "standalone",
+    };
+    let file = read_config_file(common.config.as_deref(), role_name)?;
     let log_format = common
         .log_format
         .or(file.log_format)
@@ -348,7 +375,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Flags the config file sets become their variables first (no thread yet).
+    let from_file = config_flags::apply_file_flags();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error)
+            if !error.use_stderr()
+                || error.kind()
+                    == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            error.exit()
+        }
+        Err(error) => {
+            // One line, as every other configuration error.
+            let text = error.render().to_string();
+            let mut reason: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty() && !line.starts_with("For more information"))
+                .collect();
+            let applied;
+            if !from_file.is_empty() {
+                applied = format!("(set in the config file: {})", from_file.join(", "));
+                reason.push(&applied);
+            }
+            eprintln!("{}", reason.join(" "));
+            return ExitCode::from(2);
+        }
+    };
     // One TLS provider for the whole process (every TLS port, S3 clients).
     quiver_proto::tls::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

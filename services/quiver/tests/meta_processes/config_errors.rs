@@ -308,3 +308,64 @@ fn bad_gateway_configuration_exits_non_zero_with_a_one_line_reason() -> anyhow::
     );
     Ok(())
 }
+
+/// Every flag can be set in the config file (`data_dir` for `--data-dir`): a
+/// standalone started with nothing but `--config` uses the file's data
+/// directory and ports, a `QUIVER_*` variable wins over the file, and a bad
+/// value in the file is one line naming the flag and the file.
+#[test]
+fn flags_set_in_the_config_file_start_a_role() -> anyhow::Result<()> {
+    let directory = tempfile::tempdir()?;
+    let data_dir = directory.path().join("from-file");
+    let (http, grpc_in_file, grpc_in_env) = (free_address(), free_address(), free_address());
+    let config = directory.path().join("quiver.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = {data_dir:?}\nhttp_listen = \"{http}\"\ngrpc_listen = \"{grpc_in_file}\"\ncache_size = \"16MiB\"\n\n[indexer]\nflush_interval_ms = 3000\n"
+        ),
+    )?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["standalone", "--config", config.to_str().expect("utf-8")])
+        .env("QUIVER_GRPC_LISTEN", &grpc_in_env)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let listening = |address: &str| std::net::TcpStream::connect(address).is_ok();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(listening(&http) && listening(&grpc_in_env)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (http_up, env_grpc_up, file_grpc_up) = (
+        listening(&http),
+        listening(&grpc_in_env),
+        listening(&grpc_in_file),
+    );
+    let wrote_data = data_dir.is_dir() && std::fs::read_dir(&data_dir)?.next().is_some();
+    child.kill()?;
+    child.wait()?;
+    assert!(http_up, "the file's http_listen {http} is not served");
+    assert!(
+        env_grpc_up,
+        "QUIVER_GRPC_LISTEN {grpc_in_env} is not served"
+    );
+    assert!(
+        !file_grpc_up,
+        "the file's grpc_listen won over the variable"
+    );
+    assert!(wrote_data, "nothing in the file's data_dir {data_dir:?}");
+
+    let bad = directory.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!("data_dir = {data_dir:?}\nlog_format = \"JSON\"\n"),
+    )?;
+    let (success, stderr) = run_quiver(&["standalone", "--config", bad.to_str().expect("utf-8")]);
+    assert!(!success);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--log-format") && stderr.contains("config file: log_format"),
+        "{stderr}"
+    );
+    Ok(())
+}
