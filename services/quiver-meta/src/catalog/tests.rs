@@ -596,6 +596,65 @@ fn dead_nodes_lose_leases_and_orphaned_shards_are_balanced() {
     assert_eq!(moved_epochs.len(), 2, "a's two shards moved with epoch 2");
 }
 
+/// Draining the last alive indexer or searcher would leave every shard without
+/// a node of that role (writes or searches fail): refused, naming the shards and
+/// the role, and nothing changes. With another alive node of the role, or with
+/// no shard at all, a drain goes through; a gateway may always be drained.
+#[test]
+fn draining_the_last_alive_node_of_a_role_that_holds_shards_is_refused() {
+    let mut catalog = Catalog::default();
+    register(&mut catalog, "lonely-searcher", NodeRole::Searcher, 0);
+    register(&mut catalog, "gateway-1", NodeRole::Gateway, 0);
+    let drain = |catalog: &mut Catalog, node_id: &str| {
+        run(
+            catalog,
+            1,
+            Command::DrainNode {
+                node_id: node_id.into(),
+            },
+        )
+    };
+    drain(&mut catalog, "lonely-searcher").expect("no shard yet: a drain goes through");
+
+    let mut catalog = Catalog::default();
+    create(&mut catalog, "docs", 2);
+    for (node_id, role) in [
+        ("searcher-1", NodeRole::Searcher),
+        ("searcher-2", NodeRole::Searcher),
+        ("indexer-1", NodeRole::Indexer),
+        ("gateway-1", NodeRole::Gateway),
+    ] {
+        register(&mut catalog, node_id, role, 0);
+    }
+    catalog.reconcile(1, NODE_TIMEOUT_MS, LEASE_TTL_MS);
+    drain(&mut catalog, "searcher-1").expect("searcher-2 can take its shards");
+    let version = catalog.version();
+    let refused = drain(&mut catalog, "searcher-2").expect_err("the last searcher");
+    assert_eq!(
+        refused.code,
+        ErrorCode::FailedPrecondition,
+        "{}",
+        refused.message
+    );
+    for expected in ["searcher-2", "last alive searcher", "docs/0", "docs/1"] {
+        assert!(refused.message.contains(expected), "{}", refused.message);
+    }
+    assert_eq!(catalog.nodes["searcher-2"].state, NodeState::Alive);
+    assert_eq!(catalog.version(), version, "nothing changed");
+
+    let refused = drain(&mut catalog, "indexer-1").expect_err("the only indexer");
+    assert_eq!(refused.code, ErrorCode::FailedPrecondition);
+    assert!(
+        refused.message.contains("last alive indexer"),
+        "{}",
+        refused.message
+    );
+    assert_eq!(catalog.nodes["indexer-1"].state, NodeState::Alive);
+
+    drain(&mut catalog, "gateway-1").expect("a gateway holds no shards");
+    drain(&mut catalog, "searcher-1").expect("draining a draining node again is a no-op");
+}
+
 #[test]
 fn searcher_assignments_follow_rendezvous_hashing_with_minimal_movement() {
     let mut catalog = Catalog::default();
