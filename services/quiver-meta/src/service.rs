@@ -94,6 +94,21 @@ impl MetaGrpc {
         })
     }
 
+    /// Places a new collection's shards now (an indexer lease, searchers) with
+    /// the control loop's rules, rather than within its next interval: a
+    /// describe or search right after the create then finds a searcher. A
+    /// failure only leaves the placement to the control loop.
+    async fn place_new_shards(&self) {
+        let config = &self.context.config;
+        let command = Command::Reconcile {
+            node_timeout_ms: config.node_timeout_ms,
+            lease_ttl_ms: config.lease_ttl_ms,
+        };
+        if let Err(error) = self.context.propose(command).await {
+            tracing::debug!(%error, "placing a new collection's shards is left to the control loop");
+        }
+    }
+
     /// Refuses a membership change on `quiver standalone`'s metadata node
     /// (see [`crate::MetaConfig::fixed_membership`]); nothing is proposed.
     fn refuse_if_fixed_membership(&self, action: &str) -> MetaResult<()> {
@@ -308,10 +323,15 @@ impl MetaService for MetaGrpc {
                 Outcome::Collection {
                     collection,
                     created,
-                } => Ok(pb::CreateCollectionResponse {
-                    collection: Some(convert::collection_to_proto(&collection)),
-                    created,
-                }),
+                } => {
+                    if created {
+                        self.place_new_shards().await;
+                    }
+                    Ok(pb::CreateCollectionResponse {
+                        collection: Some(convert::collection_to_proto(&collection)),
+                        created,
+                    })
+                }
                 other => Err(unexpected(&other)),
             }
         })
