@@ -659,10 +659,13 @@ impl MetaClient {
         Ok(response.members)
     }
 
-    /// Promotes a learner to voter.
+    /// Promotes a learner to voter. Not retried when its outcome is unknown: a
+    /// promotion is two membership entries (joint, then final), and a retry
+    /// after the first was appended is refused as "already undergoing a
+    /// configuration change" although the change goes on.
     pub async fn promote_voter(&self, id: u64) -> MetaClientResult<Vec<pb::MetaMember>> {
         let response = self
-            .call("promote_voter", true, |mut client| async move {
+            .call("promote_voter", false, |mut client| async move {
                 client.promote_voter(pb::PromoteVoterRequest { id }).await
             })
             .await?;

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use quiver_meta_client::MetaClient;
 use quiver_proto::RpcChannel;
@@ -237,6 +237,40 @@ impl Router {
         let channel = connect_lazy(endpoint, self.cluster_tls.as_ref());
         channels.insert(address.to_string(), channel.clone());
         Ok(channel)
+    }
+
+    /// Re-reads the routing table until shard `shard` of collection `name` has
+    /// a searcher, for at most `wait`, and returns its searchers in the order to
+    /// try them (none when the wait ran out). A shard meta has not placed yet
+    /// (a collection just created, a searcher just replaced) gets one within
+    /// the control loop's interval.
+    pub async fn wait_for_searchers(&self, name: &str, shard: u32, wait: Duration) -> Vec<String> {
+        let deadline = Instant::now() + wait;
+        let mut delay = Duration::from_millis(20);
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Vec::new();
+            }
+            tokio::time::sleep(delay.min(remaining)).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+            if self.refresh().await.is_err() {
+                continue;
+            }
+            let placement = self.cached(name).and_then(|route| {
+                route
+                    .shards
+                    .iter()
+                    .find(|placement| placement.shard == shard)
+                    .cloned()
+            });
+            if let Some(placement) = placement {
+                let order = self.searcher_order(&placement);
+                if !order.is_empty() {
+                    return order;
+                }
+            }
+        }
     }
 
     /// Returns the ready searchers of `placement` in the order to try them

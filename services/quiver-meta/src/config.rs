@@ -57,6 +57,12 @@ pub struct MetaConfig {
     /// has less room than this, so the Raft log never meets a full disk (a
     /// failed log write stops openraft for good); 0 turns the check off.
     pub min_free_disk_bytes: u64,
+    /// This is the one metadata node of `quiver standalone`, in process with
+    /// every other role: its membership never changes, so adding, promoting or
+    /// removing a metadata node is refused (`FAILED_PRECONDITION`). Set by the
+    /// binary, not read from a config file.
+    #[serde(skip)]
+    pub fixed_membership: bool,
 }
 
 impl Default for MetaConfig {
@@ -81,6 +87,7 @@ impl Default for MetaConfig {
             proposal_timeout_ms: 5_000,
             connect_timeout_ms: 1_000,
             min_free_disk_bytes: 64 << 20,
+            fixed_membership: false,
         }
     }
 }

@@ -147,7 +147,7 @@ impl MetaContext {
     /// Returns for how long no quorum acknowledged this node if it leads and that
     /// is longer than the leader lease (the longest election timeout): it is cut
     /// off from its peers, which may have elected another leader meanwhile.
-    fn cut_off_for_ms(&self) -> Option<u64> {
+    pub(crate) fn cut_off_for_ms(&self) -> Option<u64> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
         let since_ms = metrics.millis_since_quorum_ack?;

@@ -244,9 +244,13 @@ impl MetaServer {
         self.context.is_leader()
     }
 
-    /// Tells whether the node can serve: it knows a leader.
+    /// Tells whether the node can serve: it knows a leader, and if it leads, a
+    /// quorum acknowledged it within the leader lease (a leader that cannot
+    /// commit — cut off from its peers, or waiting on a member that does not
+    /// answer — is not ready). A follower cannot tell cheaply whether its
+    /// leader commits, and answers by knowing one.
     pub fn is_ready(&self) -> bool {
-        self.current_leader().is_some()
+        self.current_leader().is_some() && self.context.cut_off_for_ms().is_none()
     }
 
     /// Returns this node's view of the cluster (the `ClusterStatus` RPC's answer).

@@ -93,6 +93,141 @@ impl MetaGrpc {
             members: self.context.members(),
         })
     }
+
+    /// Places a new collection's shards now (an indexer lease, searchers) with
+    /// the control loop's rules, rather than within its next interval: a
+    /// describe or search right after the create then finds a searcher. A
+    /// failure only leaves the placement to the control loop.
+    async fn place_new_shards(&self) {
+        let config = &self.context.config;
+        let command = Command::Reconcile {
+            node_timeout_ms: config.node_timeout_ms,
+            lease_ttl_ms: config.lease_ttl_ms,
+        };
+        if let Err(error) = self.context.propose(command).await {
+            tracing::debug!(%error, "placing a new collection's shards is left to the control loop");
+        }
+    }
+
+    /// Refuses a membership change on `quiver standalone`'s metadata node
+    /// (see [`crate::MetaConfig::fixed_membership`]); nothing is proposed.
+    fn refuse_if_fixed_membership(&self, action: &str) -> MetaResult<()> {
+        if !self.context.config.fixed_membership {
+            return Ok(());
+        }
+        Err(MetaError::Rejected {
+            code: ErrorCode::FailedPrecondition,
+            message: format!(
+                "cannot {action}: this is `quiver standalone`, which runs one metadata node in \
+                 process with the other roles, so its metadata membership cannot change; run \
+                 `quiver meta` nodes for a replicated metadata service"
+            ),
+        })
+    }
+
+    /// Refuses to promote learner `id` unless this node leads, `id` is a learner
+    /// and it has caught up with this leader's log. Promoting a learner that is
+    /// down or far behind would put the cluster in a joint configuration that
+    /// needs it for every commit: no write, read-index round or further
+    /// membership change could complete until it came back. A fresh entry is
+    /// appended first (a `Reconcile`, what the control loop proposes anyway), so
+    /// that a learner that caught up once and then went away does not look
+    /// caught up on an idle cluster; the learner gets a bounded wait to
+    /// replicate it.
+    async fn refuse_unless_caught_up(&self, id: MetaNodeId) -> MetaResult<()> {
+        let config = &self.context.config;
+        let metrics = self.context.raft.metrics();
+        let address = {
+            let current = metrics.borrow();
+            if current.current_leader != Some(self.context.node_id) {
+                return Err(forward_error(
+                    current.current_leader,
+                    current.current_leader.and_then(|leader| {
+                        current
+                            .membership_config
+                            .membership()
+                            .get_node(&leader)
+                            .cloned()
+                    }),
+                ));
+            }
+            let membership = current.membership_config.membership();
+            if membership.get_joint_config().len() > 1 {
+                return Err(MetaError::Rejected {
+                    code: ErrorCode::FailedPrecondition,
+                    message: format!(
+                        "cannot promote metadata node {id}: a membership change (log {}) is \
+                         still in progress",
+                        current
+                            .membership_config
+                            .log_id()
+                            .map_or_else(|| "none".to_owned(), |log_id| log_id.to_string())
+                    ),
+                });
+            }
+            let Some(node) = membership.get_node(&id) else {
+                return Err(MetaError::Rejected {
+                    code: ErrorCode::NotFound,
+                    message: format!(
+                        "metadata node {id} is not a member; add it as a learner first"
+                    ),
+                });
+            };
+            if membership.voter_ids().any(|voter| voter == id) {
+                return Ok(());
+            }
+            node.address.clone()
+        };
+        self.context
+            .propose(Command::Reconcile {
+                node_timeout_ms: config.node_timeout_ms,
+                lease_ttl_ms: config.lease_ttl_ms,
+            })
+            .await?;
+        let target_index = metrics.borrow().last_log_index.unwrap_or(0);
+        let matched_index = |metrics: &crate::raft_types::typ::RaftMetrics| {
+            metrics
+                .replication
+                .as_ref()
+                .and_then(|replication| replication.get(&id).cloned().flatten())
+                .map(|log_id| log_id.index)
+        };
+        let wait = config.proposal_timeout() / 2;
+        let caught_up = self
+            .context
+            .raft
+            .wait(Some(wait))
+            .metrics(
+                |metrics| matched_index(metrics).is_some_and(|index| index >= target_index),
+                "learner caught up with the leader's log",
+            )
+            .await
+            .is_ok();
+        if caught_up {
+            return Ok(());
+        }
+        let (replicated, leader_last) = {
+            let current = metrics.borrow();
+            (matched_index(&current), current.last_log_index.unwrap_or(0))
+        };
+        let progress = match replicated {
+            None => format!("it has replicated none of the leader's {leader_last} log entries"),
+            Some(index) => format!(
+                "it has replicated up to log index {index} of the leader's {leader_last} ({} \
+                 entries behind)",
+                leader_last.saturating_sub(index)
+            ),
+        };
+        Err(MetaError::Rejected {
+            code: ErrorCode::FailedPrecondition,
+            message: format!(
+                "cannot promote metadata node {id} at `{address}`: it has not caught up with \
+                 the leader's log within {} ms ({progress}); is it running and reachable from \
+                 the leader? nothing was changed",
+                wait.as_millis()
+            ),
+        })
+    }
 }
 
 type MembershipWrite<T> = Result<T, RaftError<MetaNodeId, ClientWriteError<MetaNodeId, MetaNode>>>;
@@ -103,7 +238,9 @@ fn membership_result<T>(
 ) -> MetaResult<T> {
     match result {
         Err(_elapsed) => Err(MetaError::Unavailable(format!(
-            "membership change not committed within {} ms",
+            "membership change proposed but not committed within {} ms: it takes effect if a \
+             quorum of the new configuration acknowledges it; check `cluster status` before \
+             trying again",
             timeout.as_millis()
         ))),
         Ok(Ok(value)) => Ok(value),
@@ -186,10 +323,15 @@ impl MetaService for MetaGrpc {
                 Outcome::Collection {
                     collection,
                     created,
-                } => Ok(pb::CreateCollectionResponse {
-                    collection: Some(convert::collection_to_proto(&collection)),
-                    created,
-                }),
+                } => {
+                    if created {
+                        self.place_new_shards().await;
+                    }
+                    Ok(pb::CreateCollectionResponse {
+                        collection: Some(convert::collection_to_proto(&collection)),
+                        created,
+                    })
+                }
                 other => Err(unexpected(&other)),
             }
         })
@@ -680,6 +822,7 @@ impl MetaService for MetaGrpc {
     ) -> GrpcResult<pb::MembershipResponse> {
         self.observed("add_learner", async {
             let request = request.into_inner();
+            self.refuse_if_fixed_membership("add a metadata node")?;
             if request.id == 0 || request.address.is_empty() {
                 return Err(MetaError::Rejected {
                     code: ErrorCode::InvalidArgument,
@@ -713,6 +856,8 @@ impl MetaService for MetaGrpc {
     ) -> GrpcResult<pb::MembershipResponse> {
         self.observed("promote_voter", async {
             let id = request.into_inner().id;
+            self.refuse_if_fixed_membership("promote a metadata node")?;
+            self.refuse_unless_caught_up(id).await?;
             self.membership_change(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
                 .await
         })
@@ -725,6 +870,7 @@ impl MetaService for MetaGrpc {
     ) -> GrpcResult<pb::MembershipResponse> {
         self.observed("remove_member", async {
             let id = request.into_inner().id;
+            self.refuse_if_fixed_membership("remove a metadata node")?;
             let (is_voter, is_member) = {
                 let metrics = self.context.raft.metrics();
                 let metrics = metrics.borrow();

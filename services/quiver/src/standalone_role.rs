@@ -73,6 +73,7 @@ impl StandaloneRole {
             .with_context(|| format!("--data-dir {}", data_dir.display()))?;
         let meta = quiver_meta::run_single_node_with(MetaConfig {
             gc_grace_ms: STANDALONE_GC_GRACE_MS,
+            fixed_membership: true,
             ..MetaConfig::new(1, data_dir.join("meta"), "127.0.0.1:0")
         })
         .await

@@ -1,6 +1,8 @@
 //! Collection operations: create, list, drop, describe (with live statistics
 //! from the searchers), compact (on the indexers).
 
+use std::time::{Duration, Instant};
+
 use futures_util::future::join_all;
 use quiver_proto::data::{self, indexer_client::IndexerClient};
 use quiver_proto::meta as pb;
@@ -9,6 +11,10 @@ use crate::core::validate::validate_name;
 use crate::core::{CollectionStats, Compaction, Gateway};
 use crate::error::{GatewayError, GatewayResult};
 use crate::request_id::outgoing;
+
+/// Longest wait of a create for the new collection's shards to be placed
+/// (see [`Gateway::wait_until_servable`]).
+const CREATE_WAIT: Duration = Duration::from_secs(5);
 
 impl Gateway {
     /// Creates a collection (an identical existing one is returned as is).
@@ -35,13 +41,51 @@ impl Gateway {
         if spec.replication == 0 {
             spec.replication = 1;
         }
+        let name = spec.name.clone();
         let response = self.router.meta().create_collection(spec).await?;
-        // New shards get their indexer and searchers within a control interval;
-        // the next request re-reads the table if it does not know the name yet.
-        let _ = self.router.refresh().await;
-        response
+        let collection = response
             .collection
-            .ok_or_else(|| GatewayError::internal("meta answered without the collection"))
+            .ok_or_else(|| GatewayError::internal("meta answered without the collection"))?;
+        self.wait_until_servable(&name, CREATE_WAIT).await;
+        Ok(collection)
+    }
+
+    /// Waits, for at most `wait`, until every shard of `name` has an indexer and
+    /// a searcher (meta places a new collection's shards as it creates it, or
+    /// within its control interval), so that a describe, search or write right
+    /// after the create is served. When the wait runs out — no alive searcher
+    /// or indexer, say — the collection exists all the same: the create still
+    /// succeeds, and a read then waits briefly for a searcher itself.
+    async fn wait_until_servable(&self, name: &str, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        let mut delay = Duration::from_millis(20);
+        loop {
+            let servable = self
+                .router
+                .route_linearizable(name)
+                .await
+                .is_ok_and(|route| {
+                    let expected = route.spec().shards.max(1) as usize;
+                    route.shards.len() == expected
+                        && route.shards.iter().all(|placement| {
+                            placement.indexer.is_some() && !placement.searchers.is_empty()
+                        })
+                });
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if servable {
+                return;
+            }
+            if remaining.is_zero() {
+                tracing::info!(
+                    collection = name,
+                    wait_ms = wait.as_millis() as u64,
+                    "created collection is not placed yet; reads will wait for a searcher"
+                );
+                return;
+            }
+            tokio::time::sleep(delay.min(remaining)).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
     }
 
     /// Lists the collections.
@@ -70,7 +114,7 @@ impl Gateway {
                 shard: Some(reference(placement.shard)),
                 min_manifest_version: placement.manifest_version,
             };
-            self.on_searchers(placement, move |mut client| async move {
+            self.on_searchers(name, placement, move |mut client| async move {
                 client.shard_stats(outgoing(request)).await
             })
         });

@@ -21,6 +21,11 @@ use crate::metrics::METRICS;
 use crate::request_id::outgoing;
 use crate::routing::{CollectionRoute, ShardPlacement};
 
+/// Longest wait of a read for a shard that has no searcher yet (see
+/// [`Gateway::on_searchers`]): meta places a new shard at once, or within its
+/// control interval (1 s by default).
+pub(crate) const SEARCHER_WAIT: Duration = Duration::from_secs(3);
+
 /// A searcher to call: over gRPC, or — in `quiver standalone` — its handlers
 /// in this process, called with the messages as they are (no protobuf encoding
 /// of the query and of the hits with their payloads, no HTTP/2 framing).
@@ -64,9 +69,13 @@ searcher_methods! {
 }
 
 impl Gateway {
-    /// Calls `call` on the shard's searchers in turn until one answers.
+    /// Calls `call` on the shard's searchers of collection `name` in turn until
+    /// one answers. A shard with no searcher yet (just created, or its searcher
+    /// just replaced) gets a bounded wait for one ([`SEARCHER_WAIT`]) before the
+    /// call fails with `UNAVAILABLE`.
     pub(super) async fn on_searchers<T, F, Fut>(
         &self,
+        name: &str,
         placement: &ShardPlacement,
         call: F,
     ) -> GatewayResult<T>
@@ -74,10 +83,17 @@ impl Gateway {
         F: Fn(SearcherStub) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let order = self.router.searcher_order(placement);
+        let mut order = self.router.searcher_order(placement);
+        if order.is_empty() {
+            let wait = SEARCHER_WAIT.min(self.router.request_timeout());
+            order = self
+                .router
+                .wait_for_searchers(name, placement.shard, wait)
+                .await;
+        }
         if order.is_empty() {
             return Err(GatewayError::unavailable(format!(
-                "shard {} has no live searcher right now",
+                "shard {} of collection `{name}` has no live searcher right now",
                 placement.shard
             )));
         }
@@ -179,7 +195,7 @@ impl Gateway {
                 ids: shard_ids,
                 include_vector,
             };
-            Some(self.on_searchers(placement, move |mut client| {
+            Some(self.on_searchers(name, placement, move |mut client| {
                 let request = request.clone();
                 async move { client.get(outgoing(request)).await }
             }))
@@ -224,7 +240,7 @@ impl Gateway {
         let filter = prepare_search(&spec, name, &input)?;
         let calls = route.shards.iter().map(|placement| {
             let request = shard_search(&route, placement, &input, &filter);
-            self.on_searchers(placement, move |mut client| {
+            self.on_searchers(name, placement, move |mut client| {
                 let request = request.clone();
                 async move { client.search(outgoing(request)).await }
             })
@@ -291,7 +307,7 @@ impl Gateway {
                     .unwrap_or(0),
                 searches,
             };
-            self.on_searchers(placement, move |mut client| {
+            self.on_searchers(name, placement, move |mut client| {
                 let request = request.clone();
                 async move {
                     match client.search_batch(outgoing(request.clone())).await {

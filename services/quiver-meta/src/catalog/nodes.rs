@@ -114,11 +114,14 @@ impl Catalog {
     }
 
     pub(super) fn drain_node(&mut self, node_id: &str) -> ApplyResult {
-        if !self.nodes.contains_key(node_id) {
+        let Some(node) = self.nodes.get(node_id) else {
             return Err(Rejection::new(
                 ErrorCode::NotFound,
                 format!("node `{node_id}` is not registered"),
             ));
+        };
+        if node.state == NodeState::Alive {
+            self.refuse_draining_the_last(node_id, node.role)?;
         }
         let version = self.bump_version();
         let record = self.nodes.get_mut(node_id).expect("node checked above");
@@ -127,6 +130,51 @@ impl Catalog {
         }
         record.changed_at_version = version;
         Ok(Outcome::Node(record.clone()))
+    }
+
+    /// Refuses to drain `node_id`, an alive node of `role`, when no other alive
+    /// node of that role could take its work: every shard would be left without
+    /// an indexer (writes fail) or a searcher (searches fail). A gateway holds no
+    /// shards and may always be drained; so may any node while no shard exists.
+    fn refuse_draining_the_last(&self, node_id: &str, role: NodeRole) -> Result<(), Rejection> {
+        let role_name = match role {
+            NodeRole::Indexer => "indexer",
+            NodeRole::Searcher => "searcher",
+            NodeRole::Gateway => return Ok(()),
+        };
+        let another_alive = self.nodes.values().any(|other| {
+            other.node_id != node_id && other.role == role && other.state == NodeState::Alive
+        });
+        if another_alive || self.shards.is_empty() {
+            return Ok(());
+        }
+        const NAMED_SHARDS: usize = 8;
+        let mut stranded: Vec<String> = Vec::new();
+        for collection in self.collections.values() {
+            for key in self.shards.keys() {
+                if key.collection_id == collection.collection_id {
+                    stranded.push(format!("{}/{}", collection.spec.name, key.shard));
+                }
+            }
+        }
+        let total = self.shards.len();
+        let mut named = stranded
+            .iter()
+            .take(NAMED_SHARDS)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if total > NAMED_SHARDS {
+            named.push_str(&format!(" and {} more", total - NAMED_SHARDS));
+        }
+        Err(Rejection::new(
+            ErrorCode::FailedPrecondition,
+            format!(
+                "cannot drain {role_name} `{node_id}`: it is the last alive {role_name}, and \
+                 {total} shard(s) ({named}) would have no {role_name} to move to; start \
+                 another {role_name} first"
+            ),
+        ))
     }
 
     /// Drops a node's leases and searcher assignments (its epochs stay).

@@ -1,6 +1,7 @@
 //! The control loop's rules: dead nodes lose their work, expired leases are
-//! cleared, orphaned shards go to the least-loaded live indexer, and each shard
-//! keeps its searchers chosen by rendezvous hashing.
+//! cleared, orphaned shards go to the least-loaded live indexer (within their
+//! collection first), and each collection's shards spread evenly over the live
+//! searchers, least-loaded first (rendezvous hashing breaks ties).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,8 +14,9 @@ impl Catalog {
     /// Applies the control loop's rules at leader time `now_ms` and returns how many
     /// records changed: nodes silent for `node_timeout_ms` become dead and lose their
     /// work, expired leases are cleared, shards without a lease go to the live indexer
-    /// holding the fewest leases (new epoch), and each shard keeps `replication`
-    /// searchers chosen by rendezvous hashing.
+    /// holding the fewest leases of its collection, then overall (new epoch), and
+    /// each shard keeps `replication` searchers, spread evenly over the live
+    /// searchers per collection (see [`spread_searchers`]).
     pub fn reconcile(&mut self, now_ms: u64, node_timeout_ms: u64, lease_ttl_ms: u64) -> u32 {
         let version = self.version + 1;
         let mut changes = 0u32;
@@ -76,27 +78,43 @@ impl Catalog {
             }
         }
 
-        // Orphaned shards go to the live indexer with the fewest leases.
+        // Orphaned shards go to the live indexer holding the fewest leases of
+        // the shard's collection, then the fewest leases overall.
         if !live_indexers.is_empty() {
             let mut lease_counts: BTreeMap<&str, usize> = live_indexers
                 .iter()
                 .map(|node_id| (node_id.as_str(), 0))
                 .collect();
-            for record in self.shards.values() {
+            let mut collection_lease_counts: BTreeMap<(u64, String), usize> = BTreeMap::new();
+            for (shard_key, record) in &self.shards {
                 if let Some(lease) = &record.lease
                     && let Some(count) = lease_counts.get_mut(lease.holder.as_str())
                 {
                     *count += 1;
+                    *collection_lease_counts
+                        .entry((shard_key.collection_id, lease.holder.clone()))
+                        .or_default() += 1;
                 }
             }
-            for record in self.shards.values_mut() {
+            for (shard_key, record) in self.shards.iter_mut() {
                 if record.lease.is_some() {
                     continue;
                 }
-                let Some((least_loaded, _)) = lease_counts
+                let in_collection = |node_id: &str| {
+                    collection_lease_counts
+                        .get(&(shard_key.collection_id, node_id.to_owned()))
+                        .copied()
+                        .unwrap_or(0)
+                };
+                let Some(least_loaded) = lease_counts
                     .iter()
-                    .min_by(|left, right| left.1.cmp(right.1).then_with(|| left.0.cmp(right.0)))
-                    .map(|(node_id, count)| (node_id.to_string(), *count))
+                    .min_by(|left, right| {
+                        in_collection(left.0)
+                            .cmp(&in_collection(right.0))
+                            .then_with(|| left.1.cmp(right.1))
+                            .then_with(|| left.0.cmp(right.0))
+                    })
+                    .map(|(node_id, _)| node_id.to_string())
                 else {
                     break;
                 };
@@ -111,26 +129,29 @@ impl Catalog {
                 if let Some(count) = lease_counts.get_mut(least_loaded.as_str()) {
                     *count += 1;
                 }
+                *collection_lease_counts
+                    .entry((shard_key.collection_id, least_loaded.clone()))
+                    .or_default() += 1;
             }
         }
 
-        // Searcher assignments: the top `replication` live searchers by rendezvous score.
+        // Searcher assignments: each collection's shards spread evenly over the
+        // live searchers, least-loaded first, moving as few as it takes.
+        let desired_searchers = spread_searchers(&self.shards, &replication_of, &live_searchers);
         for (shard_key, record) in self.shards.iter_mut() {
-            let replication = replication_of
-                .get(&shard_key.collection_id)
-                .copied()
-                .unwrap_or(1);
-            let desired = rendezvous_top(&live_searchers, *shard_key, replication);
+            let Some(desired) = desired_searchers.get(shard_key) else {
+                continue;
+            };
             let current: BTreeSet<&str> = record.searchers.keys().map(String::as_str).collect();
             let desired_set: BTreeSet<&str> = desired.iter().map(String::as_str).collect();
             if current == desired_set {
                 continue;
             }
             let assignments: BTreeMap<String, bool> = desired
-                .into_iter()
+                .iter()
                 .map(|node_id| {
-                    let ready = record.searchers.get(&node_id).copied().unwrap_or(false);
-                    (node_id, ready)
+                    let ready = record.searchers.get(node_id).copied().unwrap_or(false);
+                    (node_id.clone(), ready)
                 })
                 .collect();
             record.searchers = assignments;
@@ -156,7 +177,9 @@ pub(crate) fn rendezvous_score(node_id: &str, shard: ShardKey) -> u64 {
     mix64(hash)
 }
 
-/// Returns the `count` nodes with the highest rendezvous scores for `shard`.
+/// Returns the `count` nodes with the highest rendezvous scores for `shard`
+/// (the order [`spread_searchers`] breaks ties in).
+#[cfg(test)]
 pub(crate) fn rendezvous_top(node_ids: &[String], shard: ShardKey, count: usize) -> Vec<String> {
     let mut scored: Vec<(u64, &String)> = node_ids
         .iter()
@@ -168,4 +191,111 @@ pub(crate) fn rendezvous_top(node_ids: &[String], shard: ShardKey, count: usize)
         .take(count)
         .map(|(_, node_id)| node_id.clone())
         .collect()
+}
+
+/// Returns each shard's searchers: per collection, every shard keeps
+/// `min(replication, live searchers)` of them, spread so that no live searcher
+/// holds more than its share (the collection's assignments over the live
+/// searchers, rounded up). Assignments to live searchers within their share
+/// stay; a searcher over its share gives up assignments (at most one per shard
+/// per round, so a shard keeps what it can); the free slots go to the searcher
+/// with the fewest assignments in the collection, then overall, then the
+/// highest rendezvous score. Deterministic: every replica computes the same.
+fn spread_searchers(
+    shards: &BTreeMap<ShardKey, super::ShardRecord>,
+    replication_of: &BTreeMap<u64, usize>,
+    live_searchers: &[String],
+) -> BTreeMap<ShardKey, Vec<String>> {
+    let live: BTreeSet<&str> = live_searchers.iter().map(String::as_str).collect();
+    let mut total_load: BTreeMap<&str, usize> = live.iter().map(|node_id| (*node_id, 0)).collect();
+    let mut by_collection: BTreeMap<u64, Vec<ShardKey>> = BTreeMap::new();
+    for shard_key in shards.keys() {
+        by_collection
+            .entry(shard_key.collection_id)
+            .or_default()
+            .push(*shard_key);
+    }
+    let mut desired: BTreeMap<ShardKey, Vec<String>> = BTreeMap::new();
+    for (collection_id, shard_keys) in by_collection {
+        let replication = replication_of
+            .get(&collection_id)
+            .copied()
+            .unwrap_or(1)
+            .min(live.len());
+        // Kept: the shard's current live searchers, best rendezvous first.
+        let mut kept: Vec<Vec<&str>> = shard_keys
+            .iter()
+            .map(|shard_key| {
+                let mut current: Vec<&str> = shards[shard_key]
+                    .searchers
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|node_id| live.contains(node_id))
+                    .collect();
+                current.sort_by_key(|node_id| {
+                    std::cmp::Reverse(rendezvous_score(node_id, *shard_key))
+                });
+                current.truncate(replication);
+                current
+            })
+            .collect();
+        let mut load: BTreeMap<&str, usize> = live.iter().map(|node_id| (*node_id, 0)).collect();
+        for node_id in kept.iter().flatten() {
+            *load.entry(node_id).or_default() += 1;
+        }
+        if !live.is_empty() {
+            let share = (shard_keys.len() * replication).div_ceil(live.len());
+            for _round in 0..replication {
+                for (index, shard_key) in shard_keys.iter().enumerate() {
+                    let over = kept[index]
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, node_id)| load[*node_id] > share)
+                        .max_by_key(|(_, node_id)| {
+                            (
+                                load[*node_id],
+                                std::cmp::Reverse(rendezvous_score(node_id, *shard_key)),
+                            )
+                        })
+                        .map(|(position, _)| position);
+                    if let Some(position) = over {
+                        let node_id = kept[index].remove(position);
+                        *load.entry(node_id).or_default() -= 1;
+                    }
+                }
+            }
+        }
+        for node_id in kept.iter().flatten() {
+            *total_load.entry(node_id).or_default() += 1;
+        }
+        for (index, shard_key) in shard_keys.iter().enumerate() {
+            while kept[index].len() < replication {
+                let Some(choice) = live
+                    .iter()
+                    .copied()
+                    .filter(|node_id| !kept[index].contains(node_id))
+                    .min_by_key(|node_id| {
+                        (
+                            load[node_id],
+                            total_load[node_id],
+                            std::cmp::Reverse(rendezvous_score(node_id, *shard_key)),
+                        )
+                    })
+                else {
+                    break;
+                };
+                kept[index].push(choice);
+                *load.entry(choice).or_default() += 1;
+                *total_load.entry(choice).or_default() += 1;
+            }
+            desired.insert(
+                *shard_key,
+                kept[index]
+                    .iter()
+                    .map(|node_id| (*node_id).to_owned())
+                    .collect(),
+            );
+        }
+    }
+    desired
 }

@@ -4,6 +4,7 @@
 mod api;
 mod control;
 mod election;
+mod membership;
 mod partition;
 mod snapshots;
 mod standalone;

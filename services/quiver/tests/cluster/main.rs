@@ -8,6 +8,7 @@
 //! the data-node crates never link the Raft server.
 
 mod cluster_tls;
+mod create_then_serve;
 mod hostile;
 mod in_process;
 mod indexer_api;
