@@ -604,7 +604,6 @@ impl ListLayout {
     /// build error names it where a panic would stop the shard's flushes.
     fn new(assignments: &[u32], nlist: usize) -> IndexResult<Self> {
         if let Some(row) = assignments.iter().position(|&list| list as usize >= nlist) {
-            debug_assert!(false, "row {row} assigned to list {}", assignments[row]);
             return Err(IndexError::InvalidArgument(format!(
                 "segment build: row {row} was assigned to list {} of {nlist} (its distances to \
                  the centroids are not finite?)",
