@@ -88,7 +88,6 @@ struct Report {
 
 struct BuiltSegments {
     paths: Vec<PathBuf>,
-    file_sizes: Vec<u64>,
     build_seconds: f64,
     file_bytes: u64,
     hot_bytes: u64,
@@ -105,7 +104,6 @@ fn build_segments(
     let started = Instant::now();
     let (mut file_bytes, mut hot_bytes, mut raw_bytes) = (0, 0, 0);
     let mut paths: Vec<PathBuf> = Vec::new();
-    let mut file_sizes = Vec::new();
     let mut codebook = None;
     for (index, start) in (0..rows).step_by(segment_rows).enumerate() {
         let end = (start + segment_rows).min(rows);
@@ -160,12 +158,10 @@ fn build_segments(
             codebook = Codebook::of_segment(&first)?.map(std::sync::Arc::new);
         }
         paths.push(path);
-        file_sizes.push(summary.file_bytes);
     }
     let build_seconds = started.elapsed().as_secs_f64();
     Ok(BuiltSegments {
         paths,
-        file_sizes,
         build_seconds,
         file_bytes,
         hot_bytes,
@@ -608,15 +604,12 @@ fn through_cache(
         directory: cache_dir.clone(),
         capacity_bytes: cache_size,
         region_bytes: options.region_size,
-        map_local_files: true,
+        // Through the cache even for a `file://` store, which the searcher
+        // would map: this measures the cache (regions, fills, cold query).
+        map_local_files: false,
         row_region_bytes: BlobCacheConfig::DEFAULT_ROW_REGION_BYTES,
     };
     let cache = BlobCache::new(&config, storage, runtime.handle().clone())?;
-    let regions_total: u64 = built
-        .file_sizes
-        .iter()
-        .map(|size| size.div_ceil(cache.region_bytes()))
-        .sum();
 
     // Cold: open (trailer, footer, small sections) and answer one query on an empty cache.
     let started = Instant::now();
@@ -624,6 +617,16 @@ fn through_cache(
         .iter()
         .map(|key| Ok(Segment::open(cache.open_blocking(key)?)?))
         .collect::<Result<Vec<_>>>()?;
+    // Every region of every segment, each in the tier that serves its bytes
+    // (hot: codes and the rest; rows: raw vectors and payloads, in smaller
+    // regions) -- the units the cache's `misses` count fills in.
+    let regions_total: u64 = segments
+        .iter()
+        .map(|segment| {
+            let (hot, rows) = segment.source().regions_by_tier();
+            hot + rows
+        })
+        .sum();
     let params = SearchParams {
         k: options.k,
         nprobe: options.nprobes.first().copied(),
@@ -641,9 +644,15 @@ fn through_cache(
         &mut (0, 0),
     )?;
     let cold_first_query_ms = started.elapsed().as_secs_f64() * 1e3;
-    let regions_fetched = cache.stats().misses;
+    // Region fills of the open and the first query, both tiers; a region
+    // evicted and fetched again would count twice, which `cold_evictions` shows.
+    let (cold_hot, cold_rows) = cache.stats_by_tier();
+    let cold_rows = cold_rows.unwrap_or_default();
+    let regions_fetched = cold_hot.misses + cold_rows.misses;
+    let cold_evictions = cold_hot.evictions + cold_rows.evictions;
     println!(
-        "cold first query through the cache: {cold_first_query_ms:.1} ms, {regions_fetched} of {regions_total} regions fetched"
+        "cold first query through the cache: {cold_first_query_ms:.1} ms, {regions_fetched} of {regions_total} regions fetched ({} hot, {} row regions)",
+        cold_hot.misses, cold_rows.misses
     );
     let nlist = describe(&segments);
     let points = sweep(&segments, options, queries, truth)?;
@@ -652,6 +661,10 @@ fn through_cache(
     let report = serde_json::json!({
         "object_store": store_url.to_string(),
         "region_bytes": cache.region_bytes(),
+        "row_region_bytes": cache.row_region_bytes().unwrap_or(0),
+        "regions_fetched_hot": cold_hot.misses,
+        "regions_fetched_rows": cold_rows.misses,
+        "cold_evictions": cold_evictions,
         "cache_bytes": cache_size,
         "cold_first_query_ms": cold_first_query_ms,
         "regions_fetched": regions_fetched,

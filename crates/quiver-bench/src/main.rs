@@ -11,10 +11,10 @@ mod peers;
 mod plot;
 mod progress;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use quiver_index::{Metric, RawPrecision};
 
@@ -316,7 +316,15 @@ enum Command {
         #[arg(long)]
         peers: Option<PathBuf>,
         /// Upload the segments to this object store (s3://bucket/prefix, file:///path,
-        /// memory://) and search them through the region cache.
+        /// memory://) and search them through the region cache — always through its
+        /// regions, also for file:// (which a searcher would map instead). The JSON's
+        /// "cache" block: cold_first_query_ms (open + first query on an empty cache);
+        /// regions_fetched, the region fills of that cold query, hot and row tier
+        /// together (regions_fetched_hot / _rows; a region evicted and fetched again
+        /// counts again, see cold_evictions); regions_total, every region of every
+        /// segment in the tier that serves its bytes (hot: region_bytes, codes and
+        /// the rest; rows: row_region_bytes, raw vectors and payloads) — the same
+        /// units, so a cold read of everything fetches regions_total.
         #[arg(long, requires_all = ["cache_dir", "cache_size"])]
         object_store: Option<String>,
         /// Directory of the region cache file.
@@ -363,8 +371,63 @@ fn parse_size(text: &str) -> Result<u64, String> {
         .map_err(|error| format!("size {text:?}: {error}"))
 }
 
+impl Command {
+    /// Returns the path the command writes its JSON report to, if any.
+    fn report_path(&self) -> Option<&Path> {
+        match self {
+            Command::Gen { .. } => None,
+            Command::Cluster { json, .. }
+            | Command::Ingest { json, .. }
+            | Command::Filter { json, .. }
+            | Command::Engine { json, .. } => Some(json),
+            Command::Meta(args) => args.json.as_deref(),
+        }
+    }
+}
+
+/// Creates the directory the report `json` goes into and checks that a file
+/// can be written there, before a run whose results would otherwise be lost
+/// when writing them fails at its end.
+fn prepare_report_path(json: &Path) -> Result<()> {
+    let directory = json
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(directory).with_context(|| {
+        format!(
+            "creating {} for the report --json {}",
+            directory.display(),
+            json.display()
+        )
+    })?;
+    if json.is_dir() {
+        bail!("--json {} is a directory", json.display());
+    }
+    let file_name = json
+        .file_name()
+        .with_context(|| format!("--json {} names no file", json.display()))?;
+    let probe = directory.join(format!(
+        ".{}.write-check-{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::write(&probe, b"").with_context(|| {
+        format!(
+            "cannot write in {} (for the report --json {})",
+            directory.display(),
+            json.display()
+        )
+    })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 fn main() -> Result<()> {
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    if let Some(json) = command.report_path() {
+        prepare_report_path(json)?;
+    }
+    match command {
         Command::Gen {
             kind: DatasetKind::Clustered,
             n,

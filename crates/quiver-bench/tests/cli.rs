@@ -176,7 +176,12 @@ fn engine_through_the_region_cache_reports_cold_and_warm_numbers() {
     ] {
         assert!(cache[field].is_number(), "{field} in {cache}");
     }
-    assert!(cache["regions_fetched"].as_u64().unwrap() <= cache["regions_total"].as_u64().unwrap());
+    // The cache was used (a file:// store is read through its regions, not
+    // mapped), and fetched no more regions than the segments have.
+    let fetched = cache["regions_fetched"].as_u64().unwrap();
+    let total = cache["regions_total"].as_u64().unwrap();
+    assert!(fetched > 0 && fetched <= total, "{cache}");
+    assert!(cache["misses"].as_u64().unwrap() > 0, "{cache}");
     let best = report["points"]
         .as_array()
         .unwrap()
@@ -190,6 +195,127 @@ fn engine_through_the_region_cache_reports_cold_and_warm_numbers() {
             .unwrap()
             .count()
             >= 1
+    );
+}
+
+/// Writes a small dataset with `gen` into `data`.
+fn small_dataset(data: &Path, rows: &str, dim: &str) {
+    let status = Command::new(env!("CARGO_BIN_EXE_quiver-bench"))
+        .args(["gen", "--n", rows, "--dim", dim, "--clusters", "20"])
+        .args(["--queries", "20", "--out"])
+        .arg(data)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn engine_through_a_memory_store_counts_regions_in_one_unit() {
+    let directory = tempfile::tempdir().unwrap();
+    let data = directory.path().join("data");
+    small_dataset(&data, "6000", "64");
+    let json = directory.path().join("memory.json");
+    let output = engine_on(&data)
+        .args([
+            "--metric",
+            "l2",
+            "--k",
+            "10",
+            "--nprobe",
+            "8",
+            "--rescore",
+            "4",
+        ])
+        .args(["--object-store", "memory://", "--cache-dir"])
+        .arg(directory.path().join("cache"))
+        .args(["--cache-size", "32MiB", "--segment-rows", "2000", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let cache = &report["cache"];
+    let fetched = cache["regions_fetched"].as_u64().unwrap();
+    let total = cache["regions_total"].as_u64().unwrap();
+    assert!(fetched > 0 && fetched <= total, "{cache}");
+    assert_eq!(
+        fetched,
+        cache["regions_fetched_hot"].as_u64().unwrap()
+            + cache["regions_fetched_rows"].as_u64().unwrap(),
+        "{cache}"
+    );
+}
+
+#[test]
+fn engine_and_cluster_create_the_report_directory_before_running() {
+    let directory = tempfile::tempdir().unwrap();
+    let data = directory.path().join("data");
+    small_dataset(&data, "1000", "16");
+    let json = directory.path().join("missing/deeper/out.json");
+    let output = engine_on(&data)
+        .args([
+            "--metric",
+            "l2",
+            "--k",
+            "10",
+            "--nprobe",
+            "4",
+            "--rescore",
+            "1",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(json.exists(), "the report was written");
+    // cluster: the directory exists before anything is measured (here the
+    // server is unreachable, so the run itself fails).
+    let cluster_json = directory.path().join("cluster-out/report.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_quiver-bench"))
+        .args([
+            "cluster",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--collection",
+            "c",
+        ])
+        .arg("--queries")
+        .arg(data.join("queries.fvecs"))
+        .arg("--gt")
+        .arg(data.join("groundtruth.ivecs"))
+        .args(["--k", "10", "--concurrency", "1", "--json"])
+        .arg(&cluster_json)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        cluster_json.parent().unwrap().is_dir(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // A directory that cannot be created is refused at once, naming it.
+    let blocker = directory.path().join("a-file");
+    std::fs::write(&blocker, b"").unwrap();
+    let output = engine_on(&data)
+        .args(["--metric", "l2", "--json"])
+        .arg(blocker.join("out.json"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("a-file"), "{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&output.stdout).contains("built"),
+        "nothing was built"
     );
 }
 

@@ -272,6 +272,56 @@ impl CachedObject {
         self.identity.size
     }
 
+    /// Returns how many regions of each tier hold this object's bytes, in the
+    /// units the cache's `misses` count fills: the hot tier's regions holding a
+    /// byte it serves (any byte outside the row tier's ranges), and the row
+    /// tier's regions holding a byte of those ranges (0 without a row tier).
+    /// The row ranges are known once a segment is open on the object; a mapped
+    /// object uses no region and answers `(0, 0)`.
+    pub fn regions_by_tier(&self) -> (u64, u64) {
+        let size = self.size();
+        if self.mapped.is_some() || size == 0 {
+            return (0, 0);
+        }
+        let row_ranges: &[Range<u64>] = match (&self.rows, self.row_ranges.get()) {
+            (Some(_), Some(ranges)) => ranges,
+            _ => &[],
+        };
+        let hot_region_bytes = self.inner.region_bytes as u64;
+        let hot = (0..size.div_ceil(hot_region_bytes))
+            .filter(|region| {
+                let start = region * hot_region_bytes;
+                let end = (start + hot_region_bytes).min(size);
+                let in_row_tier: u64 = row_ranges
+                    .iter()
+                    .map(|range| range.end.min(end).saturating_sub(range.start.max(start)))
+                    .sum();
+                in_row_tier < end - start
+            })
+            .count() as u64;
+        let rows = match &self.rows {
+            Some(rows) => {
+                let row_region_bytes = rows.inner.region_bytes as u64;
+                let mut counted: Option<u64> = None;
+                let mut regions = 0u64;
+                for range in row_ranges.iter().filter(|range| range.start < range.end) {
+                    let first = range.start / row_region_bytes;
+                    let last = (range.end - 1) / row_region_bytes;
+                    // Ranges are in object order: a region shared with the
+                    // previous range is counted once.
+                    let from = counted.map_or(first, |done| first.max(done + 1));
+                    if from <= last {
+                        regions += last - from + 1;
+                    }
+                    counted = Some(counted.map_or(last, |done| done.max(last)));
+                }
+                regions
+            }
+            None => 0,
+        };
+        (hot, rows)
+    }
+
     /// Returns how many regions the object spans.
     pub(crate) fn regions(&self) -> usize {
         self.region_slots.len()

@@ -401,6 +401,15 @@ fn nearest_of_row(
             }
         }
     }
+    if first.1 == u32::MAX {
+        // No distance compared as a number (a row whose products overflowed
+        // to infinity or NaN): list 0, so that every row has a list.
+        return NearestTwo {
+            first: 0,
+            second: 0,
+            margin: 0.0,
+        };
+    }
     if second.1 != u32::MAX || k == 1 {
         return NearestTwo {
             first: first.1,
@@ -425,6 +434,13 @@ fn nearest_of_row(
             a
         }
     });
+    if other.1 == u32::MAX {
+        return NearestTwo {
+            first: first.1,
+            second: first.1,
+            margin: 0.0,
+        };
+    }
     NearestTwo {
         first: first.1,
         second: other.1,
@@ -594,6 +610,35 @@ mod tests {
         lists.sort();
         lists.dedup();
         assert_eq!(lists.len(), 8, "every list is used");
+    }
+
+    #[test]
+    fn a_row_with_overflowing_distances_still_gets_a_list() {
+        // Squares of 1e38 overflow f32: the row's distances are infinite or
+        // NaN, on the tile path and the block path alike.
+        for dim in [8, 64] {
+            for k in [1usize, 3] {
+                let mut centroids = vec![0f32; k * dim];
+                for (index, value) in centroids.iter_mut().enumerate() {
+                    *value = (index % 7) as f32 * 0.1;
+                }
+                let mut data = vec![1e38f32; dim];
+                data.extend(vec![0.5f32; dim]);
+                data.extend(vec![-3e38f32; dim]);
+                let mut assignments = vec![u32::MAX; 3];
+                assign(&data, dim, &centroids, &mut assignments);
+                for (row, &list) in assignments.iter().enumerate() {
+                    assert!(
+                        (list as usize) < k,
+                        "dim {dim} k {k}: row {row} in list {list}"
+                    );
+                }
+                let nearest = nearest_two(&data, dim, &centroids);
+                for pair in nearest {
+                    assert!((pair.first as usize) < k && (pair.second as usize) < k);
+                }
+            }
+        }
     }
 
     #[test]

@@ -49,6 +49,7 @@ pub use source::{
     ReadSession,
 };
 pub use writer::{
-    BuildProgress, BuildStage, PointId, SegmentHeader, SegmentSpec, SegmentSummary, SegmentWriter,
-    validate_id, validate_point, validate_vector,
+    BuildProgress, BuildStage, MAX_SQUARED_LENGTH, PointId, SegmentHeader, SegmentSpec,
+    SegmentSummary, SegmentWriter, normalize_into, normalized, validate_id, validate_point,
+    validate_query, validate_vector,
 };

@@ -384,6 +384,15 @@ impl Quiver for ClientApi {
                     .into_iter()
                     .enumerate()
                     .map(|(index, search)| {
+                        // An inner search names the batch's collection or none.
+                        if !search.collection.is_empty() && search.collection != message.collection
+                        {
+                            return Err(GatewayError::invalid(format!(
+                                "searches[{index}]: collection {:?} differs from the batch's \
+                                 collection {:?} (leave it empty or name the same one)",
+                                search.collection, message.collection
+                            )));
+                        }
                         search_input(search, limits)
                             .map_err(|error| error.with_context(format!("searches[{index}]")))
                     })

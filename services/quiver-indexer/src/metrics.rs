@@ -16,6 +16,7 @@ pub(crate) struct IndexerMetrics {
     pub backpressure_rejections: IntCounter,
     pub flushes: IntCounter,
     pub flush_seconds: Histogram,
+    pub flush_failures: IntCounter,
     pub merges: IntCounter,
     pub merge_seconds: Histogram,
     pub merges_running: IntGauge,
@@ -34,6 +35,12 @@ const LATENCY_BUCKETS: &[f64] = &[
 const JOB_BUCKETS: &[f64] = &[
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
 ];
+
+/// Registers every metric family of the write path (idempotent), so that an
+/// indexer's first scrape lists them all, before its first write.
+pub(crate) fn register() {
+    LazyLock::force(&METRICS);
+}
 
 pub(crate) static METRICS: LazyLock<IndexerMetrics> = LazyLock::new(|| {
     IndexerMetrics {
@@ -78,6 +85,11 @@ pub(crate) static METRICS: LazyLock<IndexerMetrics> = LazyLock::new(|| {
         "quiver_indexer_flush_duration_seconds",
         "Duration of a flush, build and upload included.",
         JOB_BUCKETS.to_vec()
+    )
+    .expect("metric registers once"),
+    flush_failures: register_int_counter!(
+        "quiver_indexer_flush_failures_total",
+        "Flushes that failed and will be retried (the WAL tail stays unflushed meanwhile)."
     )
     .expect("metric registers once"),
     merges: register_int_counter!("quiver_indexer_merges_total", "Merges committed.")

@@ -140,6 +140,7 @@ impl IndexerNode {
             .validate()
             .map_err(IndexerError::InvalidArgument)?;
         crate::failpoints::arm_from_env().map_err(IndexerError::InvalidArgument)?;
+        crate::metrics::register();
         let local_address = listener
             .local_addr()
             .map_err(|error| IndexerError::Internal(format!("listener address: {error}")))?;

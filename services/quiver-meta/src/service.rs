@@ -350,7 +350,7 @@ impl MetaService for MetaGrpc {
                         .collection(&request.name)
                         .ok_or_else(|| MetaError::Rejected {
                             code: ErrorCode::NotFound,
-                            message: format!("collection `{}` not found", request.name),
+                            message: format!("collection `{}` does not exist", request.name),
                         })?;
                 Ok(pb::GetCollectionResponse {
                     collection: Some(convert::collection_to_proto(collection)),
@@ -626,7 +626,7 @@ impl MetaService for MetaGrpc {
                     let collection = catalog.collection(&request.collection).ok_or_else(|| {
                         MetaError::Rejected {
                             code: ErrorCode::NotFound,
-                            message: format!("collection `{}` not found", request.collection),
+                            message: format!("collection `{}` does not exist", request.collection),
                         }
                     })?;
                     Some(collection.collection_id)

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use quiver_index::{Filter, Metric, PointId};
+use quiver_index::{Filter, Metric, PointId, normalized};
 use quiver_simd::BulkOp;
 use quiver_storage::WalRecord;
 use roaring::RoaringBitmap;
@@ -181,13 +181,4 @@ impl Tail {
         }
         self.live_rows()
     }
-}
-
-/// Returns `vector` scaled to unit length (a zero vector stays as it is).
-pub(crate) fn normalized(vector: &[f32]) -> Vec<f32> {
-    let norm = vector.iter().map(|value| value * value).sum::<f32>().sqrt();
-    if norm == 0.0 {
-        return vector.to_vec();
-    }
-    vector.iter().map(|value| value / norm).collect()
 }

@@ -272,24 +272,18 @@ fn kth_upper_bound(candidates: &[Candidate], top: &TopK, uppers: &mut Vec<f32>) 
 
 impl<S: ByteSource> Segment<S> {
     fn prepare_query(&self, query: &[f32], scratch: &mut SearchScratch) -> IndexResult<()> {
-        crate::writer::validate_vector(0, query, self.header.dim, self.header.metric).map_err(
-            |error| match error {
-                IndexError::DimensionMismatch {
-                    expected, actual, ..
-                } => IndexError::InvalidArgument(format!(
-                    "query has dimension {actual}, the segment has dimension {expected}"
-                )),
-                IndexError::NonFinite { position, .. } => IndexError::InvalidArgument(format!(
-                    "query has a non-finite value at position {position}"
-                )),
-                other => other,
-            },
-        )?;
-        scratch.query.clear();
+        if query.len() != self.header.dim {
+            return Err(IndexError::InvalidArgument(format!(
+                "query has dimension {}, the segment has dimension {}",
+                query.len(),
+                self.header.dim
+            )));
+        }
+        crate::writer::validate_query(query, self.header.dim, self.header.metric)?;
         if self.header.metric == Metric::Cosine {
-            let norm = query.iter().map(|v| v * v).sum::<f32>().sqrt();
-            scratch.query.extend(query.iter().map(|v| v / norm));
+            crate::writer::normalize_into(query, &mut scratch.query);
         } else {
+            scratch.query.clear();
             scratch.query.extend_from_slice(query);
         }
         Ok(())

@@ -16,7 +16,10 @@ mod rows;
 mod sections;
 mod validate;
 
-pub use self::validate::{validate_id, validate_point, validate_vector};
+pub use self::validate::{
+    MAX_SQUARED_LENGTH, normalize_into, normalized, validate_id, validate_point, validate_query,
+    validate_vector,
+};
 
 use self::rows::{FrozenRows, RowStore};
 
@@ -212,13 +215,11 @@ impl SegmentWriter {
             )));
         }
         let row = self.ids.len();
-        validate_point(&self.spec, row, &id, vector, payload)?;
+        validate::check_point(&self.spec, row, &id, vector, payload, false)?;
         let values = fields::extract_values(&self.spec.fields, row, payload)?;
         let payload = payload.map(|p| serde_json::to_vec(p).expect("JSON value serialises"));
         let pushed = if self.spec.metric == Metric::Cosine {
-            let norm = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
-            let normalised: Vec<f32> = vector.iter().map(|v| v / norm).collect();
-            self.rows.push(&normalised, payload.as_deref())
+            self.rows.push(&normalized(vector), payload.as_deref())
         } else {
             self.rows.push(vector, payload.as_deref())
         };
@@ -274,7 +275,7 @@ impl SegmentWriter {
                 let rotation = Rotation::new(self.spec.dim, codebook.seed());
                 let assignments =
                     self.assign_to_codebook(&pool, vectors, &rotation, codebook, progress);
-                let layout = ListLayout::new(&assignments, codebook.nlist());
+                let layout = ListLayout::new(&assignments, codebook.nlist())?;
                 let centroids = codebook.rotated_centroids().to_vec();
                 (layout, rotation, centroids, codebook.info())
             }
@@ -284,7 +285,7 @@ impl SegmentWriter {
                     .unwrap_or_else(|| default_nlist(rows))
                     .clamp(1, rows);
                 let clustering = self.cluster(&pool, vectors, nlist, progress);
-                let layout = ListLayout::new(&clustering.assignments, nlist);
+                let layout = ListLayout::new(&clustering.assignments, nlist)?;
                 let rotation = Rotation::new(self.spec.dim, build.seed);
                 let centroids = rotate_centroids(&rotation, &clustering.centroids, self.spec.dim);
                 let info = CodebookInfo {
@@ -598,7 +599,17 @@ struct ListLayout {
 }
 
 impl ListLayout {
-    fn new(assignments: &[u32], nlist: usize) -> Self {
+    /// Fails (instead of indexing out of bounds) when a row was assigned to
+    /// no list of `nlist`: k-means always assigns one, so this is a bug, but a
+    /// build error names it where a panic would stop the shard's flushes.
+    fn new(assignments: &[u32], nlist: usize) -> IndexResult<Self> {
+        if let Some(row) = assignments.iter().position(|&list| list as usize >= nlist) {
+            return Err(IndexError::InvalidArgument(format!(
+                "segment build: row {row} was assigned to list {} of {nlist} (its distances to \
+                 the centroids are not finite?)",
+                assignments[row]
+            )));
+        }
         let mut order: Vec<u32> = (0..assignments.len() as u32).collect();
         order.sort_by_key(|&input| assignments[input as usize]);
         let mut list_sizes = vec![0u32; nlist];
@@ -612,11 +623,11 @@ impl ListLayout {
             row_start += size;
             block_start += size.div_ceil(RABITQ_BLOCK_ROWS as u32);
         }
-        ListLayout {
+        Ok(ListLayout {
             order,
             directory,
             blocks: block_start as usize,
-        }
+        })
     }
 }
 

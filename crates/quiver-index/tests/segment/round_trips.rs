@@ -189,3 +189,44 @@ fn rows_past_the_kth_upper_bound_are_neither_fetched_nor_read() {
     let recall = found as f64 / wanted as f64;
     assert!(recall >= 0.95, "recall@10 {recall}");
 }
+
+/// Rows whose values overflow f32 when squared (the writer stores any finite
+/// row; the API refuses them, but rows written before that must still build)
+/// make a segment, with a trained codebook and with a shared one of one list.
+#[test]
+fn rows_with_overflowing_squares_still_build_a_segment() {
+    use quiver_index::{Codebook, IdType, PointId, SegmentSpec, SegmentWriter};
+
+    let dim = 4;
+    let rows: [[f32; 4]; 3] = [[1e38; 4], [3e38, 0.0, 0.0, 0.0], [1e-45, 0.0, 0.0, 0.0]];
+    let build = |metric: Metric, codebook: Option<Arc<Codebook>>| {
+        let mut spec = SegmentSpec::new(dim, metric, IdType::U64);
+        spec.build.codebook = codebook;
+        let mut writer = SegmentWriter::new(spec).unwrap();
+        for (row, vector) in rows.iter().enumerate() {
+            writer
+                .add(PointId::U64(20 + row as u64), vector, None)
+                .unwrap();
+        }
+        let mut bytes = Vec::new();
+        writer
+            .finish(&mut bytes, &|_, _, _| {})
+            .expect("the build succeeds");
+        Segment::open(MemorySource::new("degenerate.qseg", &bytes)).unwrap()
+    };
+    for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+        let first = build(metric, None);
+        assert_eq!(first.header().rows, 3);
+        let codebook = Arc::new(Codebook::of_segment(&first).unwrap().unwrap());
+        let second = build(metric, Some(codebook));
+        assert_eq!(second.header().rows, 3);
+        if metric == Metric::Cosine {
+            // Stored unit length, every one of them.
+            for row in 0..3 {
+                let stored = second.vector(row).unwrap();
+                let length: f32 = stored.iter().map(|v| v * v).sum::<f32>().sqrt();
+                assert!((length - 1.0).abs() < 1e-5, "row {row}: {stored:?}");
+            }
+        }
+    }
+}

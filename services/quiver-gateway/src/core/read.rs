@@ -259,8 +259,9 @@ impl Gateway {
     /// strong), one call per shard carrying every search (the searcher runs
     /// the batch segment group by segment group, see its
     /// `ShardView::search_batch`), then each search's shard answers merged.
-    /// An invalid search refuses the batch, naming it (`searches[i]`); each
-    /// answer's `took_ms` is the batch's.
+    /// An empty batch is refused (`INVALID_ARGUMENT`), as an upsert of no
+    /// points is; an invalid search refuses the batch, naming it
+    /// (`searches[i]`); each answer's `took_ms` is the batch's.
     pub async fn search_batch(
         &self,
         name: &str,
@@ -271,11 +272,12 @@ impl Gateway {
         let named = |index: usize| {
             move |error: GatewayError| error.with_context(format!("searches[{index}]"))
         };
+        // Like an upsert of no points: an empty batch is a client's mistake.
+        if inputs.is_empty() {
+            return Err(GatewayError::invalid("searches must not be empty"));
+        }
         for (index, input) in inputs.iter().enumerate() {
             check_search_options(&self.limits, input).map_err(named(index))?;
-        }
-        if inputs.is_empty() {
-            return Ok(Vec::new());
         }
         let consistency = if inputs
             .iter()
@@ -383,6 +385,22 @@ fn shard_search(
     }
 }
 
+/// Returns `score` as a finite number, so that no answer carries `null` (JSON
+/// has no infinity or NaN) or a score no client can compare: an infinite one
+/// becomes `±f32::MAX`, a NaN the worst finite score of `metric`. Vectors the
+/// API accepts never overflow a score (`quiver_index::MAX_SQUARED_LENGTH`);
+/// rows stored before that bound existed still can.
+pub(crate) fn finite_score(metric: Metric, score: f32) -> f32 {
+    if score.is_nan() {
+        return if metric == Metric::L2 {
+            f32::MAX
+        } else {
+            -f32::MAX
+        };
+    }
+    score.clamp(-f32::MAX, f32::MAX)
+}
+
 /// Merges the shards' answers to one search: the best `k` hits and the summed
 /// cost (times of the slowest shard).
 fn merge_shard_answers(
@@ -413,7 +431,7 @@ fn merge_shard_answers(
             };
             hits.push(Hit {
                 id,
-                score: hit.score,
+                score: finite_score(metric, hit.score),
                 payload: if input.include_payload {
                     stored_payload(hit.payload_json)
                 } else {
@@ -431,4 +449,20 @@ fn merge_shard_answers(
     hits.truncate(input.k);
     METRICS.search_hits.observe(hits.len() as f64);
     (hits, cost)
+}
+
+#[cfg(test)]
+mod finite_score_tests {
+    use super::*;
+
+    #[test]
+    fn a_score_is_always_a_finite_number() {
+        assert_eq!(finite_score(Metric::Dot, f32::INFINITY), f32::MAX);
+        assert_eq!(finite_score(Metric::Dot, f32::NEG_INFINITY), -f32::MAX);
+        assert_eq!(finite_score(Metric::Dot, f32::NAN), -f32::MAX);
+        assert_eq!(finite_score(Metric::Cosine, f32::NAN), -f32::MAX);
+        assert_eq!(finite_score(Metric::L2, f32::NAN), f32::MAX);
+        assert_eq!(finite_score(Metric::L2, 2.5), 2.5);
+        assert_eq!(finite_score(Metric::Dot, -0.5), -0.5);
+    }
 }

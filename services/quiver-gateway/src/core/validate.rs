@@ -1,7 +1,7 @@
 //! Validation that needs no network: names, search options, points and filters
 //! against a collection's spec. Nothing of a bad request is written.
 
-use quiver_index::{Filter, PointId, SegmentSpec, validate_point};
+use quiver_index::{Filter, PointId, SegmentSpec, validate_point, validate_query};
 use quiver_proto::convert::wire_point_id;
 use quiver_proto::data::{self, write_record};
 use serde_json::Value;
@@ -46,7 +46,8 @@ pub fn check_search_options(limits: &Limits, input: &SearchInput) -> GatewayResu
     Ok(())
 }
 
-/// Checks a search against the collection (dimension, finite values, a filter
+/// Checks a search against the collection (dimension, finite values, squared
+/// length, non-zero for cosine, a filter
 /// whose declared fields are compared with values of their types); returns the
 /// filter's string form.
 pub fn prepare_search(
@@ -61,11 +62,10 @@ pub fn prepare_search(
             spec.dim
         )));
     }
-    if let Some(position) = input.vector.iter().position(|value| !value.is_finite()) {
-        return Err(GatewayError::invalid(format!(
-            "vector has a non-finite value at position {position}"
-        )));
-    }
+    // The same bounds as a stored vector (finite, not too long to score, not
+    // zero for cosine): one check, shared with the searchers and segments.
+    validate_query(&input.vector, spec.dim, spec.metric)
+        .map_err(|error| GatewayError::invalid(describe_index_error(&error)))?;
     match &input.filter {
         None | Some(Value::Null) => Ok(String::new()),
         Some(value) => {

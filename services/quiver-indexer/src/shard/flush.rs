@@ -23,6 +23,7 @@ use crate::segments::{BuiltSegment, SegmentBuild, ShardCodebook, encode_deletes}
 /// Flushes on a timer or when asked; merges when the policy finds work.
 pub(super) async fn maintenance_loop(shared: Arc<Shared>) {
     let interval = Duration::from_millis(shared.config.flush_interval_ms);
+    let mut flush_failures = RepeatedFailures::default();
     loop {
         // A writer that lost track of a commit's outcome rebuilds itself first,
         // retrying every second until the catalog answers.
@@ -49,10 +50,68 @@ pub(super) async fn maintenance_loop(shared: Arc<Shared>) {
         let flushed = flush_once(&shared).await;
         shared.update_gauges();
         match flushed {
-            Ok(true) => shared.merge_wanted.notify_one(),
-            Ok(false) => {}
-            Err(error) => tracing::warn!(shard = %shared.shard, %error, "flush failed; will retry"),
+            Ok(flushed) => {
+                flush_failures.succeeded(&shared.shard.to_string(), "flush");
+                if flushed {
+                    shared.merge_wanted.notify_one();
+                }
+            }
+            Err(error) => {
+                METRICS.flush_failures.inc();
+                flush_failures.failed(&shared.shard.to_string(), "flush", &error.to_string());
+            }
         }
+    }
+}
+
+/// The failures of a retried step in a row: an error is logged once per
+/// distinct cause (at error level: the shard's WAL tail is not becoming
+/// segments meanwhile), a repeat of it only at debug level, and the recovery
+/// once — so a step that fails forever says so, without one line a second.
+#[derive(Debug, Default)]
+pub(super) struct RepeatedFailures {
+    last_cause: Option<String>,
+    count: u64,
+}
+
+impl RepeatedFailures {
+    /// Notes a failure of `step` on `shard`; returns whether it was logged
+    /// at error level (a cause not seen just before).
+    pub(super) fn failed(&mut self, shard: &str, step: &str, cause: &str) -> bool {
+        self.count += 1;
+        if self.last_cause.as_deref() == Some(cause) {
+            tracing::debug!(
+                shard,
+                step,
+                error = cause,
+                failures = self.count,
+                "{step} failed again; will retry"
+            );
+            return false;
+        }
+        tracing::error!(
+            shard,
+            step,
+            error = cause,
+            failures = self.count,
+            "{step} failed; retrying until it succeeds (this cause is logged once)"
+        );
+        self.last_cause = Some(cause.to_string());
+        true
+    }
+
+    /// Notes a success of `step` on `shard`, logging it when failures came before.
+    pub(super) fn succeeded(&mut self, shard: &str, step: &str) {
+        if self.count > 0 {
+            tracing::info!(
+                shard,
+                step,
+                failures = self.count,
+                "{step} succeeded after failures"
+            );
+        }
+        self.last_cause = None;
+        self.count = 0;
     }
 }
 
@@ -280,4 +339,21 @@ pub(super) fn new_segment_id(through: WalPosition, level: &str) -> String {
         through.sequence,
         rand::random::<u32>()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RepeatedFailures;
+
+    #[test]
+    fn a_repeated_failure_is_logged_once_per_distinct_cause() {
+        let mut failures = RepeatedFailures::default();
+        assert!(failures.failed("c/0", "flush", "segment build task: panicked"));
+        assert!(!failures.failed("c/0", "flush", "segment build task: panicked"));
+        assert!(!failures.failed("c/0", "flush", "segment build task: panicked"));
+        assert!(failures.failed("c/0", "flush", "object store: timeout"));
+        assert!(failures.failed("c/0", "flush", "segment build task: panicked"));
+        failures.succeeded("c/0", "flush");
+        assert!(failures.failed("c/0", "flush", "segment build task: panicked"));
+    }
 }

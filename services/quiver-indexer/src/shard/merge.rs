@@ -10,7 +10,7 @@ use quiver_storage::keys;
 use roaring::RoaringBitmap;
 
 use super::Shared;
-use super::flush::{flush_once, new_segment_id};
+use super::flush::{RepeatedFailures, flush_once, new_segment_id};
 use super::recovery::reconcile;
 use crate::catalog::{
     CatalogError, DeletesEntry, Manifest, ManifestChange, SegmentEntry, WalPosition,
@@ -32,6 +32,7 @@ pub(super) async fn merge_loop(shared: Arc<Shared>) {
     // The shard is quiet once nothing waits to be flushed and its manifest has
     // not changed for `quiet_after` (every flush, merge and delete changes it).
     let mut last_change = (u64::MAX, Instant::now());
+    let mut merge_failures = RepeatedFailures::default();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -64,10 +65,10 @@ pub(super) async fn merge_loop(shared: Arc<Shared>) {
             let merged = merge_once(&shared, plan).await;
             shared.update_gauges();
             match merged {
-                Ok(true) => {}
+                Ok(true) => merge_failures.succeeded(&shared.shard.to_string(), "merge"),
                 Ok(false) => break,
                 Err(error) => {
-                    tracing::warn!(shard = %shared.shard, %error, "merge failed; will retry");
+                    merge_failures.failed(&shared.shard.to_string(), "merge", &error.to_string());
                     break;
                 }
             }

@@ -69,7 +69,7 @@ impl Catalog {
         let Some(collection) = self.collections.remove(name) else {
             return Err(Rejection::new(
                 ErrorCode::NotFound,
-                format!("collection `{name}` not found"),
+                format!("collection `{name}` does not exist"),
             ));
         };
         let collection_id = collection.collection_id;

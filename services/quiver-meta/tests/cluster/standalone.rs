@@ -97,7 +97,9 @@ async fn registered_handlers_answer_direct_calls_without_encoding() -> anyhow::R
     );
     let missing = client.get_routing("nope", true).await;
     assert!(
-        missing.is_err_and(|error| error.to_string().contains("not found")),
+        missing.is_err_and(|error| error
+            .to_string()
+            .contains("collection `nope` does not exist")),
         "a refusal comes back as it does over the channel"
     );
     drop(registration);

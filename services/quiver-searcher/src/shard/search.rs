@@ -141,12 +141,8 @@ impl ShardView {
                 self.dimension
             )));
         }
-        if let Some(position) = request.vector.iter().position(|value| !value.is_finite()) {
-            return Err(SearcherError::InvalidArgument(format!(
-                "query vector has a non-finite value at position {position}"
-            )));
-        }
-        Ok(())
+        quiver_index::validate_query(&request.vector, self.dimension, self.metric)
+            .map_err(|error| SearcherError::InvalidArgument(describe(&error)))
     }
 
     /// Smaller-is-better key of a user-facing score, and back.
@@ -414,4 +410,14 @@ fn measured<T>(
     cost.store_wait_ms += reads.store_wait_nanos as f64 / 1e6;
     cost.search_ms += started.elapsed().as_secs_f64() * 1e3;
     result
+}
+
+/// Returns an index error's text without the "invalid argument: " prefix (the
+/// code says it already).
+fn describe(error: &quiver_index::IndexError) -> String {
+    let text = error.to_string();
+    match text.strip_prefix("invalid argument: ") {
+        Some(rest) => rest.to_string(),
+        None => text,
+    }
 }

@@ -48,12 +48,12 @@ enum Command {
         name: String,
         #[arg(long)]
         fvecs: PathBuf,
-        /// Points per request.
-        #[arg(long, default_value_t = 1000)]
-        batch: usize,
-        /// Requests in flight.
-        #[arg(long, default_value_t = 4)]
-        concurrency: usize,
+        /// Points per request (at least 1).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+        batch: u64,
+        /// Requests in flight (at least 1).
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+        concurrency: u64,
     },
     /// Searches with vectors from an .fvecs file (one row, or all of them).
     Search {
@@ -97,9 +97,12 @@ enum CollectionsCommand {
     /// Creates a collection.
     Create {
         name: String,
+        /// Dimension of the collection's vectors (values per vector).
         #[arg(long)]
         dim: u32,
-        #[arg(long, default_value = "cosine")]
+        /// Similarity: `cosine` (cosine similarity), `dot` (inner product) or
+        /// `l2` (squared Euclidean distance).
+        #[arg(long, default_value = "cosine", value_parser = ["cosine", "dot", "l2"])]
         metric: String,
         #[arg(long)]
         shards: Option<u32>,
@@ -267,7 +270,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             fvecs,
             batch,
             concurrency,
-        } => load(&client, &name, &fvecs, batch, concurrency).await?,
+        } => {
+            // Both are at least 1 (clap checks): a batch of 0 would never end.
+            let batch = usize::try_from(batch).unwrap_or(usize::MAX);
+            let concurrency = usize::try_from(concurrency).unwrap_or(usize::MAX);
+            load(&client, &name, &fvecs, batch, concurrency).await?
+        }
         Command::Search {
             name,
             fvecs,
@@ -347,8 +355,47 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", format!("{error:#}").replace('\n', " "));
+            eprintln!("error: {}", one_line(&error));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Returns `error` and its causes on one line, each cause once: some errors
+/// print their source in their own message too (`reading F: No such file or
+/// directory`), and `{:#}` would repeat it.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string().replace('\n', " ");
+        if line.ends_with(&text) || line.contains(&format!("{text}: ")) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn an_error_whose_message_holds_its_source_prints_it_once() {
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let error = anyhow::Error::new(quiver_common::vecs::VecsError::Io {
+            operation: "reading",
+            path: "/nonexistent.fvecs".into(),
+            source: missing,
+        });
+        assert_eq!(
+            one_line(&error),
+            "reading /nonexistent.fvecs: entity not found"
+        );
+        let chained = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(one_line(&chained), "outer: inner");
     }
 }

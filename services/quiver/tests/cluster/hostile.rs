@@ -437,6 +437,93 @@ fn rest_cases() -> Vec<RestCase> {
             "INVALID_ARGUMENT",
             "points[0]",
         ),
+        // Finite values whose scores would overflow f32, for every metric, and
+        // a zero query on a cosine collection (refused on write too).
+        case(
+            "huge finite vector on write, cosine",
+            "POST",
+            points,
+            Body::Json(
+                json!({"points": [point(1), {"id": 20, "vector": [1e38, 1e38, 1e38, 1e38]}]}),
+            ),
+            400,
+            "INVALID_ARGUMENT",
+            "points[1]: vector for row 1 has squared length 4.000e76",
+        ),
+        case(
+            "one huge value on write, cosine",
+            "POST",
+            points,
+            Body::Json(json!({"points": [{"id": 21, "vector": [3e38, 0, 0, 0]}]})),
+            400,
+            "INVALID_ARGUMENT",
+            "points[0]: vector for row 0 has squared length",
+        ),
+        case(
+            "huge finite vector on write, l2",
+            "POST",
+            "/v1/collections/named/points",
+            Body::Json(json!({"points": [{"id": "big", "vector": [0, 0, 2e19, 2e19]}]})),
+            400,
+            "INVALID_ARGUMENT",
+            "points[0]: vector for row 0 has squared length",
+        ),
+        case(
+            "huge finite vector on write, dot",
+            "POST",
+            "/v1/collections/dotted/points",
+            Body::Json(json!({"points": [{"id": 1, "vector": [3e38, 3e38, 0, 0]}]})),
+            400,
+            "INVALID_ARGUMENT",
+            "points[0]: vector for row 0 has squared length",
+        ),
+        case(
+            "huge finite query, dot",
+            "POST",
+            "/v1/collections/dotted/search",
+            Body::Json(json!({"vector": [3e38, 3e38, 0, 0], "k": 3})),
+            400,
+            "INVALID_ARGUMENT",
+            "query vector has squared length",
+        ),
+        case(
+            "huge finite query, cosine",
+            "POST",
+            search_path,
+            Body::Json(json!({"vector": [1e38, 1e38, 1e38, 1e38]})),
+            400,
+            "INVALID_ARGUMENT",
+            "query vector has squared length",
+        ),
+        case(
+            "huge finite query in a batch, l2",
+            "POST",
+            "/v1/collections/named/search/batch",
+            Body::Json(
+                json!({"searches": [{"vector": [1.0, 0, 0, 0]}, {"vector": [0, 0, 0, 3e38]}]}),
+            ),
+            400,
+            "INVALID_ARGUMENT",
+            "searches[1]: query vector has squared length",
+        ),
+        case(
+            "zero query, cosine",
+            "POST",
+            search_path,
+            Body::Json(json!({"vector": [0, 0, 0, 0]})),
+            400,
+            "INVALID_ARGUMENT",
+            "query vector is all zeros, which has no cosine similarity",
+        ),
+        case(
+            "empty batch of searches",
+            "POST",
+            "/v1/collections/hostile/search/batch",
+            Body::Json(json!({"searches": []})),
+            400,
+            "INVALID_ARGUMENT",
+            "searches must not be empty",
+        ),
         // Ids.
         case(
             "empty string id",
@@ -548,6 +635,7 @@ fn rest_cases() -> Vec<RestCase> {
             "consistency",
         ),
         // Collections and their names.
+        // One message for an unknown collection, whichever endpoint.
         case(
             "unknown collection",
             "POST",
@@ -555,7 +643,7 @@ fn rest_cases() -> Vec<RestCase> {
             search(json!({})),
             404,
             "NOT_FOUND",
-            "nowhere",
+            "collection `nowhere` does not exist",
         ),
         case(
             "drop an unknown collection",
@@ -564,7 +652,52 @@ fn rest_cases() -> Vec<RestCase> {
             Body::None,
             404,
             "NOT_FOUND",
-            "nowhere",
+            "collection `nowhere` does not exist",
+        ),
+        case(
+            "describe an unknown collection",
+            "GET",
+            "/v1/collections/nowhere",
+            Body::None,
+            404,
+            "NOT_FOUND",
+            "collection `nowhere` does not exist",
+        ),
+        case(
+            "upsert into an unknown collection",
+            "POST",
+            "/v1/collections/nowhere/points",
+            Body::Json(json!({"points": [point(1)]})),
+            404,
+            "NOT_FOUND",
+            "collection `nowhere` does not exist",
+        ),
+        case(
+            "get from an unknown collection",
+            "POST",
+            "/v1/collections/nowhere/points/get",
+            Body::Json(json!({"ids": [1]})),
+            404,
+            "NOT_FOUND",
+            "collection `nowhere` does not exist",
+        ),
+        case(
+            "shards of an unknown collection",
+            "GET",
+            "/admin/v1/collections/nowhere/shards",
+            Body::None,
+            404,
+            "NOT_FOUND",
+            "collection `nowhere` does not exist",
+        ),
+        case(
+            "compact an unknown collection",
+            "POST",
+            "/admin/v1/collections/nowhere/compact",
+            Body::None,
+            404,
+            "NOT_FOUND",
+            "collection `nowhere` does not exist",
         ),
         case(
             "path traversal in the name",
@@ -926,6 +1059,19 @@ fn grpc_cases(channel: &Channel) -> Vec<(&'static str, Call, Code, &'static str)
         };
         Box::pin(async move { client.upsert(keyed(request, key)).await.map(|_| ()) })
     };
+    let search_batch = |collection: &str, searches: Vec<api::SearchRequest>| -> Call {
+        let mut client = client();
+        let request = api::SearchBatchRequest {
+            collection: collection.into(),
+            searches,
+        };
+        Box::pin(async move {
+            client
+                .search_batch(keyed(request, Some(ADMIN)))
+                .await
+                .map(|_| ())
+        })
+    };
     let create = |spec: Option<pb::CollectionSpec>, key: Option<&'static str>| -> Call {
         let mut client = client();
         Box::pin(async move {
@@ -962,6 +1108,83 @@ fn grpc_cases(channel: &Channel) -> Vec<(&'static str, Call, Code, &'static str)
         &vec![b' '; MAX_REQUEST_BYTES + 1024],
     );
     vec![
+        (
+            "huge finite search vector",
+            search(
+                api::SearchRequest {
+                    vector: vec![1e38; DIM],
+                    ..base_search()
+                },
+                admin,
+            ),
+            Code::InvalidArgument,
+            "query vector has squared length",
+        ),
+        (
+            "zero search vector, cosine",
+            search(
+                api::SearchRequest {
+                    vector: vec![0.0; DIM],
+                    ..base_search()
+                },
+                admin,
+            ),
+            Code::InvalidArgument,
+            "query vector is all zeros",
+        ),
+        (
+            "huge finite vector on write",
+            upsert(
+                "hostile",
+                vec![wire_point(number(20), vec![3e38, 0.0, 0.0, 0.0], b"")],
+                admin,
+            ),
+            Code::InvalidArgument,
+            "points[0]: vector for row 0 has squared length",
+        ),
+        (
+            "empty batch of searches",
+            search_batch("hostile", Vec::new()),
+            Code::InvalidArgument,
+            "searches must not be empty",
+        ),
+        (
+            "a batch's search naming another collection",
+            search_batch(
+                "hostile",
+                vec![
+                    api::SearchRequest {
+                        collection: String::new(),
+                        ..base_search()
+                    },
+                    api::SearchRequest {
+                        collection: "named".into(),
+                        ..base_search()
+                    },
+                ],
+            ),
+            Code::InvalidArgument,
+            "searches[1]: collection \"named\" differs from the batch's collection \"hostile\"",
+        ),
+        (
+            "describe an unknown collection",
+            {
+                let mut client = client();
+                Box::pin(async move {
+                    client
+                        .describe_collection(keyed(
+                            api::DescribeCollectionRequest {
+                                name: "nowhere".into(),
+                            },
+                            Some(ADMIN),
+                        ))
+                        .await
+                        .map(|_| ())
+                })
+            },
+            Code::NotFound,
+            "collection `nowhere` does not exist",
+        ),
         (
             "NaN in a search vector",
             search(
@@ -1304,7 +1527,14 @@ async fn state_of(server: &Standalone) -> (BTreeSet<String>, Value, Value) {
     let (_, named) = server
         .call_with_key("GET", "/v1/collections/named", None, Some(READER))
         .await;
-    (names, hostile["points"].clone(), named["points"].clone())
+    let (_, dotted) = server
+        .call_with_key("GET", "/v1/collections/dotted", None, Some(READER))
+        .await;
+    (
+        names,
+        hostile["points"].clone(),
+        json!([named["points"].clone(), dotted["points"].clone()]),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1336,6 +1566,7 @@ async fn hostile_requests_get_clear_errors_and_change_nothing() {
             "named",
             json!({"dimension": DIM, "metric": "l2", "id_type": "string"}),
         ),
+        ("dotted", json!({"dimension": DIM, "metric": "dot"})),
     ] {
         let (status, answer) = server
             .call_with_key(
@@ -1366,7 +1597,10 @@ async fn hostile_requests_get_clear_errors_and_change_nothing() {
         .await;
     assert_eq!(status, 200, "{answer}");
     let before = state_of(&server).await;
-    assert_eq!((before.1.clone(), before.2.clone()), (json!(20), json!(5)));
+    assert_eq!(
+        (before.1.clone(), before.2.clone()),
+        (json!(20), json!([5, 0]))
+    );
 
     let cases = rest_cases();
     let rest_count = cases.len();

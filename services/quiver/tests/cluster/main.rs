@@ -13,6 +13,7 @@ mod hostile;
 mod in_process;
 mod indexer_api;
 mod orphans;
+mod quiverctl;
 mod rows_warm;
 mod same_rows;
 mod searcher_watch;

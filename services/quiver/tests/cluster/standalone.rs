@@ -91,6 +91,26 @@ async fn metrics_text(server: &Standalone) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_scrape_lists_the_indexer_metrics_before_any_write() {
+    let directory = tempfile::tempdir().unwrap();
+    let server = Standalone::start(&directory.path().join("data"), &[])
+        .await
+        .unwrap();
+    let metrics = metrics_text(&server).await;
+    for name in [
+        "quiver_indexer_rows_written_total 0",
+        "quiver_indexer_flushes_total 0",
+        "quiver_indexer_flush_failures_total 0",
+        "quiver_indexer_merges_total 0",
+    ] {
+        assert!(
+            metrics.contains(name),
+            "/metrics lacks {name:?}:\n{metrics}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rest_api_end_to_end() {
     let directory = tempfile::tempdir().unwrap();
     let server = Standalone::start(&directory.path().join("data"), &[])
