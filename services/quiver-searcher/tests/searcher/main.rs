@@ -85,19 +85,10 @@ struct Fixture {
     _cache_dir: tempfile::TempDir,
 }
 
-async fn fixture(storage: Storage) -> Fixture {
-    fixture_with_cache(storage, 64 << 20, 1 << 20).await
-}
-
-/// The shard of [`fixture`], read through a cache of `capacity_bytes` in
-/// regions of `region_bytes`.
-async fn fixture_with_cache(storage: Storage, capacity_bytes: u64, region_bytes: u64) -> Fixture {
-    let shard = ShardRef {
-        collection_id: "c-search".into(),
-        shard: 0,
-    };
+/// A shard writer over `storage` that flushes and merges only when told to.
+async fn manual_writer(shard: &ShardRef, storage: &Storage) -> (ShardWriter, Arc<MemoryCatalog>) {
     let catalog = Arc::new(MemoryCatalog::default());
-    catalog.set_epoch(&shard, 1);
+    catalog.set_epoch(shard, 1);
     let config = IndexerConfig {
         flush_interval_ms: 3_600_000,
         flush_rows: 1_000_000,
@@ -116,6 +107,49 @@ async fn fixture_with_cache(storage: Storage, capacity_bytes: u64, region_bytes:
     )
     .await
     .unwrap();
+    (writer, catalog)
+}
+
+/// A read context over a fresh one-tier cache of `capacity_bytes` in regions of
+/// `region_bytes` (kept in the returned directory).
+fn read_context(
+    storage: Storage,
+    capacity_bytes: u64,
+    region_bytes: u64,
+) -> (Arc<ReadContext>, tempfile::TempDir) {
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = BlobCache::new(
+        &BlobCacheConfig {
+            directory: cache_dir.path().to_path_buf(),
+            capacity_bytes,
+            region_bytes,
+            map_local_files: true,
+            row_region_bytes: 0,
+        },
+        storage.clone(),
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let context = Arc::new(ReadContext::new(
+        Arc::new(cache),
+        storage,
+        tokio::runtime::Handle::current(),
+    ));
+    (context, cache_dir)
+}
+
+async fn fixture(storage: Storage) -> Fixture {
+    fixture_with_cache(storage, 64 << 20, 1 << 20).await
+}
+
+/// The shard of [`fixture`], read through a cache of `capacity_bytes` in
+/// regions of `region_bytes`.
+async fn fixture_with_cache(storage: Storage, capacity_bytes: u64, region_bytes: u64) -> Fixture {
+    let shard = ShardRef {
+        collection_id: "c-search".into(),
+        shard: 0,
+    };
+    let (writer, catalog) = manual_writer(&shard, &storage).await;
     let all = vectors(6000, 1);
     let mut live: HashMap<u64, Vec<f32>> = HashMap::new();
     // Two flushed segments, then a tail with replacements, deletes and new points.
@@ -156,24 +190,7 @@ async fn fixture_with_cache(storage: Storage, capacity_bytes: u64, region_bytes:
     assert_eq!(manifest.segments.len(), 2);
     assert_eq!(manifest.wal_tail.len(), 1);
 
-    let cache_dir = tempfile::tempdir().unwrap();
-    let cache = BlobCache::new(
-        &BlobCacheConfig {
-            directory: cache_dir.path().to_path_buf(),
-            capacity_bytes,
-            region_bytes,
-            map_local_files: true,
-            row_region_bytes: 0,
-        },
-        storage.clone(),
-        tokio::runtime::Handle::current(),
-    )
-    .unwrap();
-    let context = Arc::new(ReadContext::new(
-        Arc::new(cache),
-        storage,
-        tokio::runtime::Handle::current(),
-    ));
+    let (context, cache_dir) = read_context(storage, capacity_bytes, region_bytes);
     let loader = context.clone();
     let view = tokio::task::spawn_blocking(move || ShardView::load(&loader, &spec(), manifest))
         .await
@@ -449,26 +466,7 @@ async fn a_filter_finds_its_nearest_kept_rows_around_a_tight_cluster() {
         collection_id: "c-tight".into(),
         shard: 0,
     };
-    let catalog = Arc::new(MemoryCatalog::default());
-    catalog.set_epoch(&shard, 1);
-    let config = IndexerConfig {
-        flush_interval_ms: 3_600_000,
-        flush_rows: 1_000_000,
-        max_unflushed_rows: 1_000_000,
-        merge_factor: 1000,
-        codebook_refresh: false,
-        ..IndexerConfig::default()
-    };
-    let writer = ShardWriter::open(
-        shard.clone(),
-        1,
-        spec(),
-        config,
-        storage.clone(),
-        catalog.clone(),
-    )
-    .await
-    .unwrap();
+    let (writer, catalog) = manual_writer(&shard, &storage).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(41);
     let centres: Vec<Vec<f32>> = (0..1500)
         .map(|_| (0..DIM).map(|_| rng.random_range(-1.0..1.0)).collect())
@@ -497,24 +495,7 @@ async fn a_filter_finds_its_nearest_kept_rows_around_a_tight_cluster() {
             near(&mut rng, centre)
         })
         .collect();
-    let cache_dir = tempfile::tempdir().unwrap();
-    let cache = BlobCache::new(
-        &BlobCacheConfig {
-            directory: cache_dir.path().to_path_buf(),
-            capacity_bytes: 64 << 20,
-            region_bytes: 1 << 20,
-            map_local_files: true,
-            row_region_bytes: 0,
-        },
-        storage.clone(),
-        tokio::runtime::Handle::current(),
-    )
-    .unwrap();
-    let context = Arc::new(ReadContext::new(
-        Arc::new(cache),
-        storage,
-        tokio::runtime::Handle::current(),
-    ));
+    let (context, _cache_dir) = read_context(storage, 64 << 20, 1 << 20);
     tokio::task::spawn_blocking(move || {
         let view = ShardView::load(&context, &spec(), manifest).unwrap();
         let mut scratch = SearchScratch::new();
