@@ -240,11 +240,18 @@ impl Router {
     }
 
     /// Re-reads the routing table until shard `shard` of collection `name` has
-    /// a searcher, for at most `wait`, and returns its searchers in the order to
-    /// try them (none when the wait ran out). A shard meta has not placed yet
-    /// (a collection just created, a searcher just replaced) gets one within
-    /// the control loop's interval.
-    pub async fn wait_for_searchers(&self, name: &str, shard: u32, wait: Duration) -> Vec<String> {
+    /// a searcher at an address not in `tried`, for at most `wait`, and returns
+    /// those searchers in the order to try them (none when the wait ran out). A
+    /// shard meta has not placed yet (a collection just created, a searcher just
+    /// replaced) gets one within the control loop's interval; a restarted
+    /// searcher's new address appears once it has registered.
+    pub async fn wait_for_searchers(
+        &self,
+        name: &str,
+        shard: u32,
+        wait: Duration,
+        tried: &[String],
+    ) -> Vec<String> {
         let deadline = Instant::now() + wait;
         let mut delay = Duration::from_millis(20);
         loop {
@@ -265,7 +272,11 @@ impl Router {
                     .cloned()
             });
             if let Some(placement) = placement {
-                let order = self.searcher_order(&placement);
+                let order: Vec<String> = self
+                    .searcher_order(&placement)
+                    .into_iter()
+                    .filter(|address| !tried.contains(address))
+                    .collect();
                 if !order.is_empty() {
                     return order;
                 }

@@ -72,7 +72,10 @@ impl Gateway {
     /// Calls `call` on the shard's searchers of collection `name` in turn until
     /// one answers. A shard with no searcher yet (just created, or its searcher
     /// just replaced) gets a bounded wait for one ([`SEARCHER_WAIT`]) before the
-    /// call fails with `UNAVAILABLE`.
+    /// call fails with `UNAVAILABLE`; so does a shard whose every searcher could
+    /// not be reached, for one at another address (a restarted searcher
+    /// registers its new address a moment after it starts: `quiver standalone`
+    /// restarted answered its first reads `UNAVAILABLE: tcp connect error`).
     pub(super) async fn on_searchers<T, F, Fut>(
         &self,
         name: &str,
@@ -83,13 +86,15 @@ impl Gateway {
         F: Fn(SearcherStub) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        let wait = SEARCHER_WAIT.min(self.router.request_timeout());
         let mut order = self.router.searcher_order(placement);
+        let mut waited = false;
         if order.is_empty() {
-            let wait = SEARCHER_WAIT.min(self.router.request_timeout());
             order = self
                 .router
-                .wait_for_searchers(name, placement.shard, wait)
+                .wait_for_searchers(name, placement.shard, wait, &[])
                 .await;
+            waited = true;
         }
         if order.is_empty() {
             return Err(GatewayError::unavailable(format!(
@@ -97,40 +102,60 @@ impl Gateway {
                 placement.shard
             )));
         }
-        let mut last_error = None;
-        for address in order {
-            let stub = match quiver_proto::local_searcher(&address) {
-                Some(searcher) => {
-                    self.router.count_searcher_call(true);
-                    SearcherStub::Local(searcher, self.router.request_timeout())
-                }
-                None => SearcherStub::Remote(
-                    SearcherClient::new(self.router.searcher_channel(&address)?)
-                        .max_decoding_message_size(64 << 20)
-                        .max_encoding_message_size(64 << 20),
-                ),
-            };
-            match call(stub).await {
-                Ok(response) => return Ok(response.into_inner()),
-                Err(status) => {
-                    let error = GatewayError::from_status(&status);
-                    // Another replica may well answer: this one is down, damaged,
-                    // slow, shutting down (cancelled) or full (its search queue).
-                    // The last error is the answer when none does.
-                    if !matches!(
-                        error.code,
-                        ErrorCode::Unavailable
-                            | ErrorCode::Internal
-                            | ErrorCode::DataLoss
-                            | ErrorCode::DeadlineExceeded
-                            | ErrorCode::Cancelled
-                            | ErrorCode::ResourceExhausted
-                    ) {
-                        return Err(error);
+        let mut tried: Vec<String> = Vec::new();
+        let mut last_error: Option<GatewayError> = None;
+        loop {
+            for address in std::mem::take(&mut order) {
+                tried.push(address.clone());
+                let stub = match quiver_proto::local_searcher(&address) {
+                    Some(searcher) => {
+                        self.router.count_searcher_call(true);
+                        SearcherStub::Local(searcher, self.router.request_timeout())
                     }
-                    tracing::debug!(shard = placement.shard, %address, %error, "searcher failed; trying another replica");
-                    last_error = Some(error);
+                    None => SearcherStub::Remote(
+                        SearcherClient::new(self.router.searcher_channel(&address)?)
+                            .max_decoding_message_size(64 << 20)
+                            .max_encoding_message_size(64 << 20),
+                    ),
+                };
+                match call(stub).await {
+                    Ok(response) => return Ok(response.into_inner()),
+                    Err(status) => {
+                        let error = GatewayError::from_status(&status);
+                        // Another replica may well answer: this one is down, damaged,
+                        // slow, shutting down (cancelled) or full (its search queue).
+                        // The last error is the answer when none does.
+                        if !matches!(
+                            error.code,
+                            ErrorCode::Unavailable
+                                | ErrorCode::Internal
+                                | ErrorCode::DataLoss
+                                | ErrorCode::DeadlineExceeded
+                                | ErrorCode::Cancelled
+                                | ErrorCode::ResourceExhausted
+                        ) {
+                            return Err(error);
+                        }
+                        tracing::debug!(shard = placement.shard, %address, %error, "searcher failed; trying another replica");
+                        last_error = Some(error);
+                    }
                 }
+            }
+            // Every searcher known was unreachable: wait once, bounded, for
+            // one at an address not tried yet.
+            let unreachable = last_error
+                .as_ref()
+                .is_some_and(|error| error.code == ErrorCode::Unavailable);
+            if waited || !unreachable {
+                break;
+            }
+            waited = true;
+            order = self
+                .router
+                .wait_for_searchers(name, placement.shard, wait, &tried)
+                .await;
+            if order.is_empty() {
+                break;
             }
         }
         Err(last_error.unwrap_or_else(|| GatewayError::unavailable("no searcher answered")))
