@@ -26,7 +26,7 @@ mod writer;
 
 pub use calibrate::{
     Calibration, CalibrationOptions, DEFAULT_EXACT_WORK, DEFAULT_SAMPLE_QUERIES, MAX_PROBE_RATIO,
-    MIN_SAMPLE_QUERIES, calibrate_nprobe,
+    MIN_SAMPLE_QUERIES, WIDE_SAMPLE_QUERIES, calibrate_nprobe,
 };
 pub use codebook::{Codebook, CodebookInfo};
 pub use direct_io::{DirectFileWriter, map_read_back};
@@ -36,8 +36,9 @@ pub use filter::{CompareOp, FieldValues, Filter, Literal, MAX_FILTER_DEPTH};
 pub use format::{ChunkChecksums, FORMAT_VERSION, SectionEntry, SectionKind, SegmentChunk};
 pub use huge_pages::{HUGE_PAGE_BYTES, advice_range};
 pub use params::{
-    BuildParams, CALIBRATED_K, IdType, MAX_STRING_ID_BYTES, MIN_ROWS_PER_HIT, Metric, RawPrecision,
-    SearchParams, default_nlist, default_nprobe, max_ratio_probes,
+    BuildParams, CALIBRATED_K, CALIBRATED_WIDE_K, CalibratedProbe, IdType, MAX_STRING_ID_BYTES,
+    MIN_ROWS_PER_HIT, Metric, RawPrecision, SearchParams, default_nlist, default_nprobe,
+    max_ratio_probes, probe_for_k,
 };
 pub use reader::Segment;
 pub use search::{

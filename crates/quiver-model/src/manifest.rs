@@ -139,6 +139,24 @@ pub struct SegmentEntry {
         with = "zero_is_none"
     )]
     pub probe_ratio_milli: Option<u32>,
+    /// `default_nprobe` calibrated for the hundred nearest rows
+    /// (`quiver_index::CALIBRATED_WIDE_K`): a search for more than ten hits
+    /// probes between the two (`quiver_index::probe_for_k`). `None`: not
+    /// calibrated (segments built before it; not serialized then).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "zero_is_none"
+    )]
+    pub wide_nprobe: Option<u32>,
+    /// `probe_ratio_milli` calibrated for the hundred nearest rows (`None`:
+    /// counted, or not calibrated).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "zero_is_none"
+    )]
+    pub wide_probe_ratio_milli: Option<u32>,
 }
 
 impl SegmentEntry {

@@ -226,6 +226,9 @@ pub fn segment_from_proto(segment: &meta::Segment) -> SegmentEntry {
         }),
         default_nprobe: (segment.default_nprobe > 0).then_some(segment.default_nprobe),
         probe_ratio_milli: (segment.probe_ratio_milli > 0).then_some(segment.probe_ratio_milli),
+        wide_nprobe: (segment.wide_nprobe > 0).then_some(segment.wide_nprobe),
+        wide_probe_ratio_milli: (segment.wide_probe_ratio_milli > 0)
+            .then_some(segment.wide_probe_ratio_milli),
     }
 }
 
@@ -251,6 +254,8 @@ pub fn segment_to_proto(segment: &SegmentEntry) -> meta::Segment {
             .map_or(0, |deletes| u64::from(deletes.deleted_rows)),
         default_nprobe: segment.default_nprobe.unwrap_or(0),
         probe_ratio_milli: segment.probe_ratio_milli.unwrap_or(0),
+        wide_nprobe: segment.wide_nprobe.unwrap_or(0),
+        wide_probe_ratio_milli: segment.wide_probe_ratio_milli.unwrap_or(0),
     }
 }
 
@@ -414,6 +419,8 @@ mod tests {
             }),
             default_nprobe: Some(182),
             probe_ratio_milli: Some(680),
+            wide_nprobe: Some(40),
+            wide_probe_ratio_milli: Some(1250),
         };
         assert_eq!(segment_from_proto(&segment_to_proto(&segment)), segment);
         let manifest = Manifest {

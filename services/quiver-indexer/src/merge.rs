@@ -292,6 +292,8 @@ mod tests {
                 }),
                 default_nprobe: None,
                 probe_ratio_milli: None,
+                wide_nprobe: None,
+                wide_probe_ratio_milli: None,
             };
             index.add_segment(entry, RoaringBitmap::new(), Vec::new(), None);
         }

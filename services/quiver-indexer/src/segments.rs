@@ -67,6 +67,16 @@ pub(crate) struct ShardCodebook {
     /// The calibrated distance ratio, in thousandths (see
     /// `SegmentEntry::probe_ratio_milli`).
     pub probe_ratio_milli: Option<u32>,
+    /// The same two calibrated for the hundred nearest rows (see
+    /// `SegmentEntry::wide_nprobe`), if they were.
+    pub wide_nprobe: Option<u32>,
+    pub wide_probe_ratio_milli: Option<u32>,
+}
+
+/// A calibrated ratio in thousandths: up, never below the ratio that reached
+/// the target.
+fn ratio_milli(ratio: Option<f32>) -> Option<u32> {
+    ratio.map(|ratio| ((ratio * 1000.0).ceil() as u32).max(1))
 }
 
 impl ShardCodebook {
@@ -86,6 +96,8 @@ impl ShardCodebook {
             codebook: Arc::new(codebook),
             nprobe,
             probe_ratio_milli: entry.probe_ratio_milli,
+            wide_nprobe: entry.wide_nprobe,
+            wide_probe_ratio_milli: entry.wide_probe_ratio_milli,
         }))
     }
 
@@ -204,11 +216,16 @@ impl SegmentBuild {
     ) -> IndexerResult<Self> {
         let mut spec = spec.clone();
         spec.build.codebook = codebook.as_ref().map(|shared| shared.codebook.clone());
+        let threads = spec.build.threads;
         Ok(SegmentBuild {
             writer: SegmentWriter::with_scratch_dir(spec, scratch_dir)?,
             codebook,
             scratch_dir: scratch_dir.to_path_buf(),
-            calibration: CalibrationOptions::default(),
+            // On the build's threads (a merge's `merge_threads`).
+            calibration: CalibrationOptions {
+                threads,
+                ..CalibrationOptions::default()
+            },
         })
     }
 
@@ -250,6 +267,15 @@ impl SegmentBuild {
             None => {
                 let started = std::time::Instant::now();
                 let calibration = calibrate_nprobe(&segment, &self.calibration)?;
+                // And for the hundred nearest: a search for more hits (or for
+                // ten under a filter) probes between the two.
+                let wide = calibrate_nprobe(
+                    &segment,
+                    &CalibrationOptions {
+                        threads: self.calibration.threads,
+                        ..CalibrationOptions::wide()
+                    },
+                )?;
                 tracing::info!(
                     rows = segment.rows(),
                     nprobe = calibration.nprobe,
@@ -257,18 +283,21 @@ impl SegmentBuild {
                     samples = calibration.samples,
                     passes = calibration.passes,
                     probe_ratio = calibration.probe_ratio,
+                    wide_nprobe = wide.nprobe,
+                    wide_sample_recall = wide.recall,
+                    wide_passes = wide.passes,
+                    wide_probe_ratio = wide.probe_ratio,
                     elapsed_ms = started.elapsed().as_millis() as u64,
-                    "calibrated the shard's default nprobe on its new codebook"
+                    "calibrated the shard's default probes on its new codebook"
                 );
                 ShardCodebook {
                     codebook: Arc::new(Codebook::of_segment(&segment)?.ok_or_else(|| {
                         IndexerError::Internal("a new segment carries no codebook".into())
                     })?),
                     nprobe: calibration.nprobe as u32,
-                    probe_ratio_milli: calibration
-                        .probe_ratio
-                        // Up, never below the ratio that reached the target.
-                        .map(|ratio| ((ratio * 1000.0).ceil() as u32).max(1)),
+                    probe_ratio_milli: ratio_milli(calibration.probe_ratio),
+                    wide_nprobe: Some(wide.nprobe as u32),
+                    wide_probe_ratio_milli: ratio_milli(wide.probe_ratio),
                 }
             }
         };

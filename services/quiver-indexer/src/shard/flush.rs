@@ -195,6 +195,8 @@ async fn flush_frozen(
             deletes: None,
             default_nprobe: Some(built.default_nprobe),
             probe_ratio_milli: built.probe_ratio_milli,
+            wide_nprobe: built.codebook.wide_nprobe,
+            wide_probe_ratio_milli: built.codebook.wide_probe_ratio_milli,
         };
         failpoints::during(
             "flush-upload",

@@ -126,6 +126,8 @@ struct MergedRows {
     ids: Vec<PointId>,
     default_nprobe: Option<u32>,
     probe_ratio_milli: Option<u32>,
+    wide_nprobe: Option<u32>,
+    wide_probe_ratio_milli: Option<u32>,
     /// The codebook it was built with (none when it is empty).
     codebook: Option<ShardCodebook>,
     /// For every id: (index of its source, row in that source).
@@ -155,6 +157,8 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         deletes: None,
         default_nprobe: merged.default_nprobe,
         probe_ratio_milli: merged.probe_ratio_milli,
+        wide_nprobe: merged.wide_nprobe,
+        wide_probe_ratio_milli: merged.wide_probe_ratio_milli,
     };
     let empty_result = merged.ids.is_empty();
     if let Some(file) = &merged.file {
@@ -316,6 +320,8 @@ async fn build_merged(
             ids: built.ids,
             default_nprobe: Some(built.default_nprobe),
             probe_ratio_milli: built.probe_ratio_milli,
+            wide_nprobe: built.codebook.wide_nprobe,
+            wide_probe_ratio_milli: built.codebook.wide_probe_ratio_milli,
             codebook: Some(built.codebook),
             origins,
         },
@@ -325,6 +331,8 @@ async fn build_merged(
             ids: Vec::new(),
             default_nprobe: None,
             probe_ratio_milli: None,
+            wide_nprobe: None,
+            wide_probe_ratio_milli: None,
             codebook: None,
             origins,
         },

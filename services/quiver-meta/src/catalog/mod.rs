@@ -268,6 +268,8 @@ pub(crate) fn segment(segment_id: &str, rows: u32) -> quiver_model::SegmentEntry
         deletes: None,
         default_nprobe: None,
         probe_ratio_milli: None,
+        wide_nprobe: None,
+        wide_probe_ratio_milli: None,
     }
 }
 

@@ -4,7 +4,8 @@
 
 use quiver_blobcache::{CachedObject, ReadCounts};
 use quiver_index::{
-    Filter, RowFilter, SearchParams, SearchScratch, SharedProbe, SharedSearch, search_shared,
+    CalibratedProbe, Filter, RowFilter, SearchParams, SearchScratch, SharedProbe, SharedSearch,
+    probe_for_k, search_shared,
 };
 use roaring::RoaringBitmap;
 
@@ -26,17 +27,65 @@ const EXACT_ROW_COST_IN_CODE_ROWS: u64 = 16;
 /// A filtered search probes at least the nearest lists holding this many of
 /// the rows it keeps per hit asked for. The calibrated probe says where a
 /// query's ten nearest rows lie; a filter's ten nearest kept rows lie as far
-/// out as its hundred or thousand nearest, which the calibration never
-/// measured. Widening the calibrated lists by the filter's selectivity covers
-/// that when the calibrated probe is wide (real embeddings: hundreds of lists),
-/// not when it is one list: with small tight clusters (50k × 1024-d, 2,000
-/// clusters of 25) the calibration probes the query's own list, a 10 % filter
-/// widened that to ten lists, and recall@10 was 0.43; the nearest lists
-/// holding 100 kept rows per hit (a third of the rows there) find 0.71 — the
-/// kept rows past the query's own cluster lie in unrelated clusters, as near as
-/// chance, which only a scan of every row finds. On clusters of more than a few
-/// dozen rows the widened calibrated lists hold more than this anyway.
+/// out as its hundred or thousand nearest. Segments calibrated for the hundred
+/// nearest too (`SegmentEntry::wide_nprobe`) give a filter keeping a share `s`
+/// of the rows the probe calibrated for `k / s` hits ([`probe_for_k`]); this
+/// floor is for the others, and past a hundred. Widening the narrow probe by
+/// the filter's selectivity alone covers it when that probe is wide (real
+/// embeddings: hundreds of lists), not when it is one list: with small tight
+/// clusters (50k × 1024-d, 2,000 clusters of 25) the calibration probes the
+/// query's own list, a 10 % filter widened that to ten lists, and recall@10
+/// was 0.43; the nearest lists holding 100 kept rows per hit (a third of the
+/// rows there) find 0.71; the wide calibration's lists 0.97 or more.
 const FILTER_ROWS_PER_HIT: u64 = 100;
+
+/// The default probes of a group of segments sharing a codebook: the one
+/// calibrated for ten hits and, if calibrated, the one for a hundred.
+#[derive(Clone, Copy)]
+struct DefaultProbes {
+    narrow: CalibratedProbe,
+    wide: Option<CalibratedProbe>,
+}
+
+impl DefaultProbes {
+    /// The group's calibrated probes (the widest any member records; the
+    /// index's size-based default for members that record none).
+    fn of(views: &[&SegmentView]) -> DefaultProbes {
+        let widest_milli = |milli: &dyn Fn(&SegmentView) -> Option<u32>| {
+            views
+                .iter()
+                .filter_map(|view| milli(view))
+                .max()
+                .map(|milli| milli as f32 / 1000.0)
+        };
+        let nlist = views.first().map_or(1, |view| view.segment.header().nlist);
+        let narrow = CalibratedProbe {
+            nprobe: views
+                .iter()
+                .filter_map(|view| view.entry.default_nprobe)
+                .max()
+                .map_or_else(
+                    || quiver_index::default_nprobe(nlist),
+                    |nprobe| nprobe as usize,
+                ),
+            ratio: widest_milli(&|view| view.entry.probe_ratio_milli),
+        };
+        let wide = views
+            .iter()
+            .filter_map(|view| view.entry.wide_nprobe)
+            .max()
+            .map(|nprobe| CalibratedProbe {
+                nprobe: nprobe as usize,
+                ratio: widest_milli(&|view| view.entry.wide_probe_ratio_milli),
+            });
+        DefaultProbes { narrow, wide }
+    }
+
+    /// The default probe for `hits` hits.
+    fn for_hits(&self, hits: usize) -> CalibratedProbe {
+        probe_for_k(hits, self.narrow, self.wide)
+    }
+}
 
 /// Rows of a segment a search may return: those not in the bitmap.
 struct NotIn<'a>(&'a RoaringBitmap);
@@ -204,24 +253,20 @@ impl ShardView {
     ) -> SearcherResult<()> {
         let views: Vec<&SegmentView> = group.iter().map(|&index| &self.segments[index]).collect();
         // The group's lists are the codebook's: every segment of it records
-        // the nprobe calibrated for the codebook (the largest is the safest).
-        let default_nprobe = views
-            .iter()
-            .filter_map(|view| view.entry.default_nprobe)
-            .max()
-            .map(|nprobe| nprobe as usize);
-        // And the distance ratio calibrated with it, if any (the widest).
-        let probe_ratio = views
-            .iter()
-            .filter_map(|view| view.entry.probe_ratio_milli)
-            .max()
-            .map(|milli| milli as f32 / 1000.0);
+        // the probes calibrated for the codebook (the largest are the safest).
+        let defaults = DefaultProbes::of(&views);
         let params_of = |request: &SearchRequest| {
             let mut params = SearchParams::new(request.k);
-            params.nprobe = request.nprobe.or(default_nprobe);
-            // A query's own nprobe counts lists; without one, the calibrated
-            // ratio chooses them by distance.
-            params.probe_ratio = probe_ratio.filter(|_| request.nprobe.is_none());
+            // A query's own nprobe counts lists; without one, the probe
+            // calibrated for its k (a ratio: lists chosen by distance).
+            match request.nprobe {
+                Some(nprobe) => params.nprobe = Some(nprobe),
+                None => {
+                    let probe = defaults.for_hits(request.k);
+                    params.nprobe = Some(probe.nprobe);
+                    params.probe_ratio = probe.ratio;
+                }
+            }
             if let Some(rescore) = request.rescore {
                 params.rescore = rescore;
             }
@@ -254,7 +299,7 @@ impl ShardView {
                         Ok(hits)
                     }
                     Some(filter) => self.search_group_filtered(
-                        context, &views, request, filter, params, scratch, cost,
+                        context, &views, request, filter, params, &defaults, scratch, cost,
                     ),
                 }
             })?;
@@ -282,6 +327,7 @@ impl ShardView {
         request: &SearchRequest,
         filter: &Filter,
         mut params: SearchParams,
+        defaults: &DefaultProbes,
         scratch: &mut SearchScratch,
         cost: &mut QueryCost,
     ) -> SearcherResult<Vec<(usize, quiver_index::Hit)>> {
@@ -308,8 +354,20 @@ impl ShardView {
             .saturating_mul(FILTER_ROWS_PER_HIT)
             .saturating_mul(nlist as u64)
             .div_ceil(kept);
+        // Without a query's own nprobe: the probe calibrated for as many hits
+        // as the filter's selectivity says lie around its k kept ones.
+        let calibrated = match request.nprobe {
+            Some(_) => 0,
+            None => {
+                let around = (request.k as u64).saturating_mul(rows).div_ceil(kept);
+                defaults
+                    .for_hits(around.min(usize::MAX as u64) as usize)
+                    .nprobe
+            }
+        };
         let widened = ((base as f64 * rows as f64 / kept as f64).ceil() as usize)
             .max(for_hits.min(nlist as u64) as usize)
+            .max(calibrated)
             .clamp(1, nlist);
         let scanned = (rows * widened as u64).div_ceil(nlist.max(1) as u64);
         if kept <= EXACT_FILTER_ROWS || kept.saturating_mul(EXACT_ROW_COST_IN_CODE_ROWS) <= scanned

@@ -452,10 +452,11 @@ async fn search_through_the_cache_from_the_s3_server() {
 }
 
 /// Small tight clusters: the calibrated probe is the query's own list (its ten
-/// nearest rows are its cluster), but a filter's nearest kept rows lie in the
-/// clusters around it. 1,500 clusters of 20 rows; `group < 10` keeps 10 %.
+/// nearest rows are its cluster), but a filter's nearest kept rows, and a
+/// hundred nearest rows, lie in the clusters around it. 1,500 clusters of 20
+/// rows; `group < 10` keeps 10 %.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_filter_finds_its_nearest_kept_rows_around_a_tight_cluster() {
+async fn a_filter_or_a_large_k_finds_its_nearest_rows_around_a_tight_cluster() {
     let storage = Storage::open(
         &StoreUrl::Memory,
         &S3Settings::default(),
@@ -489,6 +490,12 @@ async fn a_filter_finds_its_nearest_kept_rows_around_a_tight_cluster() {
     writer.flush().await.unwrap();
     let manifest = catalog.manifest(&shard).await.unwrap();
     assert_eq!(manifest.segments.len(), 1);
+    // Calibrated for ten hits and for a hundred.
+    let entry = &manifest.segments[0];
+    assert!(
+        entry.default_nprobe.is_some() && entry.wide_nprobe >= entry.default_nprobe,
+        "{entry:?}"
+    );
     let queries: Vec<Vec<f32>> = (0..100)
         .map(|_| {
             let centre = &centres[rng.random_range(0..centres.len())];
@@ -501,26 +508,36 @@ async fn a_filter_finds_its_nearest_kept_rows_around_a_tight_cluster() {
         let mut scratch = SearchScratch::new();
         let keep = |id: u64| id % 100 < 10;
         let (mut found, mut wanted, mut own_found, mut own_wanted) = (0, 0, 0, 0);
+        let (mut wide_found, mut wide_wanted) = (0, 0);
         for query in &queries {
-            for (filter, keep, found, wanted) in [
+            for (filter, k, keep, found, wanted) in [
                 (
                     None,
+                    10,
                     &(|_: u64| true) as &dyn Fn(u64) -> bool,
                     &mut own_found,
                     &mut own_wanted,
                 ),
                 (
                     Some("group < 10"),
+                    10,
                     &keep as &dyn Fn(u64) -> bool,
                     &mut found,
                     &mut wanted,
                 ),
+                (
+                    None,
+                    100,
+                    &(|_: u64| true) as &dyn Fn(u64) -> bool,
+                    &mut wide_found,
+                    &mut wide_wanted,
+                ),
             ] {
-                let truth = brute_force(&live, query, 10, keep);
+                let truth = brute_force(&live, query, k, keep);
                 let hits = view
-                    .search(&context, &request(query, 10, filter), &mut scratch)
+                    .search(&context, &request(query, k, filter), &mut scratch)
                     .unwrap();
-                assert_eq!(hits.len(), 10);
+                assert_eq!(hits.len(), k);
                 *found += hits
                     .iter()
                     .filter(|hit| matches!(hit.id, PointId::U64(id) if truth.contains(&id)))
@@ -530,8 +547,11 @@ async fn a_filter_finds_its_nearest_kept_rows_around_a_tight_cluster() {
         }
         let own = own_found as f64 / own_wanted as f64;
         let filtered = found as f64 / wanted as f64;
+        let wide = wide_found as f64 / wide_wanted as f64;
+        eprintln!("recall@10 {own:.3}, under the filter {filtered:.3}; recall@100 {wide:.3}");
         assert!(own >= 0.95, "unfiltered recall {own:.3}");
         assert!(filtered >= 0.95, "filtered recall {filtered:.3}");
+        assert!(wide >= 0.95, "recall@100 {wide:.3}");
     })
     .await
     .unwrap();
