@@ -13,15 +13,46 @@ pub fn clustered(
     clusters: usize,
     seed: u64,
 ) -> (Vec<f32>, Vec<f32>) {
+    around_centres(rows, queries, dim, clusters, 0.6, false, seed)
+}
+
+/// Rows in small tight clusters far apart (`clusters` of `rows / clusters` rows
+/// each), plus `queries` more: a query's own cluster holds its ten nearest, and
+/// the rest of its hundred nearest lie in clusters no nearer than any other.
+pub fn tight_clusters(
+    rows: usize,
+    queries: usize,
+    dim: usize,
+    clusters: usize,
+    seed: u64,
+) -> (Vec<f32>, Vec<f32>) {
+    around_centres(rows, queries, dim, clusters, 0.1, true, seed)
+}
+
+/// Vectors around `clusters` unit-gaussian centres with gaussian noise of
+/// `spread`, each around a random centre or, `in_turn`, the centres in turn.
+fn around_centres(
+    rows: usize,
+    queries: usize,
+    dim: usize,
+    clusters: usize,
+    spread: f32,
+    in_turn: bool,
+    seed: u64,
+) -> (Vec<f32>, Vec<f32>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let unit = Normal::new(0.0f32, 1.0).unwrap();
     let centres: Vec<f32> = (0..clusters * dim).map(|_| unit.sample(&mut rng)).collect();
     let mut draw = |count: usize| {
         let mut out = Vec::with_capacity(count * dim);
-        for _ in 0..count {
-            let centre = rng.random_range(0..clusters);
+        for row in 0..count {
+            let centre = if in_turn {
+                row % clusters
+            } else {
+                rng.random_range(0..clusters)
+            };
             for d in 0..dim {
-                out.push(centres[centre * dim + d] + 0.6 * unit.sample(&mut rng));
+                out.push(centres[centre * dim + d] + spread * unit.sample(&mut rng));
             }
         }
         out

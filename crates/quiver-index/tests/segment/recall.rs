@@ -4,7 +4,7 @@ use quiver_index::{Metric, RawPrecision, SearchParams, SearchScratch};
 use rand::{Rng, SeedableRng};
 use rand_distr::Distribution;
 
-use crate::data::{build, clustered};
+use crate::data::{build, clustered, tight_clusters};
 
 fn recall_at_10(metric: Metric, raw_precision: RawPrecision, nprobe: usize) -> f64 {
     recall_with_bound(
@@ -598,32 +598,6 @@ fn a_large_k_probes_more_lists_and_finds_about_as_many_true_hits() {
     // 0.88 here; 0.38 from the default probe's lists alone.
     let recall = found as f64 / (k * queries.len() / dim) as f64;
     assert!(recall >= 0.8, "recall@{k} {recall}");
-}
-
-/// Rows in small tight clusters far apart (`clusters` of about `rows /
-/// clusters` rows each): a query's own cluster holds its ten nearest, and the
-/// rest of its hundred nearest lie in clusters no nearer than any other.
-fn tight_clusters(
-    rows: usize,
-    queries: usize,
-    dim: usize,
-    clusters: usize,
-    seed: u64,
-) -> (Vec<f32>, Vec<f32>) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let unit = rand_distr::Normal::new(0.0f32, 1.0).unwrap();
-    let centres: Vec<f32> = (0..clusters * dim).map(|_| unit.sample(&mut rng)).collect();
-    let mut draw = |count: usize| {
-        let mut out = Vec::with_capacity(count * dim);
-        for row in 0..count {
-            let centre = row % clusters;
-            for d in 0..dim {
-                out.push(centres[centre * dim + d] + 0.1 * unit.sample(&mut rng));
-            }
-        }
-        out
-    };
-    (draw(rows), draw(queries))
 }
 
 #[test]
