@@ -517,13 +517,20 @@ mod tests {
             .await
             .expect("ran");
         let (release, hold) = mpsc::channel::<()>();
+        let (started, wait_started) = mpsc::channel::<()>();
         let busy = tokio::spawn({
             let pool = pool.clone();
-            async move { pool.run(move || hold.recv().expect("released")).await }
+            async move {
+                pool.run(move || {
+                    started.send(()).expect("test waits");
+                    hold.recv().expect("released");
+                })
+                .await
+            }
         });
-        while pool.shared.lock().computing < 1 {
-            tokio::task::yield_now().await;
-        }
+        tokio::task::spawn_blocking(move || wait_started.recv().expect("job started"))
+            .await
+            .expect("joined");
         let queued: Vec<_> = (0..4)
             .map(|_| {
                 let pool = pool.clone();
