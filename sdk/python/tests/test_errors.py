@@ -116,6 +116,22 @@ def test_503_is_retried_honouring_retry_after(client: quiver.Client, gateway: Fa
     assert len({request.headers["x-request-id"] for request in gateway.requests}) == 1
 
 
+def test_retry_after_ms_is_preferred_to_the_rounded_retry_after(client: quiver.Client, gateway: FakeGateway) -> None:
+    # A searcher overload hint of 200 ms: Retry-After says 1 s (rounded up).
+    gateway.fail_next(
+        429,
+        error_body("RESOURCE_EXHAUSTED", "searcher overloaded"),
+        times=1,
+        headers={"retry-after-ms": "200", "retry-after": "1"},
+    )
+    started = time.monotonic()
+    assert client.list_collections() == []
+    elapsed = time.monotonic() - started
+    assert 0.2 <= elapsed < 0.9
+    assert _core.parse_retry_after_ms("1500") == 1.5
+    assert _core.parse_retry_after_ms("soon") is None
+
+
 def test_resource_exhausted_is_retried(client: quiver.Client, gateway: FakeGateway) -> None:
     client.create_collection("docs", dimension=2)
     gateway.fail_next(429, error_body("RESOURCE_EXHAUSTED", "write backlog"), times=1, path_contains="/points")

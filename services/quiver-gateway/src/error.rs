@@ -90,6 +90,17 @@ impl ServiceError for GatewayError {
     }
 }
 
+/// Returns whether `status`, the failure of a call over the network, was made
+/// on this side of the connection because the node could not be reached
+/// (connection refused or reset, no route, TLS failed) rather than sent by the
+/// node: tonic makes those with a source, or — a failed connect — as a bare
+/// `UNAVAILABLE: tcp connect error` without metadata, while every status a
+/// server sends carries at least its response headers (`content-type`).
+pub(crate) fn is_unreachable(status: &tonic::Status) -> bool {
+    let made_here = std::error::Error::source(status).is_some() || status.metadata().is_empty();
+    made_here && ErrorCode::from_grpc_code(status.code()) != ErrorCode::Cancelled
+}
+
 /// The message of a transport failure with its causes ("transport error:
 /// connection reset by peer"), so the user sees more than "transport error".
 fn transport_detail(status: &tonic::Status) -> String {
@@ -138,6 +149,21 @@ mod tests {
             "{}",
             error.message
         );
+    }
+
+    #[test]
+    fn a_failed_connect_is_unreachable_and_a_refusal_sent_by_the_node_is_not() {
+        // What tonic makes of a refused connection (`ConnectError`).
+        assert!(is_unreachable(&tonic::Status::unavailable(
+            "tcp connect error"
+        )));
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+        assert!(is_unreachable(&tonic::Status::from_error(Box::new(reset))));
+        // A searcher's own UNAVAILABLE comes with its response headers.
+        let mut sent = tonic::Status::unavailable("object store unavailable");
+        sent.metadata_mut()
+            .insert("content-type", "application/grpc".parse().unwrap());
+        assert!(!is_unreachable(&sent));
     }
 
     #[test]

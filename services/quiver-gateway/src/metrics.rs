@@ -14,6 +14,7 @@ pub(crate) struct GatewayMetrics {
     pub strong_read_rounds: IntCounter,
     pub strong_read_rounds_shared: IntCounter,
     pub searcher_calls: IntCounterVec,
+    pub searchers_unreachable: IntCounter,
 }
 
 pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| {
@@ -53,6 +54,11 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| {
         "quiver_gateway_searcher_calls_total",
         "Calls to searchers by path: `local` (a searcher in this process, called directly) or `remote` (gRPC).",
         &["path"]
+    )
+    .expect("metric registers once"),
+    searchers_unreachable: register_int_counter!(
+        "quiver_gateway_searcher_unreachable_total",
+        "Calls to a searcher that failed because it could not be reached (connection refused or reset, no route)."
     )
     .expect("metric registers once"),
 }

@@ -3,7 +3,7 @@
 //! reads), and gRPC channels to the indexers and searchers it names.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,43 @@ use tonic::transport::{Channel, Endpoint};
 use crate::error::{GatewayError, GatewayResult};
 use crate::metrics::METRICS;
 use crate::read_rounds::SharedRounds;
+
+/// Meta's default heartbeat silence before a node is declared dead
+/// (`node_timeout_ms`) plus its control loop interval: how long a shard of a
+/// dead searcher waits for its move, when meta does not say (an older meta).
+const DEFAULT_MOVE_AFTER: Duration = Duration::from_millis(10_000 + 1_000);
+
+/// The shortest retry hint of a read whose searchers are unreachable: once
+/// the move is due, clients come back after this (the gateway learns the new
+/// placement within its routing interval).
+const MIN_UNREACHABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A warning about an unreachable searcher is logged at most once per
+/// searcher and cause in this interval (not once per request).
+const UNREACHABLE_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// An unreachable searcher is forgotten after this long without news (its
+/// address is gone from the routing table, or it answered).
+const UNREACHABLE_FORGET_AFTER: Duration = Duration::from_secs(600);
+
+/// A searcher this gateway could not reach, since when, and when each cause
+/// was last logged.
+struct UnreachableSearcher {
+    since: Instant,
+    last_failure: Instant,
+    logged: HashMap<String, Instant>,
+}
+
+/// Returns the retry hint of a read whose searcher has been unreachable for
+/// `unreachable_for`: the time left until meta, which moves a silent node's
+/// shards `move_after` after its last heartbeat (at the latest, since the
+/// gateway saw it fail after that heartbeat), has moved the shard; at least
+/// [`MIN_UNREACHABLE_RETRY_AFTER`].
+pub(crate) fn unreachable_retry_after(move_after: Duration, unreachable_for: Duration) -> Duration {
+    move_after
+        .saturating_sub(unreachable_for)
+        .max(MIN_UNREACHABLE_RETRY_AFTER)
+}
 
 /// One shard's current placement.
 #[derive(Clone, Debug)]
@@ -59,6 +96,13 @@ pub struct Router {
     request_timeout: Duration,
     /// Mutual TLS with the cluster CA on the channels (none: plaintext).
     cluster_tls: Option<ClusterTls>,
+    /// How long after a searcher's last heartbeat meta moves its shards
+    /// (meta's node timeout + control interval, from the routing table).
+    move_after_ms: AtomicU64,
+    /// Searchers that could not be reached, by address.
+    unreachable: Mutex<HashMap<String, UnreachableSearcher>>,
+    /// Whether `unreachable` may hold anything (spares a lock per answer).
+    any_unreachable: AtomicBool,
 }
 
 fn build_routes(routing: &pb::GetRoutingResponse) -> HashMap<String, Arc<CollectionRoute>> {
@@ -137,6 +181,9 @@ impl Router {
             connect_timeout: Duration::from_secs(2),
             request_timeout,
             cluster_tls,
+            move_after_ms: AtomicU64::new(DEFAULT_MOVE_AFTER.as_millis() as u64),
+            unreachable: Mutex::new(HashMap::new()),
+            any_unreachable: AtomicBool::new(false),
         }
     }
 
@@ -148,8 +195,76 @@ impl Router {
     /// Re-reads the whole routing table.
     pub async fn refresh(&self) -> GatewayResult<()> {
         let routing = self.meta.get_routing("", false).await?;
+        if routing.node_timeout_ms > 0 {
+            let move_after_ms = routing.node_timeout_ms + routing.control_interval_ms;
+            self.move_after_ms.store(move_after_ms, Ordering::Relaxed);
+        }
         *self.table.write().unwrap_or_else(|p| p.into_inner()) = build_routes(&routing);
         Ok(())
+    }
+
+    /// Returns how long after a searcher's last heartbeat meta moves its
+    /// shards to live searchers (node timeout + control interval).
+    pub fn move_after(&self) -> Duration {
+        Duration::from_millis(self.move_after_ms.load(Ordering::Relaxed))
+    }
+
+    /// Records that the searcher `node_id` at `address` could not be reached
+    /// (`cause`), logs it (once per searcher and cause per
+    /// [`UNREACHABLE_LOG_INTERVAL`]) and returns how long it has been
+    /// unreachable, as this gateway saw it.
+    pub fn searcher_unreachable(&self, node_id: &str, address: &str, cause: &str) -> Duration {
+        METRICS.searchers_unreachable.inc();
+        let now = Instant::now();
+        let (unreachable_for, log) = {
+            let mut unreachable = self.unreachable.lock().unwrap_or_else(|p| p.into_inner());
+            unreachable.retain(|_, searcher| {
+                now.duration_since(searcher.last_failure) < UNREACHABLE_FORGET_AFTER
+            });
+            let searcher =
+                unreachable
+                    .entry(address.to_owned())
+                    .or_insert_with(|| UnreachableSearcher {
+                        since: now,
+                        last_failure: now,
+                        logged: HashMap::new(),
+                    });
+            searcher.last_failure = now;
+            let log = match searcher.logged.get(cause) {
+                Some(logged) if now.duration_since(*logged) < UNREACHABLE_LOG_INTERVAL => false,
+                _ => {
+                    searcher.logged.insert(cause.to_owned(), now);
+                    true
+                }
+            };
+            self.any_unreachable.store(true, Ordering::Release);
+            (now.duration_since(searcher.since), log)
+        };
+        if log {
+            tracing::warn!(
+                node_id,
+                address,
+                cause,
+                unreachable_for_ms = unreachable_for.as_millis() as u64,
+                move_after_ms = self.move_after().as_millis() as u64,
+                "searcher unreachable; reads of its shards fail over to other replicas, or wait for meta to move them"
+            );
+        }
+        unreachable_for
+    }
+
+    /// Records that the searcher at `address` answered.
+    pub fn searcher_reachable(&self, address: &str) {
+        if !self.any_unreachable.load(Ordering::Acquire) {
+            return;
+        }
+        let mut unreachable = self.unreachable.lock().unwrap_or_else(|p| p.into_inner());
+        if unreachable.remove(address).is_some() {
+            tracing::info!(address, "searcher reachable again");
+        }
+        if unreachable.is_empty() {
+            self.any_unreachable.store(false, Ordering::Release);
+        }
     }
 
     /// Returns the route of `name`, from the table or meta.
@@ -241,7 +356,8 @@ impl Router {
 
     /// Re-reads the routing table until shard `shard` of collection `name` has
     /// a searcher at an address not in `tried`, for at most `wait`, and returns
-    /// those searchers in the order to try them (none when the wait ran out). A
+    /// those searchers (node id, address) in the order to try them (none when
+    /// the wait ran out). A
     /// shard meta has not placed yet (a collection just created, a searcher just
     /// replaced) gets one within the control loop's interval; a restarted
     /// searcher's new address appears once it has registered.
@@ -251,7 +367,7 @@ impl Router {
         shard: u32,
         wait: Duration,
         tried: &[String],
-    ) -> Vec<String> {
+    ) -> Vec<(String, String)> {
         let deadline = Instant::now() + wait;
         let mut delay = Duration::from_millis(20);
         loop {
@@ -272,10 +388,10 @@ impl Router {
                     .cloned()
             });
             if let Some(placement) = placement {
-                let order: Vec<String> = self
+                let order: Vec<(String, String)> = self
                     .searcher_order(&placement)
                     .into_iter()
-                    .filter(|address| !tried.contains(address))
+                    .filter(|(_, address)| !tried.contains(address))
                     .collect();
                 if !order.is_empty() {
                     return order;
@@ -284,21 +400,21 @@ impl Router {
         }
     }
 
-    /// Returns the ready searchers of `placement` in the order to try them
-    /// (rotated per call so load spreads over replicas).
-    pub fn searcher_order(&self, placement: &ShardPlacement) -> Vec<String> {
-        let mut ready: Vec<String> = placement
+    /// Returns the ready searchers `(node id, address)` of `placement` in the
+    /// order to try them (rotated per call so load spreads over replicas).
+    pub fn searcher_order(&self, placement: &ShardPlacement) -> Vec<(String, String)> {
+        let mut ready: Vec<(String, String)> = placement
             .searchers
             .iter()
             .filter(|(_, _, ready)| *ready)
-            .map(|(_, address, _)| address.clone())
+            .map(|(node_id, address, _)| (node_id.clone(), address.clone()))
             .collect();
         if ready.is_empty() {
             // None reported ready yet: any assigned searcher will load on demand.
             ready = placement
                 .searchers
                 .iter()
-                .map(|(_, address, _)| address.clone())
+                .map(|(node_id, address, _)| (node_id.clone(), address.clone()))
                 .collect();
         }
         if !ready.is_empty() {

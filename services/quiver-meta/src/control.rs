@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::placement_changes;
 use crate::context::MetaContext;
 use crate::model::{Command, Outcome};
 
@@ -46,20 +47,21 @@ pub(crate) async fn run_control_loop(context: Arc<MetaContext>, shutdown: Cancel
             catalog.read(|state| {
                 let mut preview = state.catalog.clone();
                 let apply_time_ms = now_ms.max(preview.clock_ms());
-                preview.reconcile(apply_time_ms, node_timeout_ms, lease_ttl_ms) > 0
+                if preview.reconcile(apply_time_ms, node_timeout_ms, lease_ttl_ms) == 0 {
+                    return None;
+                }
+                Some(placement_changes(&state.catalog, &preview))
             })
         })
         .await;
-        let needed = match preview {
-            Ok(needed) => needed,
+        let placement = match preview {
+            Ok(Some(placement)) => placement,
+            Ok(None) => continue,
             Err(error) => {
                 tracing::warn!(%error, "reconcile preview failed");
                 continue;
             }
         };
-        if !needed {
-            continue;
-        }
         let command = Command::Reconcile {
             node_timeout_ms,
             lease_ttl_ms,
@@ -68,6 +70,11 @@ pub(crate) async fn run_control_loop(context: Arc<MetaContext>, shutdown: Cancel
             Ok(Outcome::Reconciled { changes }) => {
                 context.metrics.reconciliations_total.inc();
                 tracing::info!(changes, "reconciled catalog");
+                // What the preview changed is what the proposal applied, up to
+                // the apply time's few milliseconds: name it for the operator.
+                for change in &placement {
+                    change.log();
+                }
             }
             Ok(other) => tracing::warn!(?other, "unexpected reconcile outcome"),
             Err(error) => tracing::debug!(%error, "reconcile proposal failed"),

@@ -619,6 +619,8 @@ impl MetaService for MetaGrpc {
     ) -> GrpcResult<pb::GetRoutingResponse> {
         self.observed("get_routing", async {
             let request = request.into_inner();
+            let node_timeout_ms = self.context.config.node_timeout_ms;
+            let control_interval_ms = self.context.config.control_interval_ms;
             self.read_catalog(request.linearizable, |catalog| {
                 let collection_id = if request.collection.is_empty() {
                     None
@@ -645,6 +647,8 @@ impl MetaService for MetaGrpc {
                         .map(|(key, record)| convert::routing_to_proto(*key, record))
                         .collect(),
                     nodes: catalog.nodes().map(convert::node_to_proto).collect(),
+                    node_timeout_ms,
+                    control_interval_ms,
                 })
             })
             .await

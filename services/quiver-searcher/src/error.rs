@@ -18,7 +18,10 @@ pub enum SearcherError {
     #[error(transparent)]
     Cache(#[from] quiver_blobcache::CacheError),
     /// The search queue is full: nothing of the request ran; retry after the hint.
-    #[error("searcher overloaded: {queued} searches already queued; retry shortly")]
+    #[error(
+        "searcher overloaded: {queued} searches already queued; retry in about {} ms, when they have drained",
+        .retry_after.as_millis()
+    )]
     Overloaded {
         /// Searches waiting when this one was refused.
         queued: usize,

@@ -23,8 +23,34 @@ use crate::metrics::METRICS;
 /// waiting for the store) per job computing.
 pub(crate) const WAIT_THREADS_PER_SLOT: usize = 4;
 
-/// How long an overloaded caller is told to wait before retrying.
-const OVERLOAD_RETRY_AFTER: Duration = Duration::from_millis(50);
+/// The shortest wait an overloaded caller is told to take before retrying.
+const MIN_OVERLOAD_RETRY_AFTER: Duration = Duration::from_millis(50);
+
+/// The longest: past it a client had better try again and learn more.
+const MAX_OVERLOAD_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Weight of the newest job in the moving average of job service time.
+const SERVICE_TIME_WEIGHT: f64 = 0.1;
+
+/// The pool logs that it refuses work at most once per interval.
+const OVERLOAD_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Returns how long a request refused behind `queued` waiting jobs should wait
+/// before retrying: the time the pool takes to drain them (and run the
+/// request), `(queued + 1) × mean_service / slots`, within
+/// [`MIN_OVERLOAD_RETRY_AFTER`]..[`MAX_OVERLOAD_RETRY_AFTER`]. A fixed 50 ms
+/// hint, with 128 searches queued at ~50 a second (2.5 s of work), had clients
+/// spend every retry before the queue drained.
+pub(crate) fn overload_retry_after(
+    queued: usize,
+    mean_service: Duration,
+    slots: usize,
+) -> Duration {
+    let jobs = u32::try_from(queued.saturating_add(1)).unwrap_or(u32::MAX);
+    let slots = u32::try_from(slots.max(1)).unwrap_or(u32::MAX);
+    (mean_service.saturating_mul(jobs) / slots)
+        .clamp(MIN_OVERLOAD_RETRY_AFTER, MAX_OVERLOAD_RETRY_AFTER)
+}
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -39,6 +65,13 @@ struct Queue {
     resuming: usize,
     /// Times an idle thread woke and found nothing it could run.
     woken_for_nothing: u64,
+    /// Moving average of the time a job took from its start to its end
+    /// (store waits included), in seconds; 0 before the first job.
+    mean_service_seconds: f64,
+    /// When the pool last logged that it refuses work.
+    overload_logged_at: Option<Instant>,
+    /// Requests refused since then.
+    refused_since_log: u64,
 }
 
 impl Queue {
@@ -133,6 +166,9 @@ impl SearchPool {
                 idle_threads: 0,
                 resuming: 0,
                 woken_for_nothing: 0,
+                mean_service_seconds: 0.0,
+                overload_logged_at: None,
+                refused_since_log: 0,
             }),
             job_ready: Condvar::new(),
             slot_free: Condvar::new(),
@@ -188,9 +224,29 @@ impl SearchPool {
             }
             if queue.jobs.len() >= self.shared.capacity {
                 METRICS.search_pool_rejected.inc();
+                let queued = queue.jobs.len();
+                let mean_service = Duration::from_secs_f64(queue.mean_service_seconds);
+                let retry_after = overload_retry_after(queued, mean_service, self.shared.slots);
+                queue.refused_since_log += 1;
+                let log_now = queue
+                    .overload_logged_at
+                    .is_none_or(|logged| logged.elapsed() >= OVERLOAD_LOG_INTERVAL);
+                if log_now {
+                    queue.overload_logged_at = Some(Instant::now());
+                    let refused = std::mem::take(&mut queue.refused_since_log);
+                    drop(queue);
+                    tracing::warn!(
+                        queued,
+                        slots = self.shared.slots,
+                        mean_service_ms = mean_service.as_secs_f64() * 1e3,
+                        retry_after_ms = retry_after.as_millis() as u64,
+                        refused,
+                        "searcher overloaded: its search queue is full, refusing searches (RESOURCE_EXHAUSTED) until it drains"
+                    );
+                }
                 return Err(SearcherError::Overloaded {
-                    queued: queue.jobs.len(),
-                    retry_after: OVERLOAD_RETRY_AFTER,
+                    queued,
+                    retry_after,
                 });
             }
             queue.jobs.push_back((Instant::now(), wrapped));
@@ -247,12 +303,20 @@ fn work(shared: &Shared) {
             .search_pool_wait_seconds
             .observe(queued_at.elapsed().as_secs_f64());
         METRICS.search_pool_busy.inc();
+        let started = Instant::now();
         // A panicking job drops its sender: the caller gets an internal error and
         // this thread goes on serving.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        let service_seconds = started.elapsed().as_secs_f64();
         METRICS.search_pool_busy.dec();
         let mut queue = shared.lock();
         queue.computing -= 1;
+        queue.mean_service_seconds = if queue.mean_service_seconds == 0.0 {
+            service_seconds
+        } else {
+            queue.mean_service_seconds
+                + SERVICE_TIME_WEIGHT * (service_seconds - queue.mean_service_seconds)
+        };
         // A job back from the store takes the slot; otherwise this thread takes
         // the next queued job itself, without waking another.
         if queue.resuming > 0 {
@@ -407,7 +471,8 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert_eq!(
             quiver_proto::retry_after_of_status(&status),
-            Some(OVERLOAD_RETRY_AFTER)
+            Some(MIN_OVERLOAD_RETRY_AFTER),
+            "no job finished yet: the shortest hint"
         );
         // The queued jobs still complete, whole, once the thread is free.
         release.send(()).expect("release");
@@ -418,6 +483,74 @@ mod tests {
         }
         assert_eq!(results, vec![0, 1]);
         assert_eq!(pool.run(|| 7).await.expect("room again"), 7);
+    }
+
+    #[test]
+    fn the_overload_hint_is_the_time_to_drain_the_queue_within_bounds() {
+        let ms = Duration::from_millis;
+        // 128 queued at 20 ms each on one slot (~50 a second): ~2.6 s, not 50 ms.
+        assert_eq!(overload_retry_after(128, ms(20), 1), ms(2_580));
+        // Two slots drain twice as fast.
+        assert_eq!(overload_retry_after(127, ms(20), 2), ms(1_280));
+        // Fast searches: the floor; a huge backlog: the ceiling.
+        assert_eq!(
+            overload_retry_after(10, Duration::from_micros(100), 4),
+            ms(50)
+        );
+        assert_eq!(overload_retry_after(0, Duration::ZERO, 1), ms(50));
+        assert_eq!(
+            overload_retry_after(10_000, ms(100), 1),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            overload_retry_after(10, Duration::MAX, 0),
+            Duration::from_secs(5)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refusal_hints_at_the_time_the_queue_takes_to_drain() {
+        // One slot, jobs of ~100 ms: once one has run, a refusal behind 4
+        // queued jobs asks for about (4 + 1) × 100 ms, not a fixed 50 ms.
+        let pool = Arc::new(SearchPool::new(1, 4).expect("pool"));
+        pool.run(|| std::thread::sleep(Duration::from_millis(100)))
+            .await
+            .expect("ran");
+        let (release, hold) = mpsc::channel::<()>();
+        let (started, wait_started) = mpsc::channel::<()>();
+        let busy = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.run(move || {
+                    started.send(()).expect("test waits");
+                    hold.recv().expect("released");
+                })
+                .await
+            }
+        });
+        tokio::task::spawn_blocking(move || wait_started.recv().expect("job started"))
+            .await
+            .expect("joined");
+        let queued: Vec<_> = (0..4)
+            .map(|_| {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.run(|| ()).await })
+            })
+            .collect();
+        while pool.shared.lock().jobs.len() < 4 {
+            tokio::task::yield_now().await;
+        }
+        let refused = pool.run(|| ()).await.expect_err("queue is full");
+        let hint = refused.retry_after().expect("a hint");
+        assert!(
+            hint >= Duration::from_millis(450) && hint <= Duration::from_millis(1_500),
+            "{hint:?}"
+        );
+        release.send(()).expect("release");
+        busy.await.expect("joined").expect("ran");
+        for job in queued {
+            job.await.expect("joined").expect("ran");
+        }
     }
 
     #[tokio::test]

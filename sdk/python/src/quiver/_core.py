@@ -213,6 +213,23 @@ def parse_retry_after(value: Optional[str]) -> Optional[float]:
     return max(0.0, seconds)
 
 
+def parse_retry_after_ms(value: Optional[str]) -> Optional[float]:
+    """Returns the seconds a Quiver ``retry-after-ms`` header asks for.
+
+    Quiver sends it beside ``Retry-After`` (whole seconds, rounded up): a 50 ms
+    overload hint read from ``Retry-After`` alone would wait a full second.
+    """
+    if not value:
+        return None
+    try:
+        milliseconds = float(value.strip())
+    except ValueError:
+        return None
+    if milliseconds != milliseconds:  # NaN
+        return None
+    return max(0.0, milliseconds / 1000.0)
+
+
 def decode_response(response: httpx.Response, request_id: str) -> Outcome:
     """Returns the outcome of one HTTP answer: its JSON, or the error it stands for."""
     request_id = response.headers.get(REQUEST_ID_HEADER) or request_id
@@ -234,7 +251,9 @@ def decode_response(response: httpx.Response, request_id: str) -> Outcome:
                 )
             )
 
-    retry_after = parse_retry_after(response.headers.get("retry-after"))
+    retry_after = parse_retry_after_ms(response.headers.get("retry-after-ms"))
+    if retry_after is None:
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
     error_object: Any = None
     try:
         error_object = json.loads(content).get("error")

@@ -16,10 +16,10 @@ use crate::core::validate::{
     check_id, check_search_options, parse_payload, prepare_search, stored_payload, validate_name,
 };
 use crate::core::{Consistency, Gateway, Hit, PointOut, SearchCost, SearchInput};
-use crate::error::{GatewayError, GatewayResult};
+use crate::error::{GatewayError, GatewayResult, is_unreachable};
 use crate::metrics::METRICS;
 use crate::request_id::outgoing;
-use crate::routing::{CollectionRoute, ShardPlacement};
+use crate::routing::{CollectionRoute, ShardPlacement, unreachable_retry_after};
 
 /// Longest wait of a read for a shard that has no searcher yet (see
 /// [`Gateway::on_searchers`]): meta places a new shard at once, or within its
@@ -75,7 +75,11 @@ impl Gateway {
     /// call fails with `UNAVAILABLE`; so does a shard whose every searcher could
     /// not be reached, for one at another address (a restarted searcher
     /// registers its new address a moment after it starts: `quiver standalone`
-    /// restarted answered its first reads `UNAVAILABLE: tcp connect error`).
+    /// restarted answered its first reads `UNAVAILABLE: tcp connect error`) —
+    /// only within [`SEARCHER_WAIT`] of this gateway first failing to reach it:
+    /// a searcher gone for longer (killed, its shard not moved yet) gets an
+    /// answer at once, naming it, with a retry hint sized to when meta moves
+    /// the shard ([`unreachable_error`]).
     pub(super) async fn on_searchers<T, F, Fut>(
         &self,
         name: &str,
@@ -86,10 +90,10 @@ impl Gateway {
         F: Fn(SearcherStub) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let wait = SEARCHER_WAIT.min(self.router.request_timeout());
         let mut order = self.router.searcher_order(placement);
         let mut waited = false;
         if order.is_empty() {
+            let wait = SEARCHER_WAIT.min(self.router.request_timeout());
             order = self
                 .router
                 .wait_for_searchers(name, placement.shard, wait, &[])
@@ -103,11 +107,14 @@ impl Gateway {
             )));
         }
         let mut tried: Vec<String> = Vec::new();
+        let mut unreachable: Vec<UnreachableSearcher> = Vec::new();
         let mut last_error: Option<GatewayError> = None;
         loop {
-            for address in std::mem::take(&mut order) {
+            for (node_id, address) in std::mem::take(&mut order) {
                 tried.push(address.clone());
-                let stub = match quiver_proto::local_searcher(&address) {
+                let local = quiver_proto::local_searcher(&address);
+                let remote = local.is_none();
+                let stub = match local {
                     Some(searcher) => {
                         self.router.count_searcher_call(true);
                         SearcherStub::Local(searcher, self.router.request_timeout())
@@ -119,9 +126,26 @@ impl Gateway {
                     ),
                 };
                 match call(stub).await {
-                    Ok(response) => return Ok(response.into_inner()),
+                    Ok(response) => {
+                        self.router.searcher_reachable(&address);
+                        return Ok(response.into_inner());
+                    }
                     Err(status) => {
                         let error = GatewayError::from_status(&status);
+                        if remote && error.code == ErrorCode::Unavailable && is_unreachable(&status)
+                        {
+                            let unreachable_for = self.router.searcher_unreachable(
+                                &node_id,
+                                &address,
+                                &error.message,
+                            );
+                            unreachable.push(UnreachableSearcher {
+                                node_id: node_id.clone(),
+                                address: address.clone(),
+                                cause: error.message.clone(),
+                                unreachable_for,
+                            });
+                        }
                         // Another replica may well answer: this one is down, damaged,
                         // slow, shutting down (cancelled) or full (its search queue).
                         // The last error is the answer when none does.
@@ -141,12 +165,25 @@ impl Gateway {
                     }
                 }
             }
-            // Every searcher known was unreachable: wait once, bounded, for
-            // one at an address not tried yet.
-            let unreachable = last_error
+            let last_unavailable = last_error
                 .as_ref()
                 .is_some_and(|error| error.code == ErrorCode::Unavailable);
-            if waited || !unreachable {
+            if waited || !last_unavailable {
+                break;
+            }
+            // Every searcher known failed, the last one unavailable: wait once,
+            // bounded, for one at an address not tried yet — for a searcher this
+            // gateway could not reach, only within SEARCHER_WAIT of its first
+            // failure, so that a searcher that is gone does not hold every read
+            // of its shard until meta moves it.
+            let newest_failure = unreachable
+                .iter()
+                .map(|searcher| searcher.unreachable_for)
+                .min();
+            let wait = SEARCHER_WAIT
+                .saturating_sub(newest_failure.unwrap_or(Duration::ZERO))
+                .min(self.router.request_timeout());
+            if wait.is_zero() {
                 break;
             }
             waited = true;
@@ -158,7 +195,17 @@ impl Gateway {
                 break;
             }
         }
-        Err(last_error.unwrap_or_else(|| GatewayError::unavailable("no searcher answered")))
+        let last_error =
+            last_error.unwrap_or_else(|| GatewayError::unavailable("no searcher answered"));
+        if last_error.code == ErrorCode::Unavailable && !unreachable.is_empty() {
+            return Err(unreachable_error(
+                name,
+                placement.shard,
+                &unreachable,
+                self.router.move_after(),
+            ));
+        }
+        Err(last_error)
     }
 
     async fn read_route(
@@ -383,6 +430,53 @@ impl Gateway {
     }
 }
 
+/// A searcher a read could not reach, and for how long this gateway has
+/// failed to reach it.
+struct UnreachableSearcher {
+    node_id: String,
+    address: String,
+    cause: String,
+    unreachable_for: Duration,
+}
+
+/// Returns the answer to a read of shard `shard` of collection `name` whose
+/// every searcher failed, some of them unreachable: `UNAVAILABLE` naming the
+/// shard, the collection and each unreachable searcher, with a retry hint of
+/// the time left until meta moves the shard (`move_after` after the searcher's
+/// last heartbeat; the oldest failure seen here bounds that from above).
+fn unreachable_error(
+    name: &str,
+    shard: u32,
+    unreachable: &[UnreachableSearcher],
+    move_after: Duration,
+) -> GatewayError {
+    let oldest_failure = unreachable
+        .iter()
+        .map(|searcher| searcher.unreachable_for)
+        .max()
+        .unwrap_or(Duration::ZERO);
+    let retry_after = unreachable_retry_after(move_after, oldest_failure);
+    let searchers = unreachable
+        .iter()
+        .map(|searcher| {
+            format!(
+                "searcher `{}` at {} is unreachable ({})",
+                searcher.node_id, searcher.address, searcher.cause
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut error = GatewayError::unavailable(format!(
+        "shard {shard} of collection `{name}` has no reachable searcher right now: {searchers}; \
+         the request can be retried: meta moves the shard to a live searcher once the \
+         searcher has missed heartbeats for {:.1} s (retry in about {:.1} s)",
+        move_after.as_secs_f64(),
+        retry_after.as_secs_f64()
+    ));
+    error.retry_after = Some(retry_after);
+    error
+}
+
 /// The search of one shard a collection search sends.
 fn shard_search(
     route: &CollectionRoute,
@@ -489,5 +583,41 @@ mod finite_score_tests {
         assert_eq!(finite_score(Metric::L2, f32::NAN), f32::MAX);
         assert_eq!(finite_score(Metric::L2, 2.5), 2.5);
         assert_eq!(finite_score(Metric::Dot, -0.5), -0.5);
+    }
+}
+
+#[cfg(test)]
+mod unreachable_tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_searcher_is_named_with_a_hint_sized_to_its_shard_move() {
+        let unreachable = [UnreachableSearcher {
+            node_id: "searcher-2".into(),
+            address: "127.0.0.1:7971".into(),
+            cause: "tcp connect error".into(),
+            unreachable_for: Duration::from_millis(2_500),
+        }];
+        let error = unreachable_error("docs", 1, &unreachable, Duration::from_secs(11));
+        assert_eq!(error.code, ErrorCode::Unavailable);
+        for needle in [
+            "shard 1 of collection `docs`",
+            "searcher `searcher-2` at 127.0.0.1:7971 is unreachable (tcp connect error)",
+            "can be retried",
+        ] {
+            assert!(
+                error.message.contains(needle),
+                "{needle}: {}",
+                error.message
+            );
+        }
+        // Meta moves the shard 11 s after the last heartbeat at the latest,
+        // which was before the first failure 2.5 s ago.
+        assert_eq!(error.retry_after, Some(Duration::from_millis(8_500)));
+        // Past the move: come back soon, not never.
+        assert_eq!(
+            unreachable_retry_after(Duration::from_secs(11), Duration::from_secs(30)),
+            Duration::from_secs(1)
+        );
     }
 }

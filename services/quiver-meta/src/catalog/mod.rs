@@ -19,8 +19,9 @@ mod manifests;
 mod nodes;
 mod placement;
 
+pub(crate) use placement::placement_changes;
 #[cfg(test)]
-use placement::{rendezvous_score, rendezvous_top};
+use placement::{PlacementChange, rendezvous_score, rendezvous_top};
 
 use std::collections::BTreeMap;
 

@@ -299,3 +299,134 @@ fn spread_searchers(
     }
     desired
 }
+
+/// One change of the cluster's placement a reconciliation made, as the leader
+/// logs it: operators need to see which node was declared dead and where its
+/// shards went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PlacementChange {
+    /// A node went silent for the node timeout and is now dead.
+    NodeDead {
+        node_id: String,
+        role: NodeRole,
+        address: String,
+        /// Leader time of its last heartbeat.
+        last_heartbeat_ms: u64,
+    },
+    /// A shard's searchers changed (a move, an added or removed replica).
+    SearchersChanged {
+        shard: ShardKey,
+        collection: String,
+        from: Vec<String>,
+        to: Vec<String>,
+    },
+    /// A shard's write lease went to another indexer (or none).
+    LeaseMoved {
+        shard: ShardKey,
+        collection: String,
+        from: Option<String>,
+        to: Option<String>,
+    },
+}
+
+impl PlacementChange {
+    /// Logs this change on the leader: a dead node at warn, the rest at info.
+    pub(crate) fn log(&self) {
+        match self {
+            PlacementChange::NodeDead {
+                node_id,
+                role,
+                address,
+                last_heartbeat_ms,
+            } => tracing::warn!(
+                node_id,
+                ?role,
+                address,
+                last_heartbeat_ms,
+                "node considered dead: no heartbeat within the node timeout; its shards move to live nodes"
+            ),
+            PlacementChange::SearchersChanged {
+                shard,
+                collection,
+                from,
+                to,
+            } => tracing::info!(
+                %shard,
+                collection,
+                from = %from.join(","),
+                to = %to.join(","),
+                "moved shard to searchers"
+            ),
+            PlacementChange::LeaseMoved {
+                shard,
+                collection,
+                from,
+                to,
+            } => tracing::info!(
+                %shard,
+                collection,
+                from = from.as_deref().unwrap_or("none"),
+                to = to.as_deref().unwrap_or("none"),
+                "moved shard lease"
+            ),
+        }
+    }
+}
+
+/// Returns the placement changes between `before` and `after` (the catalog
+/// before and after a reconciliation): nodes that became dead, shards whose
+/// searchers or lease holder changed. A lease renewed by the same holder is not
+/// a change; new shards (a collection just created) are left out.
+pub(crate) fn placement_changes(before: &Catalog, after: &Catalog) -> Vec<PlacementChange> {
+    let mut changes = Vec::new();
+    for (node_id, node) in &after.nodes {
+        let was_dead = before
+            .nodes
+            .get(node_id)
+            .is_none_or(|previous| previous.state == NodeState::Dead);
+        if node.state == NodeState::Dead && !was_dead {
+            changes.push(PlacementChange::NodeDead {
+                node_id: node_id.clone(),
+                role: node.role,
+                address: node.address.clone(),
+                last_heartbeat_ms: node.last_heartbeat_ms,
+            });
+        }
+    }
+    let collection_names: BTreeMap<u64, &str> = after
+        .collections
+        .values()
+        .map(|collection| (collection.collection_id, collection.spec.name.as_str()))
+        .collect();
+    for (shard_key, record) in &after.shards {
+        let Some(previous) = before.shards.get(shard_key) else {
+            continue;
+        };
+        let collection = collection_names
+            .get(&shard_key.collection_id)
+            .copied()
+            .unwrap_or("")
+            .to_owned();
+        let from: Vec<String> = previous.searchers.keys().cloned().collect();
+        let to: Vec<String> = record.searchers.keys().cloned().collect();
+        if from != to {
+            changes.push(PlacementChange::SearchersChanged {
+                shard: *shard_key,
+                collection: collection.clone(),
+                from,
+                to,
+            });
+        }
+        let holder_before = previous.lease.as_ref().map(|lease| lease.holder.clone());
+        let holder_after = record.lease.as_ref().map(|lease| lease.holder.clone());
+        if holder_before != holder_after {
+            changes.push(PlacementChange::LeaseMoved {
+                shard: *shard_key,
+                collection,
+                from: holder_before,
+                to: holder_after,
+            });
+        }
+    }
+    changes
+}

@@ -1306,3 +1306,67 @@ proptest! {
         }
     }
 }
+
+/// What the leader logs after a reconciliation: the searcher that went silent
+/// is named dead, and its shard's move names the shard, the collection and
+/// both searchers (the log once said only `reconciled catalog changes=3`).
+#[test]
+fn placement_changes_name_the_dead_node_and_the_shard_it_gave_up() {
+    let mut catalog = Catalog::default();
+    register(&mut catalog, "searcher-1", NodeRole::Searcher, 0);
+    register(&mut catalog, "searcher-2", NodeRole::Searcher, 0);
+    let collection = create(&mut catalog, "docs", 2);
+    catalog.reconcile(1, NODE_TIMEOUT_MS, LEASE_TTL_MS);
+    let holder_of = |catalog: &Catalog, shard: u32| -> String {
+        let key = ShardKey {
+            collection_id: collection.collection_id,
+            shard,
+        };
+        let record = catalog.shard(key).expect("shard");
+        record.searchers.keys().next().expect("a searcher").clone()
+    };
+    let dead_holder = holder_of(&catalog, 0);
+    let survivor = if dead_holder == "searcher-1" {
+        "searcher-2"
+    } else {
+        "searcher-1"
+    };
+    assert_ne!(holder_of(&catalog, 1), dead_holder, "one shard each");
+    run(
+        &mut catalog,
+        4_000,
+        Command::Heartbeat {
+            node_id: survivor.into(),
+            ready_shards: vec![],
+        },
+    )
+    .expect("heartbeat");
+
+    let before = catalog.clone();
+    assert!(catalog.reconcile(6_000, NODE_TIMEOUT_MS, LEASE_TTL_MS) > 0);
+    let changes = placement_changes(&before, &catalog);
+    assert_eq!(
+        changes,
+        vec![
+            PlacementChange::NodeDead {
+                node_id: dead_holder.clone(),
+                role: NodeRole::Searcher,
+                address: format!("{dead_holder}:7000"),
+                last_heartbeat_ms: 0,
+            },
+            PlacementChange::SearchersChanged {
+                shard: ShardKey {
+                    collection_id: collection.collection_id,
+                    shard: 0,
+                },
+                collection: "docs".into(),
+                from: vec![dead_holder.clone()],
+                to: vec![survivor.to_owned()],
+            },
+        ]
+    );
+    // Nothing changed since: nothing to log.
+    let settled = catalog.clone();
+    catalog.reconcile(6_500, NODE_TIMEOUT_MS, LEASE_TTL_MS);
+    assert_eq!(placement_changes(&settled, &catalog), vec![]);
+}

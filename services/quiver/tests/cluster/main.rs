@@ -16,6 +16,7 @@ mod orphans;
 mod quiverctl;
 mod rows_warm;
 mod same_rows;
+mod searcher_outage;
 mod searcher_watch;
 mod security;
 mod slow_open;
