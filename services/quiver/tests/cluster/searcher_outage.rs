@@ -6,8 +6,6 @@
 //! once answered `tcp connect error` with no hint; the gateway warns once (not
 //! per request); meta names the dead searcher and the shard it moved; and the
 //! Rust SDK with its default retry policy rides the outage out.
-//!
-//! Ports come from 7960..7990 (the range this suite's cluster tests keep to).
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -15,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use quiver_test_support::eventually;
+use quiver_test_support::process::free_address;
 use serde_json::{Value, json};
 
 use crate::support::vector;
@@ -25,19 +24,6 @@ const DIM: usize = 8;
 const NODE_TIMEOUT_MS: u64 = 8_000;
 const CONTROL_INTERVAL_MS: u64 = 200;
 
-/// Returns a free loopback address in 7960..7990, never the same twice.
-fn port_in_range() -> String {
-    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
-    for port in 7960..7990 {
-        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            handed_out.push(port);
-            return format!("127.0.0.1:{port}");
-        }
-    }
-    panic!("no free port in 7960..7990");
-}
-
 struct Role {
     name: String,
     http: String,
@@ -47,7 +33,7 @@ struct Role {
 
 impl Role {
     fn spawn(directory: &Path, name: &str, args: Vec<String>) -> Role {
-        let http = port_in_range();
+        let http = free_address();
         let log_path = directory.join(format!("{name}.log"));
         let log = OpenOptions::new()
             .create(true)
@@ -149,7 +135,7 @@ heartbeat_interval_ms = 200
         .build()
         .expect("http client");
 
-    let meta_address = port_in_range();
+    let meta_address = free_address();
     let meta = Role::spawn(
         root,
         "meta",
@@ -175,7 +161,7 @@ heartbeat_interval_ms = 200
             "--object-store".into(),
             objects.clone(),
             "--listen".into(),
-            port_in_range(),
+            free_address(),
             "--node-id".into(),
             node_id.into(),
             "--config".into(),
@@ -202,7 +188,7 @@ heartbeat_interval_ms = 200
             "--meta".into(),
             meta_address.clone(),
             "--grpc-listen".into(),
-            port_in_range(),
+            free_address(),
             "--node-id".into(),
             "gateway-1".into(),
             "--config".into(),
