@@ -432,10 +432,15 @@ mod tests {
         assert!(vain < 10, "{vain} vain wake-ups for 100 jobs");
     }
 
-    #[tokio::test]
-    async fn a_full_queue_refuses_with_a_retryable_overload_error() {
-        let pool = Arc::new(SearchPool::new(1, 2).expect("pool"));
-        // Hold the only thread, then fill the queue.
+    type Job<T> = tokio::task::JoinHandle<Result<T, SearcherError>>;
+
+    /// Holds the pool's only thread with a job that waits for the returned
+    /// sender, then queues `jobs` more (job `i` answers `i`) and waits until
+    /// the queue holds them all.
+    async fn hold_the_thread_and_fill_the_queue(
+        pool: &Arc<SearchPool>,
+        jobs: usize,
+    ) -> (mpsc::Sender<()>, Job<()>, Vec<Job<usize>>) {
         let (release, hold) = mpsc::channel::<()>();
         let (started, wait_started) = mpsc::channel::<()>();
         let busy = tokio::spawn({
@@ -451,16 +456,22 @@ mod tests {
         tokio::task::spawn_blocking(move || wait_started.recv().expect("job started"))
             .await
             .expect("joined");
-        let queued: Vec<_> = (0..2)
+        let queued = (0..jobs)
             .map(|value| {
                 let pool = pool.clone();
                 tokio::spawn(async move { pool.run(move || value).await })
             })
             .collect();
-        // Both queued jobs are in the queue once the gauge says so.
-        while pool.shared.queue.lock().expect("lock").jobs.len() < 2 {
+        while pool.shared.lock().jobs.len() < jobs {
             tokio::task::yield_now().await;
         }
+        (release, busy, queued)
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_with_a_retryable_overload_error() {
+        let pool = Arc::new(SearchPool::new(1, 2).expect("pool"));
+        let (release, busy, queued) = hold_the_thread_and_fill_the_queue(&pool, 2).await;
         let refused = pool.run(|| 99).await.expect_err("queue is full");
         assert!(matches!(
             refused,
@@ -516,31 +527,8 @@ mod tests {
         pool.run(|| std::thread::sleep(Duration::from_millis(100)))
             .await
             .expect("ran");
-        let (release, hold) = mpsc::channel::<()>();
-        let (started, wait_started) = mpsc::channel::<()>();
-        let busy = tokio::spawn({
-            let pool = pool.clone();
-            async move {
-                pool.run(move || {
-                    started.send(()).expect("test waits");
-                    hold.recv().expect("released");
-                })
-                .await
-            }
-        });
-        tokio::task::spawn_blocking(move || wait_started.recv().expect("job started"))
-            .await
-            .expect("joined");
-        let queued: Vec<_> = (0..4)
-            .map(|_| {
-                let pool = pool.clone();
-                tokio::spawn(async move { pool.run(|| ()).await })
-            })
-            .collect();
-        while pool.shared.lock().jobs.len() < 4 {
-            tokio::task::yield_now().await;
-        }
-        let refused = pool.run(|| ()).await.expect_err("queue is full");
+        let (release, busy, queued) = hold_the_thread_and_fill_the_queue(&pool, 4).await;
+        let refused = pool.run(|| 99).await.expect_err("queue is full");
         let hint = refused.retry_after().expect("a hint");
         assert!(
             hint >= Duration::from_millis(450) && hint <= Duration::from_millis(1_500),

@@ -6,9 +6,8 @@
 //! nodes of another cluster are refused, each with the reason in the log or the
 //! error; incomplete or wrong flags stop a role at start with one line.
 
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use quiver_meta_client::{MetaClient, MetaClientConfig};
@@ -22,7 +21,7 @@ use rcgen::{
 use serde_json::{Value, json};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
-use crate::support::{free_address, vector};
+use crate::support::{RoleProcess, free_address, vector};
 
 const DIM: usize = 8;
 
@@ -118,90 +117,6 @@ scratch_dir = "{}"
 "#,
         scratch_dir.display()
     )
-}
-
-/// One `quiver` process with its log; killed when dropped.
-struct RoleProcess {
-    name: String,
-    http: String,
-    log_path: PathBuf,
-    child: Child,
-}
-
-impl RoleProcess {
-    fn spawn(
-        directory: &Path,
-        name: &str,
-        args: Vec<String>,
-        envs: &[(&str, String)],
-    ) -> RoleProcess {
-        let http = free_address();
-        let log_path = directory.join(format!("{name}.log"));
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .expect("log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_quiver"));
-        command
-            .args(&args)
-            .args(["--http-listen", &http])
-            .env("RUST_LOG", "info,openraft=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        for (key, value) in envs {
-            command.env(key, value);
-        }
-        let child = command.spawn().expect("spawn quiver");
-        RoleProcess {
-            name: name.to_string(),
-            http,
-            log_path,
-            child,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
-    }
-
-    async fn wait_ready(&self, http: &reqwest::Client) {
-        let url = format!("http://{}/readyz", self.http);
-        let ready = eventually(
-            &format!("{} ready", self.name),
-            Duration::from_secs(60),
-            || async {
-                let answer = http.get(&url).send().await.ok()?;
-                answer.status().is_success().then_some(())
-            },
-        )
-        .await;
-        if let Err(error) = ready {
-            panic!("{error:#}; log of {}:\n{}", self.name, self.log());
-        }
-    }
-
-    async fn wait_log(&self, what: &str, needles: &[&str], timeout: Duration) {
-        let found = eventually(what, timeout, || async {
-            let log = self.log();
-            needles
-                .iter()
-                .all(|needle| log.contains(needle))
-                .then_some(())
-        })
-        .await;
-        if let Err(error) = found {
-            panic!("{error:#}; log of {}:\n{}", self.name, self.log());
-        }
-    }
-}
-
-impl Drop for RoleProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 async fn call(http: &reqwest::Client, method: &str, url: &str, body: Value) -> (u16, Value) {

@@ -7,83 +7,18 @@
 //! per request); meta names the dead searcher and the shard it moved; and the
 //! Rust SDK with its default retry policy rides the outage out.
 
-use std::fs::OpenOptions;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use quiver_test_support::eventually;
-use quiver_test_support::process::free_address;
 use serde_json::{Value, json};
 
-use crate::support::vector;
+use crate::support::{RoleProcess, free_address, vector};
 
 const DIM: usize = 8;
 /// Meta's heartbeat silence before a node is dead: long enough that the test
 /// sees reads during the outage, short enough to wait for.
 const NODE_TIMEOUT_MS: u64 = 8_000;
 const CONTROL_INTERVAL_MS: u64 = 200;
-
-struct Role {
-    name: String,
-    http: String,
-    log_path: PathBuf,
-    child: Child,
-}
-
-impl Role {
-    fn spawn(directory: &Path, name: &str, args: Vec<String>) -> Role {
-        let http = free_address();
-        let log_path = directory.join(format!("{name}.log"));
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_quiver"))
-            .args(&args)
-            .args(["--http-listen", &http])
-            .env("RUST_LOG", "info,openraft=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn quiver");
-        Role {
-            name: name.to_string(),
-            http,
-            log_path,
-            child,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
-    }
-
-    async fn wait_ready(&self, http: &reqwest::Client) {
-        let url = format!("http://{}/readyz", self.http);
-        let ready = eventually(
-            &format!("{} ready", self.name),
-            Duration::from_secs(60),
-            || async {
-                let answer = http.get(&url).send().await.ok()?;
-                answer.status().is_success().then_some(())
-            },
-        )
-        .await;
-        if let Err(error) = ready {
-            panic!("{error:#}; log of {}:\n{}", self.name, self.log());
-        }
-    }
-}
-
-impl Drop for Role {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 async fn search(
     http: &reqwest::Client,
@@ -136,7 +71,7 @@ heartbeat_interval_ms = 200
         .expect("http client");
 
     let meta_address = free_address();
-    let meta = Role::spawn(
+    let meta = RoleProcess::spawn(
         root,
         "meta",
         vec![
@@ -151,9 +86,10 @@ heartbeat_interval_ms = 200
             "--config".into(),
             config.clone(),
         ],
+        &[],
     );
     meta.wait_ready(&http).await;
-    let data_role = |role: &str, node_id: &str| -> Role {
+    let data_role = |role: &str, node_id: &str| -> RoleProcess {
         let mut args = vec![
             role.to_string(),
             "--meta".into(),
@@ -175,12 +111,12 @@ heartbeat_interval_ms = 200
                 "16MiB".into(),
             ]);
         }
-        Role::spawn(root, node_id, args)
+        RoleProcess::spawn(root, node_id, args, &[])
     };
     let indexer = data_role("indexer", "indexer-1");
     let mut searcher_1 = data_role("searcher", "searcher-1");
     let searcher_2 = data_role("searcher", "searcher-2");
-    let gateway = Role::spawn(
+    let gateway = RoleProcess::spawn(
         root,
         "gateway",
         vec![
@@ -194,6 +130,7 @@ heartbeat_interval_ms = 200
             "--config".into(),
             config.clone(),
         ],
+        &[],
     );
     for role in [&indexer, &searcher_1, &searcher_2, &gateway] {
         role.wait_ready(&http).await;

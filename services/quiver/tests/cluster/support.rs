@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use quiver_test_support::eventually;
 pub use quiver_test_support::process::free_address;
 use serde_json::{Value, json};
 
@@ -294,4 +295,91 @@ pub fn vector(id: u64, dim: usize) -> Vec<f32> {
             base + noise
         })
         .collect()
+}
+
+/// One `quiver` process with its log; killed when dropped.
+pub struct RoleProcess {
+    pub name: String,
+    /// Its HTTP address (`--http-listen`).
+    pub http: String,
+    log_path: PathBuf,
+    pub child: Child,
+}
+
+impl RoleProcess {
+    /// Starts `quiver ARGS --http-listen ADDR` with `envs`, its stderr
+    /// appended to `DIRECTORY/NAME.log`.
+    pub fn spawn(
+        directory: &Path,
+        name: &str,
+        args: Vec<String>,
+        envs: &[(&str, String)],
+    ) -> RoleProcess {
+        let http = free_address();
+        let log_path = directory.join(format!("{name}.log"));
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_quiver"));
+        command
+            .args(&args)
+            .args(["--http-listen", &http])
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let child = command.spawn().expect("spawn quiver");
+        RoleProcess {
+            name: name.to_string(),
+            http,
+            log_path,
+            child,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub async fn wait_ready(&self, http: &reqwest::Client) {
+        let url = format!("http://{}/readyz", self.http);
+        let ready = eventually(
+            &format!("{} ready", self.name),
+            Duration::from_secs(60),
+            || async {
+                let answer = http.get(&url).send().await.ok()?;
+                answer.status().is_success().then_some(())
+            },
+        )
+        .await;
+        if let Err(error) = ready {
+            panic!("{error:#}; log of {}:\n{}", self.name, self.log());
+        }
+    }
+
+    pub async fn wait_log(&self, what: &str, needles: &[&str], timeout: Duration) {
+        let found = eventually(what, timeout, || async {
+            let log = self.log();
+            needles
+                .iter()
+                .all(|needle| log.contains(needle))
+                .then_some(())
+        })
+        .await;
+        if let Err(error) = found {
+            panic!("{error:#}; log of {}:\n{}", self.name, self.log());
+        }
+    }
+}
+
+impl Drop for RoleProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
