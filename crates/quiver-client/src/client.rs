@@ -20,7 +20,8 @@ use crate::tls::{error_chain, is_tls_failure, tls_config};
 
 /// How calls that are safe to repeat are retried (full jitter, so clients that
 /// failed together do not come back together), bounded in time by
-/// [`Client`]'s retry deadline; a server's retry hint is waited at least.
+/// [`Client`]'s retry deadline; a server's retry hint is waited at least, plus up
+/// to a quarter of it more at random.
 const RETRY: RetryPolicy = RetryPolicy::new(
     usize::MAX,
     Duration::from_millis(100),

@@ -72,12 +72,7 @@ impl RetryPolicy {
     /// Returns the delay before retry number `retry` (1-based), drawn uniformly from
     /// zero to [`RetryPolicy::delay_bound`] (full jitter).
     pub fn delay(&self, retry: usize) -> Duration {
-        let bound = self.delay_bound(retry);
-        if bound.is_zero() {
-            return bound;
-        }
-        let nanos = rand::rng().random_range(0..=bound.as_nanos().min(u64::MAX as u128) as u64);
-        Duration::from_nanos(nanos)
+        jitter(self.delay_bound(retry))
     }
 
     /// Returns a backoff that hands out this policy's delays one retry at a time,
@@ -140,6 +135,15 @@ impl RetryPolicy {
     }
 }
 
+/// Returns a duration drawn uniformly from zero to `bound`.
+fn jitter(bound: Duration) -> Duration {
+    if bound.is_zero() {
+        return bound;
+    }
+    let nanos = rand::rng().random_range(0..=bound.as_nanos().min(u64::MAX as u128) as u64);
+    Duration::from_nanos(nanos)
+}
+
 /// The delays of one [`RetryPolicy`] for one operation or loop.
 #[derive(Clone, Debug)]
 pub struct Backoff {
@@ -155,8 +159,9 @@ impl Backoff {
         self.next_delay_after(None)
     }
 
-    /// Returns the delay before the next attempt, at least `hint` when one is given,
-    /// or `None` when the policy is spent.
+    /// Returns the delay before the next attempt, or `None` when the policy is spent.
+    /// A `hint` (a server's retry-after) is waited at least, plus up to a quarter of
+    /// it at random, so the callers one overload turned away come back spread out.
     pub fn next_delay_after(&mut self, hint: Option<Duration>) -> Option<Duration> {
         if self.retries.saturating_add(1) >= self.policy.max_attempts {
             return None;
@@ -164,7 +169,7 @@ impl Backoff {
         self.retries += 1;
         let mut delay = self.policy.delay(self.retries);
         if let Some(hint) = hint {
-            delay = delay.max(hint);
+            delay = delay.max(hint.saturating_add(jitter(hint / 4)));
         }
         if let Some(max_elapsed) = self.policy.max_elapsed {
             let remaining = max_elapsed.checked_sub(self.started.elapsed())?;
@@ -303,6 +308,30 @@ mod tests {
             .await;
         assert_eq!(spent, Err(TestError::Transient));
         assert_eq!(calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn a_hint_is_waited_with_up_to_a_quarter_more_at_random() {
+        let hint = Duration::from_millis(400);
+        let draws: Vec<Duration> = (0..100)
+            .map(|_| {
+                FAST.backoff()
+                    .next_delay_after(Some(hint))
+                    .expect("a first retry")
+            })
+            .collect();
+        assert!(
+            draws
+                .iter()
+                .all(|delay| *delay >= hint && *delay <= hint + hint / 4),
+            "{draws:?}"
+        );
+        let distinct: std::collections::HashSet<_> = draws.iter().collect();
+        assert!(
+            distinct.len() > 50,
+            "hinted waits are spread: {}",
+            distinct.len()
+        );
     }
 
     #[tokio::test]

@@ -203,8 +203,14 @@ def test_backoff_grows_with_jitter_and_is_capped() -> None:
         delays = [_core.backoff_seconds(settings, attempt, None) for _ in range(50)]
         assert all(ceiling / 2 <= delay <= ceiling for delay in delays)
         assert len(set(delays)) > 1
-    assert _core.backoff_seconds(settings, 0, 3.0) == 3.0
-    assert _core.backoff_seconds(settings, 0, 300.0) == 10.0  # max_retry_after caps it
+
+def test_a_server_hint_is_waited_with_a_quarter_of_jitter_on_top() -> None:
+    settings = _core.ClientSettings.build("http://x", None, 1.0, 5, 0.1, 1.0, 10.0, None)
+    hinted = [_core.backoff_seconds(settings, 0, 3.0) for _ in range(50)]
+    assert all(3.0 <= delay <= 3.75 for delay in hinted)
+    assert len(set(hinted)) > 1, "clients turned away together come back spread"
+    capped = [_core.backoff_seconds(settings, 0, 300.0) for _ in range(50)]
+    assert all(10.0 <= delay <= 12.5 for delay in capped)  # max_retry_after caps the hint
 
 
 @pytest.mark.parametrize(

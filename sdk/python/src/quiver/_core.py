@@ -352,12 +352,15 @@ def _transport_outcome(
 def backoff_seconds(settings: ClientSettings, attempt: int, retry_after: Optional[float]) -> float:
     """Returns how long to wait before retry number ``attempt + 1``.
 
-    The server's ``Retry-After`` wins when present (capped at ``max_retry_after``);
-    otherwise exponential backoff with jitter: a random wait in
+    The server's hint (``retry-after-ms`` or ``Retry-After``) wins when present: a
+    random wait in ``[h, 1.25 h]`` for the hint ``h`` capped at ``max_retry_after``, so
+    the many clients one overload or one shard move turned away do not all come back
+    at the same instant. Otherwise exponential backoff with jitter: a random wait in
     ``[d/2, d]`` for ``d = min(backoff_max, backoff_base * 2**attempt)``.
     """
     if retry_after is not None:
-        return min(retry_after, settings.max_retry_after)
+        hint = min(retry_after, settings.max_retry_after)
+        return hint + random.uniform(0.0, hint / 4.0)
     ceiling = min(settings.backoff_max, settings.backoff_base * (2.0**attempt))
     return ceiling / 2.0 + random.uniform(0.0, ceiling / 2.0)
 
