@@ -311,9 +311,10 @@ impl SegmentWriter {
         self.write_sections(out, frozen, &lists, &encoded, &id_lookup, progress)
     }
 
-    /// Assigns every row to its nearest centroid of `codebook` (no training):
-    /// rows are rotated into the centroids' space a tile at a time (the
-    /// rotation keeps distances, so the nearest centroid is the same).
+    /// Assigns every row to its nearest centroid of `codebook` (no training;
+    /// for dot the one of largest inner product, as a trained build): rows are
+    /// rotated into the centroids' space a tile at a time (the rotation keeps
+    /// distances and norms, so the nearest centroid is the same).
     fn assign_to_codebook(
         &self,
         pool: &rayon::ThreadPool,
@@ -327,6 +328,8 @@ impl SegmentWriter {
         let padded_dim = padded_dimension(dim);
         let rows = self.ids.len();
         let mut assignments = vec![0u32; rows];
+        let centroids = kmeans::Geometry::of(self.spec.metric)
+            .matching(codebook.rotated_centroids(), padded_dim);
         pool.install(|| {
             assignments
                 .par_chunks_mut(TILE_ROWS)
@@ -338,14 +341,15 @@ impl SegmentWriter {
                         let row = first + offset;
                         rotation.apply(&vectors[row * dim..][..dim], out);
                     }
-                    kmeans::assign(&rotated, padded_dim, codebook.rotated_centroids(), slots);
+                    kmeans::assign(&rotated, padded_dim, &centroids, slots);
                 });
         });
         progress(BuildStage::Clustering, 1, 1);
         assignments
     }
 
-    /// Trains `nlist` k-means centroids and assigns every row to its nearest.
+    /// Trains `nlist` k-means centroids and assigns every row to its nearest
+    /// (for dot: the one of largest inner product, see [`kmeans::Geometry`]).
     fn cluster(
         &self,
         pool: &rayon::ThreadPool,
@@ -362,6 +366,7 @@ impl SegmentWriter {
                 build.kmeans_iterations,
                 build.kmeans_sample_per_list,
                 build.seed,
+                kmeans::Geometry::of(self.spec.metric),
                 &|done, total| progress(BuildStage::Clustering, done, total),
             )
         })

@@ -29,6 +29,41 @@ pub fn tight_clusters(
     around_centres(rows, queries, dim, clusters, 0.1, true, seed)
 }
 
+/// Inner-product data whose norms vary: `rows` vectors (and `queries` more)
+/// around `clusters` unit directions, with noise of 0.7 in all, each scaled by
+/// a norm drawn from 0.5–2 — more directions than a segment of `rows` has
+/// lists, as with real embeddings of many topics.
+pub fn varied_norms(
+    rows: usize,
+    queries: usize,
+    dim: usize,
+    clusters: usize,
+    seed: u64,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let unit = Normal::new(0.0f32, 1.0).unwrap();
+    let mut centres: Vec<f32> = (0..clusters * dim).map(|_| unit.sample(&mut rng)).collect();
+    for centre in centres.chunks_exact_mut(dim) {
+        let norm = centre.iter().map(|v| v * v).sum::<f32>().sqrt();
+        centre.iter_mut().for_each(|v| *v /= norm);
+    }
+    let noise = 0.7 / (dim as f32).sqrt();
+    let mut draw = |count: usize| {
+        let mut out = Vec::with_capacity(count * dim);
+        for _ in 0..count {
+            let centre = rng.random_range(0..clusters);
+            let scale = rng.random_range(0.5f32..2.0);
+            for d in 0..dim {
+                out.push(scale * (centres[centre * dim + d] + noise * unit.sample(&mut rng)));
+            }
+        }
+        out
+    };
+    let base = draw(rows);
+    let query = draw(queries);
+    (base, query)
+}
+
 /// Vectors around `clusters` unit-gaussian centres with gaussian noise of
 /// `spread`, each around a random centre or, `in_turn`, the centres in turn.
 fn around_centres(
