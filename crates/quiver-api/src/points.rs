@@ -150,11 +150,77 @@ pub struct Point {
     /// The point's id (an existing point with it is replaced).
     pub id: PointId,
     /// The vector, of the collection's dimension, finite values.
+    #[serde(deserialize_with = "vector_values")]
     pub vector: Vec<f32>,
     /// A JSON object; filters can use its top-level fields (those of the payload
     /// schema indexed). `null` is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
+}
+
+/// One value of a vector in a request: a JSON number that fits an `f32`. A finite
+/// number beyond the `f32` range (`1e39`) is refused by name here; read as an `f32`
+/// it would become infinite and be refused as "non-finite", which the client never
+/// sent.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct VectorValue(pub(crate) f32);
+
+impl<'de> Deserialize<'de> for VectorValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Number;
+        impl Visitor<'_> for Number {
+            type Value = VectorValue;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("f32")
+            }
+
+            // serde reads an `f32` as an `f64` and narrows it too: the check is
+            // all this adds.
+            fn visit_f64<E: de::Error>(self, wide: f64) -> Result<VectorValue, E> {
+                let narrow = wide as f32;
+                if narrow.is_infinite() && wide.is_finite() {
+                    return Err(E::custom(format_args!(
+                        "{wide:e} is outside the range of a 32-bit float (±3.4e38)"
+                    )));
+                }
+                Ok(VectorValue(narrow))
+            }
+
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<VectorValue, E> {
+                Ok(VectorValue(value as f32))
+            }
+
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<VectorValue, E> {
+                Ok(VectorValue(value as f32))
+            }
+        }
+        deserializer.deserialize_f32(Number)
+    }
+}
+
+/// Reads a vector of [`VectorValue`]s.
+pub(crate) fn vector_values<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<f32>, D::Error> {
+    struct Values;
+    impl<'de> Visitor<'de> for Values {
+        type Value = Vec<f32>;
+
+        fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+            formatter.write_str("an array of numbers")
+        }
+
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
+            // As serde's own `Vec`: the size hint, capped against hostile ones.
+            let mut vector = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+            while let Some(VectorValue(value)) = seq.next_element()? {
+                vector.push(value);
+            }
+            Ok(vector)
+        }
+    }
+    deserializer.deserialize_seq(Values)
 }
 
 /// `POST /v1/collections/{name}/points`.
@@ -256,5 +322,30 @@ mod tests {
         let point: Point =
             serde_json::from_value(json!({"id": 1, "vector": [0.5], "payload": null})).unwrap();
         assert_eq!(point.payload, None);
+    }
+
+    #[test]
+    fn a_vector_value_beyond_the_f32_range_is_refused_as_such() {
+        let point: Point =
+            serde_json::from_str(r#"{"id": 1, "vector": [3.4e38, -1e-50, 0.5]}"#).unwrap();
+        assert_eq!(point.vector, [3.4e38, -0.0, 0.5]);
+        for vector in ["[1e39]", "[0.5, -1e39]", "[1.7976931348623157e308]"] {
+            let body = format!(r#"{{"id": 1, "vector": {vector}}}"#);
+            let error = serde_json::from_str::<Point>(&body)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("is outside the range of a 32-bit float (±3.4e38)"),
+                "{vector}: {error}"
+            );
+            assert!(!error.contains("inf"), "{vector}: {error}");
+        }
+        let error = serde_json::from_str::<Point>(r#"{"id": 1, "vector": [1e39]}"#).unwrap_err();
+        assert!(error.to_string().starts_with("1e39 is outside"), "{error}");
+        // Integers are numbers too; anything else is named as before.
+        let point: Point = serde_json::from_str(r#"{"id": 1, "vector": [-2, 3]}"#).unwrap();
+        assert_eq!(point.vector, [-2.0, 3.0]);
+        let error = serde_json::from_str::<Point>(r#"{"id": 1, "vector": ["NaN"]}"#).unwrap_err();
+        assert!(error.to_string().contains("expected f32"), "{error}");
     }
 }

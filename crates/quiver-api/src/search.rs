@@ -6,7 +6,7 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::points::PointId;
+use crate::points::{PointId, VectorValue};
 
 /// The `k` of a search that names none.
 pub const DEFAULT_K: usize = 10;
@@ -39,7 +39,7 @@ fn query_vector<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<f32>, 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
             let capacity = seq.size_hint().unwrap_or(QUERY_VECTOR_CAPACITY);
             let mut vector = Vec::with_capacity(capacity.min(QUERY_VECTOR_CAPACITY * 64));
-            while let Some(value) = seq.next_element::<f32>()? {
+            while let Some(VectorValue(value)) = seq.next_element()? {
                 vector.push(value);
             }
             Ok(vector)
@@ -188,6 +188,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_query_value_beyond_the_f32_range_is_refused_as_such() {
+        let error = serde_json::from_str::<SearchRequest>(r#"{"vector": [0.5, 1e39]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("1e39 is outside the range of a 32-bit float (±3.4e38)"),
+            "{error}"
+        );
+        let search: SearchRequest = serde_json::from_str(r#"{"vector": [-3.4e38]}"#).unwrap();
+        assert_eq!(search.vector, [-3.4e38]);
+    }
 
     #[test]
     fn a_search_body_takes_the_defaults_and_refuses_typos() {

@@ -58,6 +58,15 @@ pub enum IndexError {
 }
 
 impl IndexError {
+    /// Returns the error's text for a caller that reports its code beside it: an
+    /// invalid argument without the "invalid argument: " its code already says.
+    pub fn message(&self) -> String {
+        match self {
+            IndexError::InvalidArgument(message) => message.clone(),
+            other => other.to_string(),
+        }
+    }
+
     /// Returns the class of this error.
     pub fn kind(&self) -> IndexErrorKind {
         match self {

@@ -155,13 +155,17 @@ impl ReadContext {
         Ok(batch)
     }
 
+    /// Returns the rows of `segment` that `filter` keeps, cached per segment and
+    /// `filter_key`: the filter's [`Filter::to_wire`], which no two filters share
+    /// (its string form alone is the same for some, `{"and": []}` and `{"or": []}`).
     pub(crate) fn filter_rows(
         &self,
         segment_key: &str,
         segment: &Segment<CachedObject>,
         filter: &Filter,
+        filter_key: &str,
     ) -> SearcherResult<Arc<RoaringBitmap>> {
-        let cache_key = (segment_key.to_string(), filter.to_string());
+        let cache_key = (segment_key.to_string(), filter_key.to_string());
         if let Some(rows) = self.filter_rows.get(&cache_key) {
             return Ok(rows);
         }

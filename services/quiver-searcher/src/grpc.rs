@@ -216,8 +216,8 @@ fn search_of(request: data::SearchRequest) -> Result<SearchRequest, Status> {
         None
     } else {
         Some(
-            Filter::parse(&request.filter)
-                .map_err(|error| Status::invalid_argument(error.to_string()))?,
+            Filter::from_wire(&request.filter)
+                .map_err(|error| Status::invalid_argument(error.message()))?,
         )
     };
     Ok(SearchRequest {
@@ -404,7 +404,35 @@ impl Searcher for SearcherGrpc {
 
 #[cfg(test)]
 mod tests {
-    use super::batch_parts;
+    use super::{Filter, batch_parts, data, search_of};
+
+    #[test]
+    fn a_filter_in_either_wire_form_is_read_and_a_bad_one_says_invalid_argument_once() {
+        let request = |filter: &str| data::SearchRequest {
+            vector: vec![0.5],
+            k: 3,
+            filter: filter.into(),
+            ..data::SearchRequest::default()
+        };
+        for (wire, expected) in [
+            ("lang in []", Filter::parse("lang in []").unwrap()),
+            (
+                r#"{"or": []}"#,
+                Filter::from_json(&serde_json::json!({"or": []})).unwrap(),
+            ),
+            (
+                r#"{"field": "my-field", "in": ["a"]}"#,
+                Filter::from_json(&serde_json::json!({"field": "my-field", "in": ["a"]})).unwrap(),
+            ),
+        ] {
+            let search = search_of(request(wire)).unwrap();
+            assert_eq!(search.filter, Some(expected), "{wire}");
+        }
+        let status = search_of(request("lang = en")).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().starts_with("filter: "), "{status:?}");
+        assert!(!status.message().contains("invalid argument"), "{status:?}");
+    }
 
     #[test]
     fn a_batch_is_cut_into_one_part_per_slot_in_order() {

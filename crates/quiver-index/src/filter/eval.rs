@@ -118,6 +118,8 @@ impl Filter {
     pub fn fields(&self) -> Vec<&str> {
         fn collect<'f>(filter: &'f Filter, out: &mut Vec<&'f str>) {
             match filter {
+                // An empty list reads nothing: its answer is known without the values.
+                Filter::In { values, .. } if values.is_empty() => {}
                 Filter::Compare { field, .. } | Filter::In { field, .. } => {
                     if !out.contains(&field.as_str()) {
                         out.push(field);

@@ -9,7 +9,7 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::ast::{CompareOp, Filter, Literal};
 use super::parse::parse_op;
@@ -33,6 +33,62 @@ impl Filter {
             }
         })?;
         tree.into_filter(0)
+    }
+
+    /// Returns the JSON form of the filter (objects only, no string leaves):
+    /// what [`Filter::from_json`] reads back as the same tree.
+    pub fn to_json(&self) -> Value {
+        let literal = |literal: &Literal| match literal {
+            Literal::String(text) => Value::String(text.clone()),
+            Literal::Integer(value) => Value::from(*value),
+            Literal::Float(value) => Value::from(*value),
+            Literal::Bool(value) => Value::Bool(*value),
+        };
+        match self {
+            Filter::Compare { field, op, value } => json!({
+                "field": field,
+                "op": op.symbol(),
+                "value": literal(value),
+            }),
+            Filter::In {
+                field,
+                values,
+                negated,
+            } => {
+                let key = if *negated { "not_in" } else { "in" };
+                json!({"field": field, key: values.iter().map(literal).collect::<Vec<_>>()})
+            }
+            Filter::And(parts) => {
+                json!({"and": parts.iter().map(Filter::to_json).collect::<Vec<_>>()})
+            }
+            Filter::Or(parts) => {
+                json!({"or": parts.iter().map(Filter::to_json).collect::<Vec<_>>()})
+            }
+            Filter::Not(inner) => json!({"not": inner.to_json()}),
+        }
+    }
+
+    /// Returns the text a gateway sends a searcher: the string form when it reads
+    /// back as the same tree, else the JSON form — a JSON filter's field name need
+    /// not be one the string form can spell (`my-field`, `not`), nor its lists of
+    /// conditions non-empty (`{"or": []}` has no string form).
+    pub fn to_wire(&self) -> String {
+        let text = self.to_string();
+        match Filter::parse(&text) {
+            Ok(read_back) if read_back == *self => text,
+            _ => self.to_json().to_string(),
+        }
+    }
+
+    /// Reads what [`Filter::to_wire`] wrote: JSON when it starts with `{`, else
+    /// the string form.
+    pub fn from_wire(text: &str) -> IndexResult<Filter> {
+        if !text.trim_start().starts_with('{') {
+            return Filter::parse(text);
+        }
+        let value: Value = serde_json::from_str(text)
+            .map_err(|error| invalid(format!("filter is not valid JSON: {error}")))?;
+        Filter::from_json(&value)
     }
 }
 

@@ -142,6 +142,93 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_in_list_matches_nothing_and_an_empty_not_in_list_everything() {
+        let payloads = [
+            None,
+            Some(json!({"lang": "en"})),
+            Some(json!({"lang": "de", "price": 3})),
+        ];
+        for (from_text, from_json, negated) in [
+            ("lang in []", json!({"field": "lang", "in": []}), false),
+            (
+                "lang not in [ ]",
+                json!({"field": "lang", "not_in": []}),
+                true,
+            ),
+        ] {
+            let filter = Filter::parse(from_text).unwrap();
+            assert_eq!(Filter::from_json(&from_json).unwrap(), filter);
+            assert_eq!(
+                filter,
+                Filter::In {
+                    field: "lang".into(),
+                    values: Vec::new(),
+                    negated,
+                }
+            );
+            filter.check(&schema()).unwrap();
+            // The string form the gateway sends the searchers reads back.
+            assert_eq!(Filter::parse(&filter.to_string()).unwrap(), filter);
+            for payload in &payloads {
+                assert_eq!(
+                    filter.matches_payload(payload.as_ref()),
+                    negated,
+                    "{filter}"
+                );
+            }
+            // Over a segment's rows, without reading the field's values.
+            let rows = filter.rows_with(5, |field| -> Result<FieldValues, String> {
+                Err(format!("read {field}"))
+            });
+            assert_eq!(rows.unwrap().len(), if negated { 5 } else { 0 });
+        }
+        // A list with a value in it still needs the value before the "]".
+        let error = Filter::parse("lang in [\"en\", ]").unwrap_err();
+        assert!(error.to_string().contains("expected a value"), "{error}");
+    }
+
+    #[test]
+    fn a_json_filter_the_string_form_cannot_spell_reaches_the_searchers_as_json() {
+        for filter in [
+            json!({"field": "lang", "in": []}),
+            json!({"field": "my-field", "value": "a"}),
+            json!({"field": "not", "op": "!=", "value": 1}),
+            json!({"field": "true", "not_in": [1.5, false]}),
+            json!({"field": "note", "value": "line\nbreak\t\u{1}"}),
+            json!({"or": []}),
+            json!({"and": []}),
+            json!({"not": {"and": [{"or": []}, {"field": "é", "value": 2.0}]}}),
+        ] {
+            let parsed = Filter::from_json(&filter).unwrap();
+            let wire = parsed.to_wire();
+            assert_eq!(
+                Filter::from_wire(&wire).unwrap(),
+                parsed,
+                "{filter} as {wire}"
+            );
+            assert_eq!(Filter::from_json(&parsed.to_json()).unwrap(), parsed);
+        }
+        // A filter the string form spells goes as the string form.
+        let plain = Filter::parse(r#"lang = "en" and tag not in ["a", 'b'] and x in []"#).unwrap();
+        assert_eq!(plain.to_wire(), plain.to_string());
+        // Two filters never share a wire text (a searcher caches rows by it),
+        // though some share a string form.
+        let (all, none) = (Filter::And(Vec::new()), Filter::Or(Vec::new()));
+        assert_eq!(all.to_string(), none.to_string());
+        assert_ne!(all.to_wire(), none.to_wire());
+        assert!(none.to_wire().starts_with('{'));
+    }
+
+    #[test]
+    fn an_invalid_filter_s_message_leaves_its_code_to_say_invalid_argument() {
+        let error =
+            Filter::from_json(&json!({"field": "lang", "op": "~", "value": 1})).unwrap_err();
+        assert_eq!(error.kind(), crate::error::IndexErrorKind::InvalidArgument);
+        assert_eq!(error.message(), "filter: unknown operator \"~\"");
+        assert!(error.to_string().starts_with("invalid argument: "));
+    }
+
+    #[test]
     fn payload_semantics_treat_missing_values_as_not_equal() {
         let filter = Filter::parse(r#"color != "red""#).unwrap();
         assert!(filter.matches_payload(None));

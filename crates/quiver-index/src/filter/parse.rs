@@ -350,6 +350,15 @@ impl Parser {
             )));
         }
         let mut values = Vec::new();
+        // `[]` is an empty list: programs build lists, and one may come out empty
+        // (`in []` matches no row, `not in []` every row).
+        if self
+            .peek()
+            .is_some_and(|token| token.kind == TokenKind::CloseList)
+        {
+            self.position += 1;
+            return Ok(values);
+        }
         loop {
             values.push(self.literal()?);
             let separator = self.next("\",\" or \"]\"")?;

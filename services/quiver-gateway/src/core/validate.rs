@@ -49,7 +49,7 @@ pub fn check_search_options(limits: &Limits, input: &SearchInput) -> GatewayResu
 /// Checks a search against the collection (dimension, finite values, squared
 /// length, non-zero for cosine, a filter
 /// whose declared fields are compared with values of their types); returns the
-/// filter's string form.
+/// filter as the searchers read it ([`Filter::to_wire`]).
 pub fn prepare_search(
     spec: &SegmentSpec,
     name: &str,
@@ -73,7 +73,7 @@ pub fn prepare_search(
             filter
                 .check(&spec.fields)
                 .map_err(|error| filter_error(&error))?;
-            Ok(filter.to_string())
+            Ok(filter.to_wire())
         }
     }
 }
@@ -176,10 +176,75 @@ fn filter_error(error: &quiver_index::IndexError) -> GatewayError {
     }
 }
 
-/// Strips the engine's "invalid argument:" prefix; the code says it already.
+/// The engine's message without its "invalid argument:"; the code says it already.
 fn describe_index_error(error: &quiver_index::IndexError) -> String {
-    let text = error.to_string();
-    text.strip_prefix("invalid argument: ")
-        .map(str::to_string)
-        .unwrap_or(text)
+    error.message()
+}
+
+#[cfg(test)]
+mod tests {
+    use quiver_index::{FieldKind, FieldSpec, IdType, Metric};
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::Consistency;
+
+    fn spec() -> SegmentSpec {
+        let mut spec = SegmentSpec::new(2, Metric::L2, IdType::U64);
+        spec.fields = vec![FieldSpec {
+            name: "lang".into(),
+            kind: FieldKind::Keyword,
+        }];
+        spec
+    }
+
+    fn search(filter: Value) -> SearchInput {
+        SearchInput {
+            vector: vec![0.5, 0.5],
+            k: 10,
+            filter: Some(filter),
+            nprobe: None,
+            rescore: None,
+            consistency: Consistency::Strong,
+            include_payload: false,
+            include_vector: false,
+        }
+    }
+
+    #[test]
+    fn a_json_filter_reaches_the_searchers_as_the_same_filter() {
+        for filter in [
+            json!({"field": "lang", "in": []}),
+            json!({"field": "lang", "not_in": []}),
+            json!("lang in []"),
+            json!({"or": []}),
+            json!({"field": "my-field", "in": ["a"]}),
+            json!({"and": [{"field": "not", "value": 1}, {"field": "lang", "value": "a\nb"}]}),
+        ] {
+            let wire = prepare_search(&spec(), "docs", &search(filter.clone())).unwrap();
+            // What the searchers read (`quiver-searcher` `search_of`).
+            assert_eq!(
+                Filter::from_wire(&wire).unwrap(),
+                Filter::from_json(&filter).unwrap(),
+                "{filter} as {wire}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_filter_says_invalid_argument_only_in_its_code() {
+        for filter in [
+            json!({"field": "lang", "value": 1}),
+            json!({"field": "lang", "op": "~", "value": "en"}),
+            json!("lang = en"),
+        ] {
+            let error = prepare_search(&spec(), "docs", &search(filter.clone())).unwrap_err();
+            assert_eq!(error.code, quiver_common::ErrorCode::InvalidArgument);
+            assert!(error.message.starts_with("filter"), "{filter}: {error:?}");
+            assert!(
+                !error.message.contains("invalid argument"),
+                "{filter}: {error:?}"
+            );
+        }
+    }
 }

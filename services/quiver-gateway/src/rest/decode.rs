@@ -35,9 +35,12 @@ pub(super) fn body_bytes<'a>(body: &'a BodyResult, limits: &Limits) -> GatewayRe
 
 fn body_too_large(limits: &Limits) -> GatewayError {
     // Not RESOURCE_EXHAUSTED: clients retry that, and this would fail again.
+    // The body is refused unread, so whether it also holds more points than a
+    // request may is not known: both limits are named, the points' first (the
+    // one a client sizes its batches by).
     GatewayError::invalid(format!(
-        "request body is larger than {} bytes; send smaller batches",
-        limits.max_request_bytes
+        "request body is larger than {} bytes; send smaller batches: at most {} points or ids per request, fewer when vectors are long",
+        limits.max_request_bytes, limits.max_batch_points
     ))
 }
 
@@ -284,4 +287,57 @@ pub fn decode_batch(body: &[u8], limits: &Limits) -> GatewayResult<Vec<SearchInp
                 .map_err(|error| error.with_context(format!("searches[{index}]")))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vector_value_beyond_the_f32_range_is_named_with_its_place() {
+        let error = decode_upsert(br#"{"points": [{"id": 1, "vector": [0.5, 1e39]}]}"#)
+            .unwrap_err()
+            .message;
+        assert!(
+            error.contains(
+                "`points[0].vector[1]`: 1e39 is outside the range of a 32-bit float (±3.4e38)"
+            ),
+            "{error}"
+        );
+        let limits = Limits::default();
+        let error = decode_search(br#"{"vector": [-2e39, 0.5]}"#, &limits)
+            .unwrap_err()
+            .message;
+        assert!(
+            error.contains("`vector[0]`: -2e39 is outside the range of a 32-bit float"),
+            "{error}"
+        );
+        let error = decode_batch(
+            br#"{"searches": [{"vector": [1]}, {"vector": [1e300]}]}"#,
+            &limits,
+        )
+        .unwrap_err()
+        .message;
+        assert!(
+            error.contains("`searches[1].vector[0]`: 1e300 is outside the range"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_body_too_large_names_the_points_a_request_may_hold() {
+        let limits = Limits::default();
+        let error = body_too_large(&limits);
+        assert_eq!(error.code, quiver_common::ErrorCode::InvalidArgument);
+        assert!(
+            error.message.contains("larger than 134217728 bytes"),
+            "{}",
+            error.message
+        );
+        assert!(
+            error.message.contains("at most 10000 points"),
+            "{}",
+            error.message
+        );
+    }
 }

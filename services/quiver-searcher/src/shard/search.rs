@@ -191,7 +191,7 @@ impl ShardView {
             )));
         }
         quiver_index::validate_query(&request.vector, self.dimension, self.metric)
-            .map_err(|error| SearcherError::InvalidArgument(describe(&error)))
+            .map_err(|error| SearcherError::InvalidArgument(error.message()))
     }
 
     /// Smaller-is-better key of a user-facing score, and back.
@@ -336,8 +336,10 @@ impl ShardView {
             cost.rows_rescored += stats.rows_rescored as u64;
         };
         let mut allowed = Vec::with_capacity(views.len());
+        let filter_key = filter.to_wire();
         for view in views {
-            let matching = context.filter_rows(&view.entry.key, &view.segment, filter)?;
+            let matching =
+                context.filter_rows(&view.entry.key, &view.segment, filter, &filter_key)?;
             allowed.push(&*matching - &view.blocked);
         }
         let kept: u64 = allowed.iter().map(RoaringBitmap::len).sum();
@@ -468,14 +470,4 @@ fn measured<T>(
     cost.store_wait_ms += reads.store_wait_nanos as f64 / 1e6;
     cost.search_ms += started.elapsed().as_secs_f64() * 1e3;
     result
-}
-
-/// Returns an index error's text without the "invalid argument: " prefix (the
-/// code says it already).
-fn describe(error: &quiver_index::IndexError) -> String {
-    let text = error.to_string();
-    match text.strip_prefix("invalid argument: ") {
-        Some(rest) => rest.to_string(),
-        None => text,
-    }
 }

@@ -146,6 +146,39 @@ fn read_fvecs(path: &Path) -> anyhow::Result<(usize, Vec<f32>)> {
     Ok((matrix.dim, matrix.data))
 }
 
+/// The load's progress bar: points per second in whole numbers (`4,503/s`;
+/// indicatif's `{per_sec}` prints four decimals).
+fn load_style() -> indicatif::ProgressStyle {
+    indicatif::ProgressStyle::with_template(
+        "load {bar:40} {pos}/{len} points [{elapsed_precise}, {rate}, eta {eta}]",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+    .with_key(
+        "rate",
+        |state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write| {
+            let per_second = state.per_sec();
+            let whole = if per_second.is_finite() {
+                per_second.round() as u64
+            } else {
+                0
+            };
+            let _ = write!(out, "{}/s", indicatif::HumanCount(whole));
+        },
+    )
+}
+
+/// Checks `--batch` against the points a request may hold (the gateway's
+/// `max_batch_points`), so a load too large for it fails before it starts.
+fn check_batch(batch: usize) -> anyhow::Result<()> {
+    let limit = quiver_gateway::Limits::default().max_batch_points;
+    if batch > limit {
+        bail!(
+            "--batch {batch}: a request holds at most {limit} points (the gateway's max_batch_points); use --batch {limit} or less"
+        );
+    }
+    Ok(())
+}
+
 async fn load(
     client: &Client,
     name: &str,
@@ -156,12 +189,7 @@ async fn load(
     let (dim, values) = read_fvecs(path)?;
     let rows = values.len() / dim;
     let bar = indicatif::ProgressBar::new(rows as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "load {bar:40} {pos}/{len} points [{elapsed_precise}, {per_sec}, eta {eta}]",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    bar.set_style(load_style());
     let started = Instant::now();
     let batches: Vec<std::ops::Range<usize>> = (0..rows)
         .step_by(batch.max(1))
@@ -274,6 +302,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             // Both are at least 1 (clap checks): a batch of 0 would never end.
             let batch = usize::try_from(batch).unwrap_or(usize::MAX);
             let concurrency = usize::try_from(concurrency).unwrap_or(usize::MAX);
+            check_batch(batch)?;
             load(&client, &name, &fvecs, batch, concurrency).await?
         }
         Command::Search {
@@ -381,7 +410,81 @@ fn one_line(error: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::one_line;
+    use std::sync::{Arc, Mutex};
+
+    use super::{check_batch, load_style, one_line};
+
+    /// A terminal that keeps what a progress bar draws.
+    #[derive(Debug, Clone, Default)]
+    struct Screen(Arc<Mutex<String>>);
+
+    impl indicatif::TermLike for Screen {
+        fn width(&self) -> u16 {
+            160
+        }
+        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn write_line(&self, line: &str) -> std::io::Result<()> {
+            self.write_str(line)
+        }
+        fn write_str(&self, text: &str) -> std::io::Result<()> {
+            self.0.lock().unwrap().push_str(text);
+            Ok(())
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            self.0.lock().unwrap().clear();
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_load_rate_is_printed_in_whole_points_per_second() {
+        let screen = Screen::default();
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(100_000),
+            indicatif::ProgressDrawTarget::term_like(Box::new(screen.clone())),
+        );
+        bar.set_style(load_style());
+        for _ in 0..50 {
+            std::thread::sleep(std::time::Duration::from_micros(300));
+            bar.inc(997);
+        }
+        bar.finish();
+        let line = screen.0.lock().unwrap().clone();
+        let rate = line
+            .split(", ")
+            .find(|part| part.ends_with("/s"))
+            .unwrap_or_else(|| panic!("no rate in {line:?}"));
+        let digits = rate.trim_end_matches("/s");
+        assert!(
+            !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit() || c == ','),
+            "{line:?}"
+        );
+    }
+
+    #[test]
+    fn a_batch_larger_than_a_request_may_hold_is_refused_up_front() {
+        check_batch(1).unwrap();
+        check_batch(10_000).unwrap();
+        let error = check_batch(20_000).unwrap_err().to_string();
+        assert!(
+            error.contains("--batch 20000: a request holds at most 10000 points"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn an_error_whose_message_holds_its_source_prints_it_once() {
