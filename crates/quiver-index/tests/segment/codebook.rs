@@ -8,6 +8,7 @@ use quiver_index::{
 };
 
 use crate::data::{build, clustered};
+use rand::SeedableRng;
 
 /// Builds a segment of `vectors` with ids starting at `first_id`, with `codebook`.
 fn build_with(
@@ -167,4 +168,59 @@ fn a_segment_smaller_than_the_codebook_keeps_its_lists_and_finds_its_rows() {
         .search(&base[..dim], &SearchParams::new(3), None, &mut scratch)
         .unwrap();
     assert_eq!(ids(&small, hits[0].row), 10_000, "a row is its own nearest");
+}
+
+#[test]
+fn every_row_of_the_segment_that_trained_a_codebook_is_found_by_its_own_vector() {
+    // Clusters of uneven sizes, more of them than lists: the trained build caps
+    // overfull lists, and its centroids move to their lists' means. A row left
+    // outside the list of its nearest centroid was not found by the narrowest
+    // probe (the nearest list; what clustered data calibrates to), not even
+    // searched for by its own vector, while a build given the codebook put it
+    // back in that list and found it.
+    let dim = 32;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+    let centres: Vec<f32> = (0..400 * dim)
+        .map(|_| rand::Rng::random_range(&mut rng, -1.0f32..1.0))
+        .collect();
+    let mut base = Vec::new();
+    for row in 0..8000usize {
+        let centre = (row * row / 7 + row) % 400;
+        base.extend(
+            (0..dim).map(|d| {
+                centres[centre * dim + d] + rand::Rng::random_range(&mut rng, -0.1f32..0.1)
+            }),
+        );
+    }
+    let trained = build(&base, dim, Metric::L2, |_| {});
+    let codebook = Arc::new(Codebook::of_segment(&trained).unwrap().unwrap());
+    let given = {
+        let mut spec = SegmentSpec::new(dim, Metric::L2, IdType::U64);
+        spec.build.codebook = Some(codebook);
+        let mut writer = SegmentWriter::new(spec).unwrap();
+        for (row, vector) in base.chunks_exact(dim).enumerate() {
+            writer.add(PointId::U64(row as u64), vector, None).unwrap();
+        }
+        let mut bytes = Vec::new();
+        writer.finish(&mut bytes, &|_, _, _| {}).unwrap();
+        Segment::open(MemorySource::new("given.qseg", &bytes)).unwrap()
+    };
+    let mut params = SearchParams::new(10);
+    params.probe_ratio = Some(0.0);
+    let mut scratch = SearchScratch::new();
+    for (name, segment) in [("trained", &trained), ("given the codebook", &given)] {
+        let mut missed = Vec::new();
+        for (row, vector) in base.chunks_exact(dim).enumerate() {
+            let hits = segment.search(vector, &params, None, &mut scratch).unwrap();
+            if !hits.iter().any(|hit| ids(segment, hit.row) == row as u64) {
+                missed.push(row);
+            }
+        }
+        assert!(
+            missed.is_empty(),
+            "{name}: {} of 8000 rows not found by their own vector, e.g. {:?}",
+            missed.len(),
+            &missed[..missed.len().min(5)]
+        );
+    }
 }
