@@ -194,17 +194,9 @@ fn every_row_of_the_segment_that_trained_a_codebook_is_found_by_its_own_vector()
     }
     let trained = build(&base, dim, Metric::L2, |_| {});
     let codebook = Arc::new(Codebook::of_segment(&trained).unwrap().unwrap());
-    let given = {
-        let mut spec = SegmentSpec::new(dim, Metric::L2, IdType::U64);
-        spec.build.codebook = Some(codebook);
-        let mut writer = SegmentWriter::new(spec).unwrap();
-        for (row, vector) in base.chunks_exact(dim).enumerate() {
-            writer.add(PointId::U64(row as u64), vector, None).unwrap();
-        }
-        let mut bytes = Vec::new();
-        writer.finish(&mut bytes, &|_, _, _| {}).unwrap();
-        Segment::open(MemorySource::new("given.qseg", &bytes)).unwrap()
-    };
+    let given = build(&base, dim, Metric::L2, |spec| {
+        spec.build.codebook = Some(codebook)
+    });
     let mut params = SearchParams::new(10);
     params.probe_ratio = Some(0.0);
     let mut scratch = SearchScratch::new();

@@ -13,7 +13,14 @@ pub fn clustered(
     clusters: usize,
     seed: u64,
 ) -> (Vec<f32>, Vec<f32>) {
-    around_centres(rows, queries, dim, clusters, 0.6, false, seed)
+    around_centres(
+        rows,
+        queries,
+        dim,
+        clusters,
+        Shape::around(0.6, false),
+        seed,
+    )
 }
 
 /// Rows in small tight clusters far apart (`clusters` of `rows / clusters` rows
@@ -26,7 +33,7 @@ pub fn tight_clusters(
     clusters: usize,
     seed: u64,
 ) -> (Vec<f32>, Vec<f32>) {
-    around_centres(rows, queries, dim, clusters, 0.1, true, seed)
+    around_centres(rows, queries, dim, clusters, Shape::around(0.1, true), seed)
 }
 
 /// Inner-product data whose norms vary: `rows` vectors (and `queries` more)
@@ -40,54 +47,72 @@ pub fn varied_norms(
     clusters: usize,
     seed: u64,
 ) -> (Vec<f32>, Vec<f32>) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let unit = Normal::new(0.0f32, 1.0).unwrap();
-    let mut centres: Vec<f32> = (0..clusters * dim).map(|_| unit.sample(&mut rng)).collect();
-    for centre in centres.chunks_exact_mut(dim) {
-        let norm = centre.iter().map(|v| v * v).sum::<f32>().sqrt();
-        centre.iter_mut().for_each(|v| *v /= norm);
-    }
-    let noise = 0.7 / (dim as f32).sqrt();
-    let mut draw = |count: usize| {
-        let mut out = Vec::with_capacity(count * dim);
-        for _ in 0..count {
-            let centre = rng.random_range(0..clusters);
-            let scale = rng.random_range(0.5f32..2.0);
-            for d in 0..dim {
-                out.push(scale * (centres[centre * dim + d] + noise * unit.sample(&mut rng)));
-            }
-        }
-        out
+    let shape = Shape {
+        spread: 0.7 / (dim as f32).sqrt(),
+        in_turn: false,
+        unit_centres: true,
+        norms: Some((0.5, 2.0)),
     };
-    let base = draw(rows);
-    let query = draw(queries);
-    (base, query)
+    around_centres(rows, queries, dim, clusters, shape, seed)
 }
 
-/// Vectors around `clusters` unit-gaussian centres with gaussian noise of
-/// `spread`, each around a random centre or, `in_turn`, the centres in turn.
+/// How [`around_centres`] draws its vectors.
+struct Shape {
+    /// Gaussian noise added to the centre, per dimension.
+    spread: f32,
+    /// The centres in turn, else a random one per vector.
+    in_turn: bool,
+    /// Centres scaled to unit length.
+    unit_centres: bool,
+    /// Each vector scaled by a factor drawn from this range.
+    norms: Option<(f32, f32)>,
+}
+
+impl Shape {
+    fn around(spread: f32, in_turn: bool) -> Shape {
+        Shape {
+            spread,
+            in_turn,
+            unit_centres: false,
+            norms: None,
+        }
+    }
+}
+
+/// Vectors around `clusters` unit-gaussian centres with gaussian noise, as
+/// `shape` says.
 fn around_centres(
     rows: usize,
     queries: usize,
     dim: usize,
     clusters: usize,
-    spread: f32,
-    in_turn: bool,
+    shape: Shape,
     seed: u64,
 ) -> (Vec<f32>, Vec<f32>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let unit = Normal::new(0.0f32, 1.0).unwrap();
-    let centres: Vec<f32> = (0..clusters * dim).map(|_| unit.sample(&mut rng)).collect();
+    let mut centres: Vec<f32> = (0..clusters * dim).map(|_| unit.sample(&mut rng)).collect();
+    if shape.unit_centres {
+        for centre in centres.chunks_exact_mut(dim) {
+            let norm = centre.iter().map(|v| v * v).sum::<f32>().sqrt();
+            centre.iter_mut().for_each(|v| *v /= norm);
+        }
+    }
     let mut draw = |count: usize| {
         let mut out = Vec::with_capacity(count * dim);
         for row in 0..count {
-            let centre = if in_turn {
+            let centre = if shape.in_turn {
                 row % clusters
             } else {
                 rng.random_range(0..clusters)
             };
+            let scale = shape
+                .norms
+                .map_or(1.0, |(low, high)| rng.random_range(low..high));
             for d in 0..dim {
-                out.push(centres[centre * dim + d] + spread * unit.sample(&mut rng));
+                out.push(
+                    scale * (centres[centre * dim + d] + shape.spread * unit.sample(&mut rng)),
+                );
             }
         }
         out
