@@ -190,14 +190,8 @@ impl ShardWriter {
         }
         let spec = &self.shared.spec;
         let max_payload_bytes = self.shared.config.max_payload_bytes;
-        let invalid = |error: quiver_index::IndexError| {
-            let text = error.to_string();
-            IndexerError::InvalidArgument(
-                text.strip_prefix("invalid argument: ")
-                    .map(str::to_string)
-                    .unwrap_or(text),
-            )
-        };
+        let invalid =
+            |error: quiver_index::IndexError| IndexerError::InvalidArgument(error.message());
         let mut bytes = 0;
         for (index, record) in records.iter().enumerate() {
             match record {

@@ -426,7 +426,7 @@ fn rest_cases() -> Vec<RestCase> {
             Body::Raw(br#"{"vector": [1e39, 0, 0, 1]}"#.to_vec()),
             400,
             "INVALID_ARGUMENT",
-            "non-finite",
+            "`vector[0]`: 1e39 is outside the range of a 32-bit float",
         ),
         case(
             "overflows f32 on write",
@@ -435,7 +435,7 @@ fn rest_cases() -> Vec<RestCase> {
             Body::Raw(br#"{"points": [{"id": 1, "vector": [0, -3e38, -3e38, 1e39]}]}"#.to_vec()),
             400,
             "INVALID_ARGUMENT",
-            "points[0]",
+            "`points[0].vector[3]`: 1e39 is outside the range of a 32-bit float",
         ),
         // Finite values whose scores would overflow f32, for every metric, and
         // a zero query on a cosine collection (refused on write too).
