@@ -473,8 +473,15 @@ proptest! {
         let limits = limits();
         if let Some(input) = settle(search_input(request, &limits)) {
             let accepted = prepare_search(&specs()[0], "docs", &input);
-            let finite = values.len() == DIM && values.iter().all(|value| value.is_finite());
-            prop_assert_eq!(accepted.is_ok(), finite, "{:?}", accepted);
+            // A query is scored only when every score stays finite: the right
+            // dimension, finite values, a squared length (summed in f64) within
+            // MAX_SQUARED_LENGTH, and not zero (the collection is cosine).
+            let squared: f64 = values.iter().map(|&value| f64::from(value).powi(2)).sum();
+            let scorable = values.len() == DIM
+                && values.iter().all(|value| value.is_finite())
+                && squared <= f64::from(quiver_index::MAX_SQUARED_LENGTH)
+                && squared > 0.0;
+            prop_assert_eq!(accepted.is_ok(), scorable, "{:?}", accepted);
         }
     }
 }
