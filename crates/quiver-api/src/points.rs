@@ -203,7 +203,17 @@ impl<'de> Deserialize<'de> for VectorValue {
 pub(crate) fn vector_values<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Vec<f32>, D::Error> {
-    struct Values;
+    read_vector(deserializer, 0)
+}
+
+/// Reads a vector of [`VectorValue`]s into room for the format's size hint, or
+/// for `room` values when it gives none (JSON does not), capped against hostile
+/// hints.
+pub(crate) fn read_vector<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    room: usize,
+) -> Result<Vec<f32>, D::Error> {
+    struct Values(usize);
     impl<'de> Visitor<'de> for Values {
         type Value = Vec<f32>;
 
@@ -212,16 +222,19 @@ pub(crate) fn vector_values<'de, D: Deserializer<'de>>(
         }
 
         fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
-            // As serde's own `Vec`: the size hint, capped against hostile ones.
-            let mut vector = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+            let capacity = seq.size_hint().unwrap_or(self.0).min(MAX_VECTOR_ROOM);
+            let mut vector = Vec::with_capacity(capacity);
             while let Some(VectorValue(value)) = seq.next_element()? {
                 vector.push(value);
             }
             Ok(vector)
         }
     }
-    deserializer.deserialize_seq(Values)
+    deserializer.deserialize_seq(Values(room))
 }
+
+/// The most values [`read_vector`] makes room for before it reads them.
+const MAX_VECTOR_ROOM: usize = 64 * 1024;
 
 /// `POST /v1/collections/{name}/points`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,12 +1,9 @@
 //! Search: `POST /v1/collections/{name}/search` and `…/search/batch`.
-
-use std::fmt;
-
-use serde::de::{Deserializer, SeqAccess, Visitor};
+use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::points::{PointId, VectorValue};
+use crate::points::{PointId, read_vector};
 
 /// The `k` of a search that names none.
 pub const DEFAULT_K: usize = 10;
@@ -28,24 +25,7 @@ const QUERY_VECTOR_CAPACITY: usize = 1024;
 /// reallocations and copies for a 384-d query, a few percent of a served search's
 /// CPU outside the engine.
 fn query_vector<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<f32>, D::Error> {
-    struct Floats;
-    impl<'de> Visitor<'de> for Floats {
-        type Value = Vec<f32>;
-
-        fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-            formatter.write_str("an array of numbers")
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
-            let capacity = seq.size_hint().unwrap_or(QUERY_VECTOR_CAPACITY);
-            let mut vector = Vec::with_capacity(capacity.min(QUERY_VECTOR_CAPACITY * 64));
-            while let Some(VectorValue(value)) = seq.next_element()? {
-                vector.push(value);
-            }
-            Ok(vector)
-        }
-    }
-    deserializer.deserialize_seq(Floats)
+    read_vector(deserializer, QUERY_VECTOR_CAPACITY)
 }
 
 /// One search (the body of `…/search`, an entry of a batch).

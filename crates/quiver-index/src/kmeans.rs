@@ -67,9 +67,7 @@ impl Geometry {
             crate::Metric::L2 | crate::Metric::Cosine => Geometry::Euclidean,
         }
     }
-}
 
-impl Geometry {
     /// The centroids rows are matched to by Euclidean distance: `centroids`
     /// themselves, or for inner products their directions (unit vectors).
     pub fn matching<'c>(self, centroids: &'c [f32], dim: usize) -> std::borrow::Cow<'c, [f32]> {

@@ -312,7 +312,7 @@ impl SegmentWriter {
     }
 
     /// Assigns every row to its nearest centroid of `codebook` (no training;
-    /// for dot the one of largest inner product, as a trained build): rows are
+    /// for dot the one nearest its direction, as a trained build): rows are
     /// rotated into the centroids' space a tile at a time (the rotation keeps
     /// distances and norms, so the nearest centroid is the same).
     fn assign_to_codebook(
@@ -349,7 +349,7 @@ impl SegmentWriter {
     }
 
     /// Trains `nlist` k-means centroids and assigns every row to its nearest
-    /// (for dot: the one of largest inner product, see [`kmeans::Geometry`]).
+    /// (for dot: the one nearest its direction, see [`kmeans::Geometry`]).
     fn cluster(
         &self,
         pool: &rayon::ThreadPool,

@@ -65,7 +65,7 @@ pub fn prepare_search(
     // The same bounds as a stored vector (finite, not too long to score, not
     // zero for cosine): one check, shared with the searchers and segments.
     validate_query(&input.vector, spec.dim, spec.metric)
-        .map_err(|error| GatewayError::invalid(describe_index_error(&error)))?;
+        .map_err(|error| GatewayError::invalid(error.message()))?;
     match &input.filter {
         None | Some(Value::Null) => Ok(String::new()),
         Some(value) => {
@@ -94,9 +94,7 @@ pub fn prepare_upsert(
             &point.vector,
             point.payload.as_ref(),
         )
-        .map_err(|error| {
-            GatewayError::invalid(format!("points[{index}]: {}", describe_index_error(&error)))
-        })?;
+        .map_err(|error| GatewayError::invalid(format!("points[{index}]: {}", error.message())))?;
         let payload_json = match &point.payload {
             Some(payload) => serde_json::to_vec(payload).unwrap_or_default(),
             None => Vec::new(),
@@ -168,17 +166,12 @@ pub(crate) fn check_id(spec: &SegmentSpec, id: &PointId) -> Result<(), String> {
 
 /// Returns a refused filter's error; the message says "filter" once.
 fn filter_error(error: &quiver_index::IndexError) -> GatewayError {
-    let text = describe_index_error(error);
+    let text = error.message();
     if text.starts_with("filter") {
         GatewayError::invalid(text)
     } else {
         GatewayError::invalid(format!("filter: {text}"))
     }
-}
-
-/// The engine's message without its "invalid argument:"; the code says it already.
-fn describe_index_error(error: &quiver_index::IndexError) -> String {
-    error.message()
 }
 
 #[cfg(test)]
