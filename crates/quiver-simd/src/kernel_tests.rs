@@ -237,3 +237,42 @@ fn an_isa_is_selected_and_reported() {
         );
     }
 }
+
+#[test]
+fn int8_bulk_scores_every_row_exactly() {
+    let dim = 37;
+    let query: Vec<i8> = (0..dim).map(|i| (i as i32 * 7 - 120) as i8).collect();
+    let rows: Vec<i8> = (0..dim * 5)
+        .map(|i| ((i * 31) % 255) as i32 as u8 as i8)
+        .collect();
+    let mut out = vec![0i32; 6];
+    crate::dot_i8_bulk(&query, &rows, &mut out);
+    for (row, &score) in rows.chunks_exact(dim).zip(&out) {
+        let expected: i32 = row
+            .iter()
+            .zip(&query)
+            .map(|(&x, &y)| x as i32 * y as i32)
+            .sum();
+        assert_eq!(score, expected);
+    }
+    assert_eq!(out[5], 0, "only the rows given are written");
+}
+
+#[test]
+fn int8_quantization_keeps_values_within_half_a_step() {
+    let values = [0.5f32, -1.25, 0.0, 1e-4, 0.75];
+    let mut codes = vec![3i8];
+    let scale = crate::quantize_i8(&values, &mut codes);
+    assert_eq!(codes.len(), 6, "codes are appended");
+    assert_eq!(codes[2], -127, "the largest magnitude maps to ±127");
+    assert!((scale - 1.25 / 127.0).abs() < 1e-9);
+    for (&value, &code) in values.iter().zip(&codes[1..]) {
+        assert!(
+            (value - scale * code as f32).abs() <= scale / 2.0 + 1e-7,
+            "{value} -> {code}"
+        );
+    }
+    let mut zeros = Vec::new();
+    assert_eq!(crate::quantize_i8(&[0.0; 4], &mut zeros), 0.0);
+    assert_eq!(zeros, vec![0; 4]);
+}

@@ -62,6 +62,11 @@ impl Best {
         }
     }
 
+    /// How many hits it keeps.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
     /// The key a hit must beat to enter.
     pub fn threshold(&self) -> f32 {
         if self.heap.len() < self.k {
