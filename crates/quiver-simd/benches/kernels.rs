@@ -44,6 +44,10 @@ fn kernels(c: &mut Criterion) {
                 total
             })
         });
+        let mut out_i32 = vec![0i32; ROWS];
+        group.bench_function(BenchmarkId::new("i8_dot_bulk", dim), |b| {
+            b.iter(|| quiver_simd::dot_i8_bulk(&query_i8, &matrix_i8, &mut out_i32))
+        });
         let picks: Vec<u32> = (0..ROWS)
             .map(|_| rng.random_range(0..ROWS as u32))
             .collect();

@@ -46,6 +46,8 @@ pub(crate) struct Kernels {
     pub dot_bf16: fn(&[f32], &[u16]) -> f32,
     pub l2sq_bf16: fn(&[f32], &[u16]) -> f32,
     pub dot_i8: fn(&[i8], &[i8]) -> i32,
+    /// int8 inner products of many rows (`query.len()` values each) with one query.
+    pub i8_bulk: fn(&[i8], &[i8], &mut [i32]),
     pub f32_bulk: fn(BulkOp, &[f32], &[f32], &mut [f32]),
     pub bf16_bulk: fn(BulkOp, &[f32], &[u16], &mut [f32]),
     pub f32_gather: GatherF32,
@@ -62,6 +64,7 @@ const SCALAR: Kernels = Kernels {
     dot_bf16: scalar::dot_bf16,
     l2sq_bf16: scalar::l2sq_bf16,
     dot_i8: scalar::dot_i8,
+    i8_bulk: scalar::i8_bulk,
     f32_bulk: scalar::f32_bulk,
     bf16_bulk: scalar::bf16_bulk,
     f32_gather: scalar::f32_gather,

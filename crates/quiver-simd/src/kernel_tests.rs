@@ -79,6 +79,28 @@ proptest! {
     }
 
     #[test]
+    fn int8_bulk_kernels_are_exact(
+        (query, rows, offset) in (1usize..300, 0usize..6, 0usize..8).prop_flat_map(|(dim, rows, offset)| (
+            prop::collection::vec(any::<i8>(), dim),
+            prop::collection::vec(any::<i8>(), dim * rows + offset),
+            Just(offset),
+        ))
+    ) {
+        // Rows starting at any alignment, every byte value (-128 included).
+        let rows = &rows[offset..];
+        let expected: Vec<i32> = rows
+            .chunks_exact(query.len())
+            .map(|row| row.iter().zip(&query).map(|(&x, &y)| x as i32 * y as i32).sum())
+            .collect();
+        for kernels in all_kernel_sets() {
+            let mut out = vec![i32::MIN; expected.len() + 1];
+            (kernels.i8_bulk)(&query, rows, &mut out);
+            prop_assert_eq!(&out[..expected.len()], &expected[..], "isa {}", kernels.isa.name());
+            prop_assert_eq!(out[expected.len()], i32::MIN, "isa {}: wrote past the rows", kernels.isa.name());
+        }
+    }
+
+    #[test]
     fn rabitq_scan_matches_bitwise_reference(
         words in 1usize..20,
         blocks in 1usize..5,

@@ -124,10 +124,7 @@ pub fn dot_i8_bulk(query: &[i8], rows: &[i8], out: &mut [i32]) {
     );
     let n = rows.len() / dim;
     assert!(out.len() >= n, "dot_i8_bulk: output buffer too small");
-    let dot = dispatch::kernels().dot_i8;
-    for (row, slot) in rows.chunks_exact(dim).zip(&mut out[..n]) {
-        *slot = dot(query, row);
-    }
+    (dispatch::kernels().i8_bulk)(query, rows, &mut out[..n]);
 }
 
 /// Quantizes `values` to int8 with one symmetric scale (the largest magnitude maps

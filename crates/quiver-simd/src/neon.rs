@@ -12,6 +12,7 @@ pub(crate) const KERNELS: Kernels = Kernels {
     dot_bf16: entry_dot_bf16,
     l2sq_bf16: entry_l2sq_bf16,
     dot_i8: entry_dot_i8,
+    i8_bulk: entry_i8_bulk,
     f32_bulk: entry_f32_bulk,
     bf16_bulk: entry_bf16_bulk,
     f32_gather: entry_f32_gather,
@@ -37,6 +38,11 @@ fn entry_l2sq_bf16(query: &[f32], row: &[u16]) -> f32 {
 }
 fn entry_dot_i8(a: &[i8], b: &[i8]) -> i32 {
     unsafe { dot_i8(a, b) }
+}
+fn entry_i8_bulk(query: &[i8], rows: &[i8], out: &mut [i32]) {
+    for (row, slot) in rows.chunks_exact(query.len()).zip(out) {
+        *slot = entry_dot_i8(query, row);
+    }
 }
 fn entry_f32_bulk(op: BulkOp, query: &[f32], rows: &[f32], out: &mut [f32]) {
     let dim = query.len();

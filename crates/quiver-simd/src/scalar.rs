@@ -86,6 +86,14 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     a.iter().zip(b).map(|(&x, &y)| x as i32 * y as i32).sum()
 }
 
+/// int8 inner products of rows with one query (scalar reference); see
+/// [`crate::dot_i8_bulk`].
+pub fn i8_bulk(query: &[i8], rows: &[i8], out: &mut [i32]) {
+    for (row, slot) in rows.chunks_exact(query.len()).zip(out) {
+        *slot = dot_i8(query, row);
+    }
+}
+
 /// Scans RaBitQ code blocks (scalar reference); see [`crate::rabitq_scan_blocks`].
 pub fn rabitq_blocks(codes: &[u64], words: usize, query_planes: &[u64], out: &mut [u32]) {
     let block_len = words * RABITQ_BLOCK_ROWS;
