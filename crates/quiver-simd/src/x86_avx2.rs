@@ -47,9 +47,7 @@ fn entry_dot_i8(a: &[i8], b: &[i8]) -> i32 {
     unsafe { dot_i8(a, b) }
 }
 fn entry_i8_bulk(query: &[i8], rows: &[i8], out: &mut [i32]) {
-    for (row, slot) in rows.chunks_exact(query.len()).zip(out) {
-        *slot = entry_dot_i8(query, row);
-    }
+    unsafe { i8_bulk(query, rows, out) }
 }
 fn entry_f32_bulk(op: BulkOp, query: &[f32], rows: &[f32], out: &mut [f32]) {
     unsafe { f32_bulk(op, query, rows, out) }
@@ -284,6 +282,39 @@ unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
         sum += a[j] as i32 * b[j] as i32;
     }
     sum
+}
+
+/// int8 inner products of many rows with one query: the query is widened to i16
+/// once, so a row costs one widening and one `VPMADDWD` per 16 values (`dot_i8`
+/// widens both sides for every row).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn i8_bulk(query: &[i8], rows: &[i8], out: &mut [i32]) {
+    let dim = query.len();
+    let whole = dim / 16 * 16;
+    // SAFETY: every load reads 16 bytes at an index i with i + 16 <= whole <= dim,
+    // of the query or of a row (`chunks_exact(dim)` yields whole rows only).
+    unsafe {
+        let widened: Vec<__m256i> = (0..whole)
+            .step_by(16)
+            .map(|i| _mm256_cvtepi8_epi16(_mm_loadu_si128(query.as_ptr().add(i) as *const __m128i)))
+            .collect();
+        for (row, slot) in rows.chunks_exact(dim).zip(out) {
+            let mut acc = _mm256_setzero_si256();
+            for (part, query_part) in widened.iter().enumerate() {
+                let values = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                    row.as_ptr().add(part * 16) as *const __m128i
+                ));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(*query_part, values));
+            }
+            let mut lanes = [0i32; 8];
+            _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, acc);
+            let mut sum: i32 = lanes.iter().sum();
+            for j in whole..dim {
+                sum += query[j] as i32 * row[j] as i32;
+            }
+            *slot = sum;
+        }
+    }
 }
 
 #[target_feature(enable = "avx2,fma")]
