@@ -310,6 +310,16 @@ mod tests {
             .collect()
     }
 
+    /// The f32 key (smaller is closer) of `vector` for `query`, as the tail
+    /// stores it (unit length for cosine).
+    fn exact_key(query: &[f32], vector: &[f32], metric: Metric) -> f32 {
+        match metric {
+            Metric::L2 => quiver_simd::l2sq_f32(query, vector),
+            Metric::Dot => -quiver_simd::dot_f32(query, vector),
+            Metric::Cosine => -quiver_simd::dot_f32(&normalized(query), &normalized(vector)),
+        }
+    }
+
     /// The exact top-k of the live tail, as (id, key) pairs.
     fn exact(
         live: &HashMap<u64, (Vec<f32>, u64)>,
@@ -318,26 +328,10 @@ mod tests {
         keep: impl Fn(u64) -> bool,
         k: usize,
     ) -> Vec<(u64, f32)> {
-        let query = if metric == Metric::Cosine {
-            normalized(query)
-        } else {
-            query.to_vec()
-        };
         let mut all: Vec<(u64, f32)> = live
             .iter()
             .filter(|(_, (_, bucket))| keep(*bucket))
-            .map(|(&id, (vector, _))| {
-                let row = if metric == Metric::Cosine {
-                    normalized(vector)
-                } else {
-                    vector.clone()
-                };
-                let key = match metric {
-                    Metric::L2 => quiver_simd::l2sq_f32(&query, &row),
-                    _ => -quiver_simd::dot_f32(&query, &row),
-                };
-                (id, key)
-            })
+            .map(|(&id, (vector, _))| (id, exact_key(query, vector, metric)))
             .collect();
         all.sort_by(|a, b| a.1.total_cmp(&b.1));
         all.truncate(k);
@@ -417,14 +411,7 @@ mod tests {
                             !filtered || *bucket == 2,
                             "{metric:?}: {id} fails the filter"
                         );
-                        let exact_key = exact(
-                            &HashMap::from([(*id, (vector.clone(), *bucket))]),
-                            &query,
-                            metric,
-                            |_| true,
-                            1,
-                        )[0]
-                        .1;
+                        let exact_key = exact_key(&query, vector, metric);
                         assert!(
                             (key - exact_key).abs() <= 1e-5 * exact_key.abs().max(1.0),
                             "{metric:?}: the score of {id} is its f32 score ({key} against {exact_key})"
