@@ -196,6 +196,58 @@ fn server_cpu_ms(pids: &[u32]) -> Result<f64> {
     Ok(ticks as f64 * 1e3 / ticks_per_second)
 }
 
+/// The server's thread groups by name, as `quiver` names its threads: search
+/// threads (`quiver-search-N`), the async workers (`tokio-rt-worker`), segment
+/// builds (`quiver-build-…`: flushes, merges, codebooks). Every other thread —
+/// and threads that ended during the point, whose time only the process
+/// total keeps — count as `other`.
+const THREAD_GROUPS: [(&str, &str); 3] = [
+    ("search", "quiver-search-"),
+    ("async", "tokio-rt-worker"),
+    ("build", "quiver-build-"),
+];
+
+/// CPU time so far of the threads of `pids` in each of [`THREAD_GROUPS`],
+/// milliseconds, from `/proc/PID/task/TID/stat` (threads that end between
+/// two readings drop out of their group: the difference of the process total
+/// and the groups is reported as `other`).
+fn server_cpu_ms_by_group(pids: &[u32]) -> Result<[f64; THREAD_GROUPS.len()]> {
+    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let mut ticks = [0u64; THREAD_GROUPS.len()];
+    for pid in pids {
+        let tasks = format!("/proc/{pid}/task");
+        for task in std::fs::read_dir(&tasks).with_context(|| format!("reading {tasks}"))? {
+            // A thread may end while it is read: skip it.
+            let Ok(stat) = std::fs::read_to_string(task?.path().join("stat")) else {
+                continue;
+            };
+            let Some((name, after)) = stat
+                .split_once('(')
+                .and_then(|(_, rest)| rest.rsplit_once(')'))
+            else {
+                continue;
+            };
+            let Some(group) = THREAD_GROUPS
+                .iter()
+                .position(|(_, prefix)| name.starts_with(prefix))
+            else {
+                continue;
+            };
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            for index in [11, 12] {
+                ticks[group] += fields
+                    .get(index)
+                    .and_then(|field| field.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    Ok(ticks.map(|ticks| ticks as f64 * 1e3 / ticks_per_second))
+}
+
 /// Peak resident memory (`VmHWM`) and current anonymous memory (`RssAnon`)
 /// of the processes `pids`, summed, in MiB, from `/proc/PID/status`.
 fn server_memory_mib(pids: &[u32]) -> Result<(f64, f64)> {
@@ -234,6 +286,9 @@ struct ClusterPoint {
     errors: usize,
     /// Server CPU milliseconds per query (0 without --server-pid).
     server_cpu_ms_per_query: f64,
+    /// The same by thread group: `search`, `async`, `build` and `other`
+    /// (see [`THREAD_GROUPS`]; empty without --server-pid).
+    server_cpu_ms_per_query_by_thread: std::collections::BTreeMap<&'static str, f64>,
     /// Mean rows whose codes were scanned per query (from the cost block).
     rows_scanned: f64,
     /// Mean WAL-tail rows scored per query.
@@ -491,6 +546,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
     for &concurrency in &options.concurrency {
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let cpu_before = server_cpu_ms(&options.server_pids)?;
+        let groups_before = server_cpu_ms_by_group(&options.server_pids)?;
         let started = Instant::now();
         let mut workers = Vec::new();
         for _ in 0..concurrency.max(1) {
@@ -573,6 +629,21 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
         }
         let elapsed = started.elapsed().as_secs_f64();
         let cpu_ms = server_cpu_ms(&options.server_pids)? - cpu_before;
+        let groups_after = server_cpu_ms_by_group(&options.server_pids)?;
+        let per_query = |ms: f64| ms / answered.max(1) as f64;
+        let mut by_thread = std::collections::BTreeMap::new();
+        if !options.server_pids.is_empty() {
+            let mut grouped = 0.0;
+            for (((name, _), after), before) in
+                THREAD_GROUPS.iter().zip(groups_after).zip(groups_before)
+            {
+                // Never below 0 (a thread that ended took its ticks along).
+                let spent = (after - before).max(0.0);
+                grouped += spent;
+                by_thread.insert(*name, per_query(spent));
+            }
+            by_thread.insert("other", per_query((cpu_ms - grouped).max(0.0)));
+        }
         latencies.sort_by(f64::total_cmp);
         let costed = costs.4.max(1) as f64;
         let (peak_mib, anon_mib) = server_memory_mib(&options.server_pids)?;
@@ -591,6 +662,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             p99_ms: percentile_or_zero(&latencies, 0.99),
             errors,
             server_cpu_ms_per_query: cpu_ms / answered.max(1) as f64,
+            server_cpu_ms_per_query_by_thread: by_thread,
             rows_scanned: costs.0 as f64 / costed,
             tail_rows_scored: costs.1 as f64 / costed,
             segments: costs.2 as f64 / costed,
@@ -622,6 +694,18 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             point.bytes_fetched_per_query / 1e6,
             point.server_peak_rss_mib
         );
+        if !point.server_cpu_ms_per_query_by_thread.is_empty() {
+            let groups: Vec<String> = point
+                .server_cpu_ms_per_query_by_thread
+                .iter()
+                .map(|(name, ms)| format!("{name} {ms:.3}"))
+                .collect();
+            println!(
+                "{:>11} server cpu_ms/q by thread: {}",
+                "",
+                groups.join(", ")
+            );
+        }
         points.push(point);
     }
     let engine = if options.engine {
