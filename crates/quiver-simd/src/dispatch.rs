@@ -85,22 +85,70 @@ pub fn selected_isa() -> Isa {
     kernels().isa
 }
 
-fn detect() -> Kernels {
-    if std::env::var_os("QUIVER_SIMD_FORCE_SCALAR").is_some() {
-        return SCALAR;
+/// The environment variable capping the instruction set a process uses:
+/// `scalar`, `avx2` or `avx512` (unset: the best the CPU has). `avx2` on an
+/// AVX-512 machine runs what a CPU without AVX-512 would (its kernels, no AMX
+/// tiles): to compare the two on one machine, or to rule a kernel out.
+pub const SIMD_MAX_ENV: &str = "QUIVER_SIMD_MAX";
+
+/// Parses a value of [`SIMD_MAX_ENV`], naming the accepted ones when it is
+/// none of them.
+pub fn parse_simd_max(value: &str) -> Result<Isa, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "scalar" => Ok(Isa::Scalar),
+        "avx2" => Ok(Isa::Avx2),
+        "avx512" => Ok(Isa::Avx512),
+        _ => Err(format!(
+            "{SIMD_MAX_ENV}={value:?} is not an instruction set this build knows: use scalar, avx2 or avx512 (or leave it unset for the best this CPU has)"
+        )),
     }
+}
+
+/// The cap [`SIMD_MAX_ENV`] sets, if it is set (`Err`: set to something
+/// [`parse_simd_max`] refuses; `quiver` refuses to start then, and the kernels
+/// ignore the cap). `QUIVER_SIMD_FORCE_SCALAR` caps at scalar.
+pub fn simd_max_from_env() -> Result<Option<Isa>, String> {
+    if std::env::var_os("QUIVER_SIMD_FORCE_SCALAR").is_some() {
+        return Ok(Some(Isa::Scalar));
+    }
+    match std::env::var(SIMD_MAX_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(value)) => Err(format!(
+            "{SIMD_MAX_ENV}={value:?} is not an instruction set this build knows: use scalar, avx2 or avx512"
+        )),
+        Ok(value) => parse_simd_max(&value).map(Some),
+    }
+}
+
+/// Whether a kernel set of `isa` is allowed under `cap`: scalar allows no
+/// vector set; `avx2` allows AVX2 and NEON, not AVX-512.
+pub(crate) fn allowed(isa: Isa, cap: Option<Isa>) -> bool {
+    let level = |isa: Isa| match isa {
+        Isa::Scalar => 0,
+        Isa::Avx2 | Isa::Neon => 1,
+        Isa::Avx512 => 2,
+    };
+    cap.is_none_or(|cap| level(isa) <= level(cap))
+}
+
+fn detect() -> Kernels {
+    detect_with(simd_max_from_env().unwrap_or(None))
+}
+
+/// The best kernel set of this CPU that `cap` allows.
+fn detect_with(cap: Option<Isa>) -> Kernels {
     #[cfg(target_arch = "x86_64")]
     {
-        if crate::x86_avx512::is_supported() {
+        if allowed(Isa::Avx512, cap) && crate::x86_avx512::is_supported() {
             return crate::x86_avx512::kernels_for_this_cpu();
         }
-        if crate::x86_avx2::is_supported() {
+        if allowed(Isa::Avx2, cap) && crate::x86_avx2::is_supported() {
             return crate::x86_avx2::KERNELS;
         }
     }
     #[cfg(target_arch = "aarch64")]
     {
-        if std::arch::is_aarch64_feature_detected!("neon") {
+        if allowed(Isa::Neon, cap) && std::arch::is_aarch64_feature_detected!("neon") {
             return crate::neon::KERNELS;
         }
     }
@@ -129,4 +177,49 @@ pub(crate) fn all_kernel_sets() -> Vec<&'static Kernels> {
         }
     }
     sets
+}
+
+#[cfg(test)]
+mod cap_tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_names_an_instruction_set_or_says_which_it_accepts() {
+        assert_eq!(parse_simd_max("avx2"), Ok(Isa::Avx2));
+        assert_eq!(parse_simd_max(" AVX512 "), Ok(Isa::Avx512));
+        assert_eq!(parse_simd_max("scalar"), Ok(Isa::Scalar));
+        let refused = parse_simd_max("sse4").expect_err("not an instruction set");
+        assert!(
+            refused.contains("QUIVER_SIMD_MAX=\"sse4\"")
+                && refused.contains("scalar, avx2 or avx512"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_cap_allows_the_sets_up_to_it() {
+        assert!(allowed(Isa::Avx512, None));
+        assert!(allowed(Isa::Avx512, Some(Isa::Avx512)));
+        assert!(!allowed(Isa::Avx512, Some(Isa::Avx2)));
+        assert!(allowed(Isa::Avx2, Some(Isa::Avx2)));
+        assert!(allowed(Isa::Neon, Some(Isa::Avx2)));
+        assert!(!allowed(Isa::Avx2, Some(Isa::Scalar)));
+        assert!(!allowed(Isa::Neon, Some(Isa::Scalar)));
+        assert!(allowed(Isa::Scalar, Some(Isa::Scalar)));
+    }
+
+    #[test]
+    fn the_kernels_chosen_under_a_cap_are_the_best_it_allows() {
+        let best = detect_with(None).isa;
+        assert_eq!(detect_with(Some(Isa::Scalar)).isa, Isa::Scalar);
+        let under_avx2 = detect_with(Some(Isa::Avx2)).isa;
+        assert_ne!(under_avx2, Isa::Avx512);
+        if best == Isa::Avx512 {
+            // Every AVX-512 CPU this build accepts has AVX2 and FMA too.
+            assert_eq!(under_avx2, Isa::Avx2);
+        } else {
+            assert_eq!(under_avx2, best);
+        }
+        assert_eq!(detect_with(Some(Isa::Avx512)).isa, best);
+    }
 }

@@ -8,7 +8,8 @@
 //!
 //! Available when the CPU has AMX-TILE and AMX-BF16 and the kernel grants the
 //! process the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, Linux ≥ 5.16);
-//! `QUIVER_SIMD_NO_TILES` (or `QUIVER_SIMD_FORCE_SCALAR`) turns it off.
+//! `QUIVER_SIMD_NO_TILES` turns it off, and so does a cap below AVX-512
+//! (`QUIVER_SIMD_MAX=avx2` or `scalar`, `QUIVER_SIMD_FORCE_SCALAR`).
 
 use std::sync::OnceLock;
 
@@ -104,7 +105,10 @@ pub fn tile_products_available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         std::env::var_os("QUIVER_SIMD_NO_TILES").is_none()
-            && std::env::var_os("QUIVER_SIMD_FORCE_SCALAR").is_none()
+            && crate::dispatch::allowed(
+                crate::Isa::Avx512,
+                crate::simd_max_from_env().unwrap_or(None),
+            )
             && platform::enable()
     })
 }
@@ -303,7 +307,12 @@ mod tests {
             return;
         }
         assert!(
-            tile_products_available() || std::env::var_os("QUIVER_SIMD_NO_TILES").is_some(),
+            tile_products_available()
+                || std::env::var_os("QUIVER_SIMD_NO_TILES").is_some()
+                || !crate::dispatch::allowed(
+                    crate::Isa::Avx512,
+                    crate::simd_max_from_env().unwrap_or(None)
+                ),
             "the CPU has AMX but the kernel did not grant the tile state"
         );
         if !tile_products_available() {

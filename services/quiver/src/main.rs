@@ -362,7 +362,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let http_task =
         http_listener.map(|listener| serve_http(role.as_ref(), listener, shutdown.clone()));
-    tracing::info!(role = role.name(), ready = role.is_ready(), "role started");
+    tracing::info!(
+        role = role.name(),
+        ready = role.is_ready(),
+        simd = %quiver_simd::selected_isa(),
+        "role started"
+    );
     shutdown_signal().await;
     tracing::info!(role = role.name(), "shutting down");
     shutdown.cancel();
@@ -403,6 +408,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A cap on the SIMD kernels that names no instruction set is refused here,
+    // before anything is served (the kernels would ignore it).
+    if let Err(message) = quiver_simd::simd_max_from_env() {
+        eprintln!("error: {message}");
+        return ExitCode::from(2);
+    }
     // One TLS provider for the whole process (every TLS port, S3 clients).
     quiver_proto::tls::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

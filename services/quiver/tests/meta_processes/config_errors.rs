@@ -369,3 +369,51 @@ fn flags_set_in_the_config_file_start_a_role() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A `QUIVER_SIMD_MAX` that names no instruction set stops any role at start,
+/// with one line naming the variable and the values it takes; nothing is
+/// created in the data directory.
+#[test]
+fn a_simd_cap_naming_no_instruction_set_stops_the_process_at_start() -> anyhow::Result<()> {
+    let directory = tempfile::tempdir()?;
+    let data_dir = directory.path().join("data");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["standalone", "--data-dir"])
+        .arg(&data_dir)
+        .args([
+            "--http-listen",
+            &free_address(),
+            "--grpc-listen",
+            &free_address(),
+        ])
+        .env("QUIVER_SIMD_MAX", "sse9")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    // A process that accepted the cap would serve until stopped: give it a
+    // bounded time to exit, then stop it and fail.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait()?.is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill()?;
+            child.wait()?;
+            panic!("quiver started with QUIVER_SIMD_MAX=sse9 instead of refusing it");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "one line expected, got {stderr:?}"
+    );
+    assert!(
+        stderr.starts_with("error: QUIVER_SIMD_MAX=\"sse9\"")
+            && stderr.contains("scalar, avx2 or avx512"),
+        "{stderr}"
+    );
+    assert!(!data_dir.exists(), "nothing is written before the refusal");
+    Ok(())
+}
