@@ -91,31 +91,44 @@ pub fn selected_isa() -> Isa {
 /// tiles): to compare the two on one machine, or to rule a kernel out.
 pub const SIMD_MAX_ENV: &str = "QUIVER_SIMD_MAX";
 
+/// What can go wrong choosing the kernels.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SimdError {
+    /// [`SIMD_MAX_ENV`] names no instruction set this build knows.
+    #[error(
+        "{SIMD_MAX_ENV}={value:?} is not an instruction set this build knows: use scalar, avx2 or avx512 (or leave it unset for the best this CPU has)"
+    )]
+    UnknownCap { value: String },
+}
+
+/// Results of this crate's fallible calls.
+pub type SimdResult<T> = Result<T, SimdError>;
+
 /// Parses a value of [`SIMD_MAX_ENV`], naming the accepted ones when it is
 /// none of them.
-pub fn parse_simd_max(value: &str) -> Result<Isa, String> {
+pub fn parse_simd_max(value: &str) -> SimdResult<Isa> {
     match value.trim().to_ascii_lowercase().as_str() {
         "scalar" => Ok(Isa::Scalar),
         "avx2" => Ok(Isa::Avx2),
         "avx512" => Ok(Isa::Avx512),
-        _ => Err(format!(
-            "{SIMD_MAX_ENV}={value:?} is not an instruction set this build knows: use scalar, avx2 or avx512 (or leave it unset for the best this CPU has)"
-        )),
+        _ => Err(SimdError::UnknownCap {
+            value: value.to_owned(),
+        }),
     }
 }
 
 /// The cap [`SIMD_MAX_ENV`] sets, if it is set (`Err`: set to something
 /// [`parse_simd_max`] refuses; `quiver` refuses to start then, and the kernels
 /// ignore the cap). `QUIVER_SIMD_FORCE_SCALAR` caps at scalar.
-pub fn simd_max_from_env() -> Result<Option<Isa>, String> {
+pub fn simd_max_from_env() -> SimdResult<Option<Isa>> {
     if std::env::var_os("QUIVER_SIMD_FORCE_SCALAR").is_some() {
         return Ok(Some(Isa::Scalar));
     }
     match std::env::var(SIMD_MAX_ENV) {
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(value)) => Err(format!(
-            "{SIMD_MAX_ENV}={value:?} is not an instruction set this build knows: use scalar, avx2 or avx512"
-        )),
+        Err(std::env::VarError::NotUnicode(value)) => Err(SimdError::UnknownCap {
+            value: value.to_string_lossy().into_owned(),
+        }),
         Ok(value) => parse_simd_max(&value).map(Some),
     }
 }
@@ -188,7 +201,9 @@ mod cap_tests {
         assert_eq!(parse_simd_max("avx2"), Ok(Isa::Avx2));
         assert_eq!(parse_simd_max(" AVX512 "), Ok(Isa::Avx512));
         assert_eq!(parse_simd_max("scalar"), Ok(Isa::Scalar));
-        let refused = parse_simd_max("sse4").expect_err("not an instruction set");
+        let refused = parse_simd_max("sse4")
+            .expect_err("not an instruction set")
+            .to_string();
         assert!(
             refused.contains("QUIVER_SIMD_MAX=\"sse4\"")
                 && refused.contains("scalar, avx2 or avx512"),

@@ -23,7 +23,9 @@ mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 
-pub use dispatch::{Isa, SIMD_MAX_ENV, parse_simd_max, selected_isa, simd_max_from_env};
+pub use dispatch::{
+    Isa, SIMD_MAX_ENV, SimdError, SimdResult, parse_simd_max, selected_isa, simd_max_from_env,
+};
 pub use estimate::EstimateTerms;
 pub use tiles::{
     TILE_DIMS, TILE_ROWS, TILE_VECTORS, TilePanel, cpu_has_tiles, tile_products,

@@ -410,8 +410,8 @@ fn main() -> ExitCode {
     };
     // A cap on the SIMD kernels that names no instruction set is refused here,
     // before anything is served (the kernels would ignore it).
-    if let Err(message) = quiver_simd::simd_max_from_env() {
-        eprintln!("error: {message}");
+    if let Err(error) = quiver_simd::simd_max_from_env() {
+        eprintln!("error: {error}");
         return ExitCode::from(2);
     }
     // One TLS provider for the whole process (every TLS port, S3 clients).
