@@ -169,31 +169,36 @@ async fn send_searches(
     }
 }
 
-/// CPU time (user + system) of the processes `pids` so far, in milliseconds,
-/// from `/proc/PID/stat` (fields 14 and 15, in clock ticks).
-fn server_cpu_ms(pids: &[u32]) -> Result<f64> {
-    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+/// Clock ticks per second of `/proc`'s CPU times.
+fn ticks_per_second() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
-        .unwrap_or(100) as f64;
+        .unwrap_or(100) as f64
+}
+
+/// The command name and the CPU time (user + system, clock ticks: fields 14
+/// and 15) of a `/proc/…/stat` text. The name may hold spaces and
+/// parentheses, so the fields are counted after its last `)`.
+fn parse_stat(stat: &str) -> Option<(&str, u64)> {
+    let (name, after) = stat.split_once('(')?.1.rsplit_once(')')?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |index: usize| fields.get(index)?.parse::<u64>().ok();
+    Some((name, field(11)? + field(12)?))
+}
+
+/// CPU time (user + system) of the processes `pids` so far, in milliseconds,
+/// from `/proc/PID/stat`.
+fn server_cpu_ms(pids: &[u32]) -> Result<f64> {
     let mut ticks = 0u64;
     for pid in pids {
         let path = format!("/proc/{pid}/stat");
         let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        // The command name (field 2) may hold spaces: count fields after its ')'.
-        let after = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest)
-            .with_context(|| format!("{path} has no command field"))?;
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        for index in [11, 12] {
-            ticks += fields
-                .get(index)
-                .and_then(|field| field.parse::<u64>().ok())
-                .with_context(|| format!("{path}: no CPU time field"))?;
-        }
+        ticks += parse_stat(&stat)
+            .with_context(|| format!("{path}: no command name or CPU time fields"))?
+            .1;
     }
-    Ok(ticks as f64 * 1e3 / ticks_per_second)
+    Ok(ticks as f64 * 1e3 / ticks_per_second())
 }
 
 /// The server's thread groups by name, as `quiver` names its threads: search
@@ -212,10 +217,6 @@ const THREAD_GROUPS: [(&str, &str); 3] = [
 /// two readings drop out of their group: the difference of the process total
 /// and the groups is reported as `other`).
 fn server_cpu_ms_by_group(pids: &[u32]) -> Result<[f64; THREAD_GROUPS.len()]> {
-    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
     let mut ticks = [0u64; THREAD_GROUPS.len()];
     for pid in pids {
         let tasks = format!("/proc/{pid}/task");
@@ -224,28 +225,18 @@ fn server_cpu_ms_by_group(pids: &[u32]) -> Result<[f64; THREAD_GROUPS.len()]> {
             let Ok(stat) = std::fs::read_to_string(task?.path().join("stat")) else {
                 continue;
             };
-            let Some((name, after)) = stat
-                .split_once('(')
-                .and_then(|(_, rest)| rest.rsplit_once(')'))
-            else {
+            let Some((name, spent)) = parse_stat(&stat) else {
                 continue;
             };
-            let Some(group) = THREAD_GROUPS
+            if let Some(group) = THREAD_GROUPS
                 .iter()
                 .position(|(_, prefix)| name.starts_with(prefix))
-            else {
-                continue;
-            };
-            let fields: Vec<&str> = after.split_whitespace().collect();
-            for index in [11, 12] {
-                ticks[group] += fields
-                    .get(index)
-                    .and_then(|field| field.parse::<u64>().ok())
-                    .unwrap_or(0);
+            {
+                ticks[group] += spent;
             }
         }
     }
-    Ok(ticks.map(|ticks| ticks as f64 * 1e3 / ticks_per_second))
+    Ok(ticks.map(|ticks| ticks as f64 * 1e3 / ticks_per_second()))
 }
 
 /// Peak resident memory (`VmHWM`) and current anonymous memory (`RssAnon`)
@@ -855,4 +846,48 @@ fn plot_latency(path: &std::path::Path, title: &str, points: &[ClusterPoint]) ->
         .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     root.present().map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_its_command_name_and_cpu_ticks() {
+        // Fields 14 and 15 (utime, stime) are 7 and 5 here.
+        let plain = "4242 (quiver-search-3) S 1 2 3 4 5 6 7 8 9 10 7 5 0 0 20 0 1 0";
+        assert_eq!(parse_stat(plain), Some(("quiver-search-3", 12)));
+        // A name may hold spaces and parentheses: the fields follow the last `)`.
+        let odd = "7 (a (b) c) R 1 2 3 4 5 6 7 8 9 10 100 1 0 0 20 0 1 0";
+        assert_eq!(parse_stat(odd), Some(("a (b) c", 101)));
+        assert_eq!(parse_stat("7 (short) R 1 2"), None);
+        assert_eq!(parse_stat("no name at all"), None);
+    }
+
+    #[test]
+    fn a_thread_named_as_a_search_thread_counts_in_the_search_group() -> Result<()> {
+        let pid = std::process::id();
+        let before = server_cpu_ms_by_group(&[pid])?;
+        let (spun, wait) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        // It spins, then stays alive until read: an ended thread's time leaves
+        // its group.
+        let worker = std::thread::Builder::new()
+            .name("quiver-search-9".into())
+            .spawn(move || {
+                let started = Instant::now();
+                let mut sum = 0u64;
+                while started.elapsed() < Duration::from_millis(80) {
+                    sum = sum.wrapping_add(std::hint::black_box(sum) ^ 0x9e37);
+                }
+                spun.0.send(sum).expect("the test waits");
+                wait.1.recv().ok();
+            })?;
+        spun.1.recv()?;
+        let after = server_cpu_ms_by_group(&[pid])?;
+        wait.0.send(()).ok();
+        worker.join().expect("the spinning thread ends");
+        assert!(after[0] > before[0], "search {before:?} -> {after:?}");
+        assert!(server_cpu_ms(&[pid])? >= after.iter().sum::<f64>());
+        Ok(())
+    }
 }
