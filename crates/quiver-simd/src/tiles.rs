@@ -100,15 +100,21 @@ pub fn tile_rows(rows: &[f32], dim: usize, center: &[f32], out: &mut Vec<u16>) -
     padded_rows
 }
 
+/// Whether the kernel cap (`QUIVER_SIMD_MAX`, `QUIVER_SIMD_FORCE_SCALAR`)
+/// leaves the tiles on: no cap or `avx512` does, a lower one does not.
+pub fn tiles_allowed_by_cap() -> bool {
+    crate::dispatch::allowed(
+        crate::Isa::Avx512,
+        crate::simd_max_from_env().unwrap_or(None),
+    )
+}
+
 /// Whether [`tile_products`] can run here (detected once per process).
 pub fn tile_products_available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         std::env::var_os("QUIVER_SIMD_NO_TILES").is_none()
-            && crate::dispatch::allowed(
-                crate::Isa::Avx512,
-                crate::simd_max_from_env().unwrap_or(None),
-            )
+            && tiles_allowed_by_cap()
             && platform::enable()
     })
 }
@@ -309,10 +315,7 @@ mod tests {
         assert!(
             tile_products_available()
                 || std::env::var_os("QUIVER_SIMD_NO_TILES").is_some()
-                || !crate::dispatch::allowed(
-                    crate::Isa::Avx512,
-                    crate::simd_max_from_env().unwrap_or(None)
-                ),
+                || !tiles_allowed_by_cap(),
             "the CPU has AMX but the kernel did not grant the tile state"
         );
         if !tile_products_available() {
