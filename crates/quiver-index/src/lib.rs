@@ -26,7 +26,7 @@ mod writer;
 
 pub use calibrate::{
     Calibration, CalibrationOptions, DEFAULT_EXACT_WORK, DEFAULT_SAMPLE_QUERIES, MAX_PROBE_RATIO,
-    MIN_SAMPLE_QUERIES, WIDE_SAMPLE_QUERIES, calibrate_nprobe,
+    MIN_SAMPLE_QUERIES, WIDE_SAMPLE_QUERIES, calibrate_group, calibrate_nprobe,
 };
 pub use codebook::{Codebook, CodebookInfo};
 pub use direct_io::{DirectFileWriter, map_read_back};

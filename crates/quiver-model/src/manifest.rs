@@ -157,6 +157,15 @@ pub struct SegmentEntry {
         with = "zero_is_none"
     )]
     pub wide_probe_ratio_milli: Option<u32>,
+    /// Rows of the segment's codebook group (the live segments sharing its
+    /// codebook) the four values above were calibrated over: a codebook's
+    /// probes are calibrated on the rows that trained it, and again over its
+    /// group as later flushes grow it (`quiver_index::calibrate_group`). A
+    /// searcher takes a group's probes from the member calibrated over the
+    /// most rows not above the group's. `None`: over the segment's own rows
+    /// or unrecorded (segments built before it; not serialized then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated_rows: Option<u64>,
 }
 
 impl SegmentEntry {

@@ -229,6 +229,7 @@ pub fn segment_from_proto(segment: &meta::Segment) -> SegmentEntry {
         wide_nprobe: (segment.wide_nprobe > 0).then_some(segment.wide_nprobe),
         wide_probe_ratio_milli: (segment.wide_probe_ratio_milli > 0)
             .then_some(segment.wide_probe_ratio_milli),
+        calibrated_rows: (segment.calibrated_rows > 0).then_some(segment.calibrated_rows),
     }
 }
 
@@ -256,6 +257,7 @@ pub fn segment_to_proto(segment: &SegmentEntry) -> meta::Segment {
         probe_ratio_milli: segment.probe_ratio_milli.unwrap_or(0),
         wide_nprobe: segment.wide_nprobe.unwrap_or(0),
         wide_probe_ratio_milli: segment.wide_probe_ratio_milli.unwrap_or(0),
+        calibrated_rows: segment.calibrated_rows.unwrap_or(0),
     }
 }
 
@@ -421,6 +423,7 @@ mod tests {
             probe_ratio_milli: Some(680),
             wide_nprobe: Some(40),
             wide_probe_ratio_milli: Some(1250),
+            calibrated_rows: Some(240_000),
         };
         assert_eq!(segment_from_proto(&segment_to_proto(&segment)), segment);
         let manifest = Manifest {

@@ -294,6 +294,7 @@ mod tests {
                 probe_ratio_milli: None,
                 wide_nprobe: None,
                 wide_probe_ratio_milli: None,
+                calibrated_rows: None,
             };
             index.add_segment(entry, RoaringBitmap::new(), Vec::new(), None);
         }

@@ -71,11 +71,15 @@ pub(crate) struct ShardCodebook {
     /// `SegmentEntry::wide_nprobe`), if they were.
     pub wide_nprobe: Option<u32>,
     pub wide_probe_ratio_milli: Option<u32>,
+    /// Rows of the codebook's group the probes were calibrated over (see
+    /// `SegmentEntry::calibrated_rows`): first the rows that trained it, then
+    /// the group's as flushes grow it (`crate::shard::recalibrate`).
+    pub calibrated_rows: u64,
 }
 
 /// A calibrated ratio in thousandths: up, never below the ratio that reached
 /// the target.
-fn ratio_milli(ratio: Option<f32>) -> Option<u32> {
+pub(crate) fn ratio_milli(ratio: Option<f32>) -> Option<u32> {
     ratio.map(|ratio| ((ratio * 1000.0).ceil() as u32).max(1))
 }
 
@@ -92,12 +96,16 @@ impl ShardCodebook {
         let nprobe = entry
             .default_nprobe
             .unwrap_or_else(|| default_nprobe(codebook.nlist()) as u32);
+        let calibrated_rows = entry
+            .calibrated_rows
+            .unwrap_or_else(|| codebook.trained_rows());
         Ok(Some(ShardCodebook {
             codebook: Arc::new(codebook),
             nprobe,
             probe_ratio_milli: entry.probe_ratio_milli,
             wide_nprobe: entry.wide_nprobe,
             wide_probe_ratio_milli: entry.wide_probe_ratio_milli,
+            calibrated_rows,
         }))
     }
 
@@ -160,10 +168,18 @@ impl ShardIndex {
     }
 
     /// Makes `candidate` the shard's codebook when it was trained on more rows
-    /// than the current one (or there is none).
+    /// than the current one (or there is none), or is the current one with
+    /// probes calibrated over more rows (a writer reopening the shard meets
+    /// its codebook in every member, the later flushes' calibrations too).
     pub fn offer_codebook(&mut self, candidate: ShardCodebook) {
         let better = self.codebook.as_ref().is_none_or(|current| {
-            candidate.codebook.trained_rows() > current.codebook.trained_rows()
+            let (trained, current_trained) = (
+                candidate.codebook.trained_rows(),
+                current.codebook.trained_rows(),
+            );
+            trained > current_trained
+                || (candidate.codebook.id() == current.codebook.id()
+                    && candidate.calibrated_rows > current.calibrated_rows)
         });
         if better {
             self.codebook = Some(candidate);
@@ -298,6 +314,7 @@ impl SegmentBuild {
                     probe_ratio_milli: ratio_milli(calibration.probe_ratio),
                     wide_nprobe: Some(wide.nprobe as u32),
                     wide_probe_ratio_milli: ratio_milli(wide.probe_ratio),
+                    calibrated_rows: segment.rows(),
                 }
             }
         };

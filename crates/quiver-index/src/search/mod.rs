@@ -366,7 +366,7 @@ impl<S: ByteSource> Segment<S> {
     }
 
     /// Checks that `self` has the same lists as `lead` (one codebook).
-    fn check_shares_lists_with(&self, lead: &Segment<S>) -> IndexResult<()> {
+    pub(crate) fn check_shares_lists_with(&self, lead: &Segment<S>) -> IndexResult<()> {
         let (a, b) = (&lead.header, &self.header);
         let same = a.codebook.is_some()
             && a.codebook.map(|c| c.id) == b.codebook.map(|c| c.id)

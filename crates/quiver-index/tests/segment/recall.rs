@@ -758,3 +758,88 @@ fn inner_products_over_varied_norms_find_every_querys_nearest_lists() {
         );
     }
 }
+
+#[test]
+fn a_group_sharing_one_codebook_calibrates_over_all_its_rows() {
+    use quiver_index::{
+        CalibrationOptions, Codebook, MemorySource, Segment, SharedProbe, calibrate_group,
+        calibrate_nprobe, search_shared,
+    };
+    let dim = 64;
+    // Many small clusters: the first flush holds a few rows of each, so the
+    // probe calibrated on it alone spans many lists; with the rows of the
+    // later flushes under the same lists a query's ten nearest sit in fewer.
+    let (base, queries) = clustered(24_000, 200, dim, 1_200, 61);
+    let first_rows = 2_000;
+    let first = build(&base[..first_rows * dim], dim, Metric::L2, |_| {});
+    let codebook = std::sync::Arc::new(Codebook::of_segment(&first).unwrap().expect("a codebook"));
+    let flushes: Vec<Segment<MemorySource>> = base[first_rows * dim..]
+        .chunks(5_500 * dim)
+        .map(|rows| {
+            build(rows, dim, Metric::L2, |spec| {
+                spec.build.codebook = Some(codebook.clone())
+            })
+        })
+        .collect();
+    let members: Vec<&Segment<MemorySource>> = std::iter::once(&first).chain(&flushes).collect();
+    let options = CalibrationOptions::default();
+    let alone = calibrate_nprobe(&first, &options).unwrap();
+    let group = calibrate_group(&members, &options).unwrap();
+    // Held-out recall@10 of each probe over the whole group, searched as a
+    // searcher does, against the exact ten over every member.
+    let probes: Vec<SharedProbe<'_, MemorySource>> = members
+        .iter()
+        .map(|&segment| SharedProbe {
+            segment,
+            filter: None,
+        })
+        .collect();
+    let mut scratch = SearchScratch::new();
+    let mut held_out = |probe: quiver_index::CalibratedProbe| {
+        let params = SearchParams {
+            nprobe: Some(probe.nprobe),
+            probe_ratio: probe.ratio,
+            ..SearchParams::new(10)
+        };
+        let (mut found, mut rows) = (0usize, 0usize);
+        for query in queries.chunks_exact(dim) {
+            let mut exact: Vec<(f32, usize, u32)> = Vec::new();
+            for (member, segment) in members.iter().enumerate() {
+                for hit in segment.flat_search(query, 10, None, &mut scratch).unwrap() {
+                    exact.push((hit.score, member, hit.row));
+                }
+            }
+            exact.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let kth = exact[9].0;
+            let hits = search_shared(&probes, query, &params, &mut scratch).unwrap();
+            rows += scratch.stats.rows_scanned;
+            found += hits
+                .iter()
+                .filter(|(member, hit)| {
+                    exact[..10].iter().any(|e| (e.1, e.2) == (*member, hit.row))
+                        || hit.score <= kth + kth.abs() * 1e-5
+                })
+                .count();
+        }
+        let n = queries.len() / dim;
+        (found as f64 / (10 * n) as f64, rows / n)
+    };
+    let (alone_recall, alone_rows) = held_out(alone.probe());
+    let (group_recall, group_rows) = held_out(group.probe());
+    eprintln!(
+        "first flush alone {alone:?}: {alone_recall:.4}, {alone_rows} rows; \
+         the group {group:?}: {group_recall:.4}, {group_rows} rows"
+    );
+    assert!(group.recall >= options.target_recall, "{group:?}");
+    assert!(group_recall >= 0.95, "held-out recall@10 {group_recall}");
+    assert!(
+        group_rows * 3 < alone_rows * 2,
+        "the group's probe scans {group_rows} rows, the first flush's {alone_rows}"
+    );
+    // Members that do not share the lead's lists, and no members, are refused.
+    let other = build(&base[..first_rows * dim], dim, Metric::L2, |spec| {
+        spec.build.seed = 99
+    });
+    assert!(calibrate_group(&[&first, &other], &options).is_err());
+    assert!(calibrate_group::<MemorySource>(&[], &options).is_err());
+}

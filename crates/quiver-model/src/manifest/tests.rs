@@ -13,6 +13,7 @@ fn segment(id: &str) -> SegmentEntry {
         probe_ratio_milli: None,
         wide_nprobe: None,
         wide_probe_ratio_milli: None,
+        calibrated_rows: None,
     }
 }
 
@@ -222,12 +223,13 @@ fn the_serde_form_is_the_catalogs() {
     with_deletes.probe_ratio_milli = Some(680);
     with_deletes.wide_nprobe = Some(40);
     with_deletes.wide_probe_ratio_milli = Some(1250);
+    with_deletes.calibrated_rows = Some(240_000);
     manifest.segments = vec![with_deletes, segment("b")];
     manifest.last_committed = None;
     let json = serde_json::to_string(&manifest).unwrap();
     assert_eq!(
         json,
-        r#"{"version":3,"segments":{"a":{"segment_id":"a","object_key":"k/a","rows":10,"size_bytes":100,"deletes":{"object_key":"d/a","version":2,"deleted_rows":1},"default_nprobe":8,"probe_ratio_milli":680,"wide_nprobe":40,"wide_probe_ratio_milli":1250},"b":{"segment_id":"b","object_key":"k/b","rows":10,"size_bytes":100,"deletes":null,"default_nprobe":0}},"wal_tail":[{"epoch":1,"seq":1,"object_key":"w/1","rows":1},{"epoch":1,"seq":2,"object_key":"w/2","rows":1},{"epoch":1,"seq":3,"object_key":"w/3","rows":1}]}"#
+        r#"{"version":3,"segments":{"a":{"segment_id":"a","object_key":"k/a","rows":10,"size_bytes":100,"deletes":{"object_key":"d/a","version":2,"deleted_rows":1},"default_nprobe":8,"probe_ratio_milli":680,"wide_nprobe":40,"wide_probe_ratio_milli":1250,"calibrated_rows":240000},"b":{"segment_id":"b","object_key":"k/b","rows":10,"size_bytes":100,"deletes":null,"default_nprobe":0}},"wal_tail":[{"epoch":1,"seq":1,"object_key":"w/1","rows":1},{"epoch":1,"seq":2,"object_key":"w/2","rows":1},{"epoch":1,"seq":3,"object_key":"w/3","rows":1}]}"#
     );
     assert_eq!(serde_json::from_str::<Manifest>(&json).unwrap(), manifest);
     let change = ManifestChange {

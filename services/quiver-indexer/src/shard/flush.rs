@@ -54,6 +54,7 @@ pub(super) async fn maintenance_loop(shared: Arc<Shared>) {
                 flush_failures.succeeded(&shared.shard.to_string(), "flush");
                 if flushed {
                     shared.merge_wanted.notify_one();
+                    super::recalibrate::maybe_recalibrate(&shared);
                 }
             }
             Err(error) => {
@@ -197,6 +198,7 @@ async fn flush_frozen(
             probe_ratio_milli: built.probe_ratio_milli,
             wide_nprobe: built.codebook.wide_nprobe,
             wide_probe_ratio_milli: built.codebook.wide_probe_ratio_milli,
+            calibrated_rows: Some(built.codebook.calibrated_rows),
         };
         failpoints::during(
             "flush-upload",

@@ -159,6 +159,10 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
         probe_ratio_milli: merged.probe_ratio_milli,
         wide_nprobe: merged.wide_nprobe,
         wide_probe_ratio_milli: merged.wide_probe_ratio_milli,
+        calibrated_rows: merged
+            .codebook
+            .as_ref()
+            .map(|codebook| codebook.calibrated_rows),
     };
     let empty_result = merged.ids.is_empty();
     if let Some(file) = &merged.file {

@@ -19,6 +19,7 @@
 mod commit;
 mod flush;
 mod merge;
+mod recalibrate;
 mod recovery;
 mod writer;
 
@@ -74,6 +75,8 @@ struct Shared {
     /// that commits second finds its sources gone.
     merge_lock: tokio::sync::Mutex<()>,
     stopping: std::sync::atomic::AtomicBool,
+    /// A recalibration of the codebook's group is running (`recalibrate`).
+    recalibrating: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {

@@ -104,6 +104,7 @@ impl ShardWriter {
             merge_wanted: Notify::new(),
             merge_lock: tokio::sync::Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            recalibrating: std::sync::atomic::AtomicBool::new(false),
         });
         let (commit_sender, commit_receiver) = mpsc::channel(1024);
         let tasks = vec![
@@ -229,7 +230,19 @@ impl ShardWriter {
 
     /// Flushes every committed write now; returns true when something was flushed.
     pub async fn flush(&self) -> IndexerResult<bool> {
-        flush_once(&self.shared).await
+        let flushed = flush_once(&self.shared).await?;
+        if flushed {
+            super::recalibrate::maybe_recalibrate(&self.shared);
+        }
+        Ok(flushed)
+    }
+
+    /// Whether a recalibration of the shard codebook's group runs (started
+    /// by a flush that grew the group; see `shard::recalibrate`).
+    pub fn recalibrating(&self) -> bool {
+        self.shared
+            .recalibrating
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Merges every segment it can (the admin "compact"); returns the merges done.

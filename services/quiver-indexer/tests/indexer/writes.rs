@@ -454,12 +454,11 @@ async fn flushes_share_the_shard_codebook_until_a_merge_outgrows_it() {
     // lists reaches the target (the order the rows arrive in decides; the
     // calibration's own tests cover both).
     assert!(first.2.0.is_some(), "default probe {:?}", first.2);
-    for (rows, codebook, nprobe) in &found {
+    for (rows, codebook, _) in &found {
         assert_eq!(
             codebook.id, first.1.id,
             "segment of {rows} rows has another codebook"
         );
-        assert_eq!(*nprobe, first.2, "one codebook, one calibrated probe");
     }
     // Compacting 900 rows (over twice 300) trains the next codebook on them.
     writer.compact().await.unwrap();
@@ -553,4 +552,89 @@ async fn segments_left_under_an_older_codebook_are_merged_into_the_current_one()
         .map(|id| (id, 0))
         .collect();
     assert_contents(&storage, &manifest, &expected).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushes_after_the_codebooks_group_doubled_record_probes_calibrated_over_it() {
+    let storage = memory_storage();
+    let catalog = Arc::new(MemoryCatalog::default());
+    let writer = open_writer(&storage, &catalog, 1, manual_config()).await;
+    let calibrated_rows = |manifest: &quiver_indexer::Manifest| {
+        let mut found: Vec<(u32, Option<u64>, Option<u32>)> = manifest
+            .segments
+            .iter()
+            .map(|entry| (entry.rows, entry.calibrated_rows, entry.default_nprobe))
+            .collect();
+        found.sort();
+        found
+    };
+    // The first flush trains the codebook and calibrates it on its 300 rows.
+    writer
+        .write((0..300).map(|id| upsert(id, 0)).collect())
+        .await
+        .unwrap();
+    assert!(writer.flush().await.unwrap());
+    // 250 more share it: 550 rows, under twice 300, so no recalibration.
+    writer
+        .write((0..250).map(|i| upsert(1_000 + i, 0)).collect())
+        .await
+        .unwrap();
+    assert!(writer.flush().await.unwrap());
+    assert!(!writer.recalibrating(), "550 rows are not twice 300");
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    let found = calibrated_rows(&manifest);
+    assert!(
+        found
+            .iter()
+            .all(|(_, rows, nprobe)| *rows == Some(300) && nprobe.is_some()),
+        "{found:?}"
+    );
+    // 150 more make 700, over twice 300: the group is calibrated again, in
+    // the background, and the next flush records what that found.
+    writer
+        .write((0..150).map(|i| upsert(2_000 + i, 0)).collect())
+        .await
+        .unwrap();
+    assert!(writer.flush().await.unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while writer.recalibrating() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the recalibration did not end"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    writer
+        .write((0..100).map(|i| upsert(3_000 + i, 0)).collect())
+        .await
+        .unwrap();
+    assert!(writer.flush().await.unwrap());
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    let found = calibrated_rows(&manifest);
+    let newest = found.iter().find(|(rows, _, _)| *rows == 100).unwrap();
+    assert_eq!(newest.1, Some(700), "{found:?}");
+    assert!(newest.2.is_some(), "{found:?}");
+    // The members before it keep what they recorded.
+    assert_eq!(
+        found
+            .iter()
+            .filter(|(_, rows, _)| *rows == Some(300))
+            .count(),
+        3,
+        "{found:?}"
+    );
+    drop(writer);
+
+    // A writer opened again takes the codebook with its newest calibration:
+    // its next flush records it too.
+    let writer = open_writer(&storage, &catalog, 2, manual_config()).await;
+    writer
+        .write((0..50).map(|i| upsert(4_000 + i, 0)).collect())
+        .await
+        .unwrap();
+    assert!(writer.flush().await.unwrap());
+    let manifest = catalog.manifest(&shard()).await.unwrap();
+    let found = calibrated_rows(&manifest);
+    let reopened = found.iter().find(|(rows, _, _)| *rows == 50).unwrap();
+    assert_eq!(reopened.1, Some(700), "{found:?}");
 }

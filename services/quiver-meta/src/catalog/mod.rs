@@ -271,6 +271,7 @@ pub(crate) fn segment(segment_id: &str, rows: u32) -> quiver_model::SegmentEntry
         probe_ratio_milli: None,
         wide_nprobe: None,
         wide_probe_ratio_milli: None,
+        calibrated_rows: None,
     }
 }
 

@@ -47,10 +47,40 @@ struct DefaultProbes {
     wide: Option<CalibratedProbe>,
 }
 
+/// Of a group's members, as `(rows, calibrated_rows)`, the rows of the
+/// calibration its probes come from: the one made over the most rows not
+/// above the group's (a codebook's probe is first calibrated on the rows that
+/// trained it, then again over its group as flushes grow it, and with more
+/// rows under the same lists fewer of them reach the same recall), else —
+/// when merges have since taken rows out of the group — the one over the
+/// fewest. Members that record none (`None`, taken as 0) count as calibrated
+/// over their own rows: any recorded calibration within the group wins.
+fn calibration_rows(members: impl Iterator<Item = (u32, Option<u64>)> + Clone) -> u64 {
+    let group_rows: u64 = members.clone().map(|(rows, _)| rows as u64).sum();
+    let calibrated = members.map(|(_, calibrated)| calibrated.unwrap_or(0));
+    calibrated
+        .clone()
+        .filter(|&rows| rows <= group_rows)
+        .max()
+        .or_else(|| calibrated.min())
+        .unwrap_or(0)
+}
+
 impl DefaultProbes {
-    /// The group's calibrated probes (the widest any member records; the
+    /// The group's calibrated probes: those of its members calibrated over
+    /// the rows [`calibration_rows`] picks (the widest among them; the
     /// index's size-based default for members that record none).
     fn of(views: &[&SegmentView]) -> DefaultProbes {
+        let chosen = calibration_rows(
+            views
+                .iter()
+                .map(|view| (view.entry.rows, view.entry.calibrated_rows)),
+        );
+        let views: Vec<&SegmentView> = views
+            .iter()
+            .copied()
+            .filter(|view| view.entry.calibrated_rows.unwrap_or(0) == chosen)
+            .collect();
         let widest_milli = |milli: &dyn Fn(&SegmentView) -> Option<u32>| {
             views
                 .iter()
@@ -470,4 +500,57 @@ fn measured<T>(
     cost.store_wait_ms += reads.store_wait_nanos as f64 / 1e6;
     cost.search_ms += started.elapsed().as_secs_f64() * 1e3;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::calibration_rows;
+
+    fn chosen(members: &[(u32, Option<u64>)]) -> u64 {
+        calibration_rows(members.iter().copied())
+    }
+
+    #[test]
+    fn a_group_takes_the_probes_calibrated_over_the_most_rows_it_still_holds() {
+        // The first flush trained and calibrated the codebook on its 17k
+        // rows; flushes after the group grew carry calibrations over more.
+        assert_eq!(
+            chosen(&[
+                (17_000, Some(17_000)),
+                (17_000, Some(17_000)),
+                (17_000, Some(34_000)),
+            ]),
+            34_000
+        );
+        // A calibration over more rows than the group holds (a merge took
+        // some out) is too narrow for it.
+        assert_eq!(
+            chosen(&[
+                (17_000, Some(17_000)),
+                (17_000, Some(34_000)),
+                (17_000, Some(68_000)),
+            ]),
+            34_000
+        );
+        assert_eq!(
+            chosen(&[
+                (17_000, Some(17_000)),
+                (17_000, Some(34_000)),
+                (17_000, Some(34_000)),
+                (17_000, Some(68_000)),
+                (17_000, Some(68_000)),
+            ]),
+            68_000
+        );
+        // Merges took most of its rows out: the narrowest calibration left
+        // is over more rows than remain, so the one over the fewest serves.
+        assert_eq!(
+            chosen(&[(10_000, Some(68_000)), (10_000, Some(34_000))]),
+            34_000
+        );
+        // Members from before calibrations recorded their rows count as
+        // calibrated over their own: a recorded one within the group wins.
+        assert_eq!(chosen(&[(17_000, None), (17_000, Some(34_000))]), 34_000);
+        assert_eq!(chosen(&[(17_000, None), (17_000, None)]), 0);
+    }
 }

@@ -1,0 +1,147 @@
+//! Recalibrating the shard's codebook over its group. A codebook's default
+//! probes are calibrated on the rows that trained it (a shard's first flush:
+//! 17k rows, say); every later flush that fits it joins its lists, and a
+//! searcher probes the same lists across all of them against one top-k. With
+//! more rows under the same lists a query's nearest rows sit in fewer of them,
+//! so the first calibration probes far more than the grown group needs: 171 of
+//! 265 lists for 200k synthetic 1,024-d rows under a 17k-row codebook, where 59
+//! reach the same recall (experiments item 61). Once the group holds
+//! [`RECALIBRATE_GROWTH`] times the rows the probes were last calibrated over,
+//! they are calibrated again over the whole group
+//! ([`quiver_index::calibrate_group`]), in the background; the flushes after
+//! that record the new probes and the rows they were calibrated over
+//! (`SegmentEntry::calibrated_rows`), and searchers take a group's probes from
+//! the member calibrated over the most rows not above the group's.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use quiver_index::{CalibrationOptions, calibrate_group};
+
+use super::Shared;
+use crate::catalog::SegmentEntry;
+use crate::error::{IndexerError, IndexerResult};
+use crate::segments::{download_segment, ratio_milli};
+
+/// The group of the shard's codebook is calibrated again once it holds this
+/// many times the rows its probes were last calibrated over: at most a
+/// doubling of rows between calibrations, each costing about what the last
+/// did twice over (its exact answers are one pass over the group's vectors).
+pub(crate) const RECALIBRATE_GROWTH: u64 = 2;
+
+/// A calibration of a codebook's group: its probes, for ten hits and for a
+/// hundred, and the rows it was made over.
+struct GroupProbes {
+    nprobe: u32,
+    probe_ratio_milli: Option<u32>,
+    wide_nprobe: u32,
+    wide_probe_ratio_milli: Option<u32>,
+    rows: u64,
+}
+
+/// Starts a recalibration of the shard's codebook over its group when the
+/// group has grown [`RECALIBRATE_GROWTH`] times past its last calibration and
+/// none is running. Called after a flush.
+pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
+    if shared.stopping() || shared.recalibrating.load(Ordering::Acquire) {
+        return;
+    }
+    let (codebook_id, members) = {
+        let state = shared.lock_state();
+        let Some(current) = state.index.codebook.as_ref() else {
+            return;
+        };
+        let id = current.codebook.id();
+        let members: Vec<SegmentEntry> = state
+            .index
+            .entries()
+            .filter(|live| live.codebook_id == Some(id))
+            .map(|live| live.entry.clone())
+            .collect();
+        let rows: u64 = members.iter().map(|entry| entry.rows as u64).sum();
+        if members.len() < 2 || rows < current.calibrated_rows.saturating_mul(RECALIBRATE_GROWTH) {
+            return;
+        }
+        (id, members)
+    };
+    if shared.recalibrating.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let outcome = recalibrate(&shared, members).await;
+        shared.recalibrating.store(false, Ordering::Release);
+        let probes = match outcome {
+            Ok(probes) => probes,
+            Err(error) => {
+                // The next flush tries again.
+                tracing::warn!(shard = %shared.shard, %error, "recalibrating the codebook's group failed");
+                return;
+            }
+        };
+        let mut state = shared.lock_state();
+        let Some(current) = state.index.codebook.as_mut() else {
+            return;
+        };
+        // A merge may have trained the next codebook meanwhile, or another
+        // calibration over more rows landed first.
+        if current.codebook.id() != codebook_id || current.calibrated_rows >= probes.rows {
+            return;
+        }
+        tracing::info!(
+            shard = %shared.shard,
+            rows = probes.rows,
+            calibrated_rows_before = current.calibrated_rows,
+            nprobe_before = current.nprobe,
+            nprobe = probes.nprobe,
+            probe_ratio_milli = probes.probe_ratio_milli,
+            wide_nprobe = probes.wide_nprobe,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "recalibrated the shard's default probes over its codebook's group"
+        );
+        current.nprobe = probes.nprobe;
+        current.probe_ratio_milli = probes.probe_ratio_milli;
+        current.wide_nprobe = Some(probes.wide_nprobe);
+        current.wide_probe_ratio_milli = probes.wide_probe_ratio_milli;
+        current.calibrated_rows = probes.rows;
+    });
+}
+
+/// Opens the group's segments (mapped where a local store keeps them,
+/// downloaded otherwise) and calibrates both probes over them on the merge's
+/// threads.
+async fn recalibrate(shared: &Shared, members: Vec<SegmentEntry>) -> IndexerResult<GroupProbes> {
+    let mut segments = Vec::with_capacity(members.len());
+    for entry in &members {
+        segments.push(download_segment(&shared.storage, &entry.key, &shared.scratch_dir).await?);
+    }
+    let threads = shared.config.merge_threads;
+    tokio::task::spawn_blocking(move || -> IndexerResult<GroupProbes> {
+        let group: Vec<_> = segments.iter().map(|opened| &opened.segment).collect();
+        let narrow = calibrate_group(
+            &group,
+            &CalibrationOptions {
+                threads,
+                ..CalibrationOptions::default()
+            },
+        )?;
+        let wide = calibrate_group(
+            &group,
+            &CalibrationOptions {
+                threads,
+                ..CalibrationOptions::wide()
+            },
+        )?;
+        Ok(GroupProbes {
+            nprobe: narrow.nprobe as u32,
+            probe_ratio_milli: ratio_milli(narrow.probe_ratio),
+            wide_nprobe: wide.nprobe as u32,
+            wide_probe_ratio_milli: ratio_milli(wide.probe_ratio),
+            rows: group.iter().map(|segment| segment.rows()).sum(),
+        })
+    })
+    .await
+    .map_err(|error| IndexerError::Internal(format!("recalibration task: {error}")))?
+}
