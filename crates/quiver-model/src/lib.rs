@@ -23,8 +23,8 @@ pub mod shard;
 pub mod spec;
 
 pub use manifest::{
-    ChangeOutcome, DeletesEntry, Manifest, ManifestChange, ManifestError, SegmentEntry, WalCommit,
-    WalEntry, WalPosition, apply_change,
+    ChangeOutcome, DeletesEntry, Manifest, ManifestChange, ManifestError, SegmentEntry,
+    SegmentProbes, WalCommit, WalEntry, WalPosition, apply_change,
 };
 pub use point::{PointId, shard_of};
 pub use shard::{ShardKey, ShardRef};

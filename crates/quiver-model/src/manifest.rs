@@ -109,6 +109,18 @@ pub struct DeletesEntry {
     pub deleted_rows: u32,
 }
 
+/// The default probes a segment records (see the fields of the same names in
+/// [`SegmentEntry`]): set when it is built, and again when its codebook's
+/// group is recalibrated ([`ManifestChange::set_probes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentProbes {
+    pub default_nprobe: Option<u32>,
+    pub probe_ratio_milli: Option<u32>,
+    pub wide_nprobe: Option<u32>,
+    pub wide_probe_ratio_milli: Option<u32>,
+    pub calibrated_rows: Option<u64>,
+}
+
 /// A live segment of a shard.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentEntry {
@@ -169,6 +181,26 @@ pub struct SegmentEntry {
 }
 
 impl SegmentEntry {
+    /// Returns the default probes it records.
+    pub fn probes(&self) -> SegmentProbes {
+        SegmentProbes {
+            default_nprobe: self.default_nprobe,
+            probe_ratio_milli: self.probe_ratio_milli,
+            wide_nprobe: self.wide_nprobe,
+            wide_probe_ratio_milli: self.wide_probe_ratio_milli,
+            calibrated_rows: self.calibrated_rows,
+        }
+    }
+
+    /// Records `probes` as its default probes.
+    pub fn set_probes(&mut self, probes: &SegmentProbes) {
+        self.default_nprobe = probes.default_nprobe;
+        self.probe_ratio_milli = probes.probe_ratio_milli;
+        self.wide_nprobe = probes.wide_nprobe;
+        self.wide_probe_ratio_milli = probes.wide_probe_ratio_milli;
+        self.calibrated_rows = probes.calibrated_rows;
+    }
+
     /// Returns the rows not deleted.
     pub fn live_rows(&self) -> u32 {
         self.rows
@@ -215,6 +247,11 @@ pub struct ManifestChange {
     /// after a grace period).
     #[serde(rename = "gc_keys")]
     pub retire_keys: Vec<String>,
+    /// New default probes of live segments, `(segment_id, probes)`: a
+    /// codebook's group recalibrated over its grown rows (not serialized
+    /// when empty, so changes written before it read and write the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub set_probes: Vec<(String, SegmentProbes)>,
 }
 
 /// Why a WAL commit or a manifest change was refused; the manifest is unchanged.
@@ -414,6 +451,11 @@ pub fn apply_change(
             retired_keys.push(previous.key);
         }
     }
+    for (segment_id, probes) in &change.set_probes {
+        if let Ok(index) = manifest.segment_index(segment_id) {
+            manifest.segments[index].set_probes(probes);
+        }
+    }
     if let Some(trim_position) = change.trim_wal_through {
         manifest.wal_tail.retain(|entry| {
             let keep = entry.position > trim_position;
@@ -537,6 +579,22 @@ fn validate_change(
             return failed(format!(
                 "deletion bitmap version {} of segment `{segment_id}` in shard {shard} is not newer than version {}",
                 deletes.version, current.version
+            ));
+        }
+    }
+    let mut probes_targets = BTreeSet::new();
+    for (segment_id, _) in &change.set_probes {
+        if !probes_targets.insert(segment_id.as_str()) {
+            return invalid(format!(
+                "default probes of segment `{segment_id}` are set twice in shard {shard}"
+            ));
+        }
+        if added_ids.contains(segment_id.as_str())
+            || removed_ids.contains(segment_id.as_str())
+            || manifest.segment(segment_id).is_none()
+        {
+            return failed(format!(
+                "default probes set for segment `{segment_id}` that is not a live segment of shard {shard} before and after the change"
             ));
         }
     }

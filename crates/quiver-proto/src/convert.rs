@@ -5,8 +5,8 @@
 
 use quiver_model::{
     Collection, CollectionSpec, DeletesEntry, FieldKind, IdType, IndexParams, Manifest, Metric,
-    PayloadField, PointId, SegmentEntry, ShardKey, ShardRef, VectorPrecision, WalEntry,
-    WalPosition,
+    PayloadField, PointId, SegmentEntry, SegmentProbes, ShardKey, ShardRef, VectorPrecision,
+    WalEntry, WalPosition,
 };
 
 use crate::{data, meta};
@@ -273,6 +273,33 @@ pub fn deletes_from_proto(update: &meta::DeletesUpdate) -> (String, DeletesEntry
     )
 }
 
+/// Reads a segment's new default probes (0 = none).
+pub fn probes_from_proto(update: &meta::ProbesUpdate) -> (String, SegmentProbes) {
+    let some = |value: u32| (value > 0).then_some(value);
+    (
+        update.segment_id.clone(),
+        SegmentProbes {
+            default_nprobe: some(update.default_nprobe),
+            probe_ratio_milli: some(update.probe_ratio_milli),
+            wide_nprobe: some(update.wide_nprobe),
+            wide_probe_ratio_milli: some(update.wide_probe_ratio_milli),
+            calibrated_rows: (update.calibrated_rows > 0).then_some(update.calibrated_rows),
+        },
+    )
+}
+
+/// Returns the wire form of a segment's new default probes.
+pub fn probes_to_proto(segment_id: &str, probes: &SegmentProbes) -> meta::ProbesUpdate {
+    meta::ProbesUpdate {
+        segment_id: segment_id.to_string(),
+        default_nprobe: probes.default_nprobe.unwrap_or(0),
+        probe_ratio_milli: probes.probe_ratio_milli.unwrap_or(0),
+        wide_nprobe: probes.wide_nprobe.unwrap_or(0),
+        wide_probe_ratio_milli: probes.wide_probe_ratio_milli.unwrap_or(0),
+        calibrated_rows: probes.calibrated_rows.unwrap_or(0),
+    }
+}
+
 /// Returns the wire form of a deletion bitmap update.
 pub fn deletes_to_proto(segment_id: &str, deletes: &DeletesEntry) -> meta::DeletesUpdate {
     meta::DeletesUpdate {
@@ -426,6 +453,11 @@ mod tests {
             calibrated_rows: Some(240_000),
         };
         assert_eq!(segment_from_proto(&segment_to_proto(&segment)), segment);
+        let probes = segment.probes();
+        assert_eq!(
+            probes_from_proto(&probes_to_proto("s1", &probes)),
+            ("s1".to_string(), probes)
+        );
         let manifest = Manifest {
             version: 4,
             segments: vec![segment],

@@ -3,7 +3,7 @@
 //! old path.
 
 pub use quiver_model::manifest::{
-    ChangeOutcome, DeletesEntry, Manifest, ManifestChange, ManifestError, SegmentEntry, WalCommit,
-    WalEntry, WalPosition, apply_change,
+    ChangeOutcome, DeletesEntry, Manifest, ManifestChange, ManifestError, SegmentEntry,
+    SegmentProbes, WalCommit, WalEntry, WalPosition, apply_change,
 };
 pub use quiver_model::shard::ShardRef;

@@ -6,8 +6,8 @@
 
 use async_trait::async_trait;
 pub use quiver_storage::manifest::{
-    DeletesEntry, Manifest, ManifestChange, SegmentEntry, ShardRef, WalEntry, WalPosition,
-    apply_change,
+    DeletesEntry, Manifest, ManifestChange, SegmentEntry, SegmentProbes, ShardRef, WalEntry,
+    WalPosition, apply_change,
 };
 
 /// Why the catalog refused or failed a call.

@@ -111,6 +111,13 @@ impl Catalog for MetaCatalog {
                 seq: position.sequence,
             }),
             gc_keys: change.retire_keys.clone(),
+            set_probes: change
+                .set_probes
+                .iter()
+                .map(|(segment_id, probes)| {
+                    quiver_proto::convert::probes_to_proto(segment_id, probes)
+                })
+                .collect(),
         };
         self.client
             .commit_manifest_change(request)

@@ -7,8 +7,8 @@ use quiver_proto::convert::{collection_spec_from_proto, shard_key_to_proto};
 use quiver_proto::meta as pb;
 
 pub(crate) use quiver_proto::convert::{
-    collection_to_proto, deletes_from_proto, manifest_to_proto, segment_from_proto,
-    wal_position_from_proto,
+    collection_to_proto, deletes_from_proto, manifest_to_proto, probes_from_proto,
+    segment_from_proto, wal_position_from_proto,
 };
 
 use crate::error::{MetaError, MetaResult};

@@ -572,6 +572,11 @@ impl MetaService for MetaGrpc {
                         .as_ref()
                         .map(convert::wal_position_from_proto),
                     retire_keys: request.gc_keys,
+                    set_probes: request
+                        .set_probes
+                        .iter()
+                        .map(convert::probes_from_proto)
+                        .collect(),
                 },
             };
             let command = Command::CommitManifestChange {

@@ -65,7 +65,8 @@ impl<F: Fn(u32) -> bool + Sync> RowFilter for F {
 /// Counters of the last search through a scratch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SearchStats {
-    /// Lists probed.
+    /// Lists probed (of the shard: a list probed in every member of a
+    /// shared search counts once).
     pub lists_probed: usize,
     /// Rows whose codes were scored.
     pub rows_scanned: usize,

@@ -179,6 +179,10 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
                 ranking,
             )?;
         }
+        // One list of the shard, however many members hold it (each member's
+        // probe counted it): `lists_probed` means what `nprobe` does, and a
+        // calibration over a group records it as the mean lists probed.
+        scratch.stats.lists_probed -= self.members.len().saturating_sub(1);
         Ok(())
     }
 }

@@ -831,6 +831,9 @@ fn a_group_sharing_one_codebook_calibrates_over_all_its_rows() {
          the group {group:?}: {group_recall:.4}, {group_rows} rows"
     );
     assert!(group.recall >= options.target_recall, "{group:?}");
+    // Lists of the shard, as `nprobe` means them: a list probed in every
+    // member counts once.
+    assert!(group.nprobe <= alone.nprobe, "{group:?} against {alone:?}");
     assert!(group_recall >= 0.95, "held-out recall@10 {group_recall}");
     assert!(
         group_rows * 3 < alone_rows * 2,

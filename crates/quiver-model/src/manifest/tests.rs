@@ -251,3 +251,64 @@ fn the_serde_form_is_the_catalogs() {
         change
     );
 }
+
+#[test]
+fn new_default_probes_apply_to_live_segments_only() {
+    let mut manifest = manifest_with_tail();
+    let add = |id: &str| ManifestChange {
+        add_segments: vec![segment(id)],
+        ..Default::default()
+    };
+    apply_change(&mut manifest, &SHARD, &add("a"), no_gc).unwrap();
+    apply_change(&mut manifest, &SHARD, &add("b"), no_gc).unwrap();
+    let probes = SegmentProbes {
+        default_nprobe: Some(41),
+        probe_ratio_milli: Some(187),
+        wide_nprobe: Some(300),
+        wide_probe_ratio_milli: None,
+        calibrated_rows: Some(200_000),
+    };
+    let set = |ids: &[&str]| ManifestChange {
+        set_probes: ids.iter().map(|id| (id.to_string(), probes)).collect(),
+        ..Default::default()
+    };
+    let before = manifest.clone();
+    // A segment that is not live, or one named twice: nothing applies.
+    for (change, code) in [
+        (set(&["a", "gone"]), ErrorCode::FailedPrecondition),
+        (set(&["a", "a"]), ErrorCode::InvalidArgument),
+        (
+            ManifestChange {
+                remove_segments: vec!["b".into()],
+                ..set(&["b"])
+            },
+            ErrorCode::FailedPrecondition,
+        ),
+    ] {
+        let error = apply_change(&mut manifest, &SHARD, &change, no_gc).unwrap_err();
+        assert_eq!(error.code, code, "{error:?}");
+        assert_eq!(manifest, before);
+    }
+    apply_change(&mut manifest, &SHARD, &set(&["a", "b"]), no_gc).unwrap();
+    assert_eq!(manifest.version, before.version + 1);
+    for id in ["a", "b"] {
+        let entry = manifest.segment(id).unwrap();
+        assert_eq!(entry.probes(), probes);
+        assert_eq!(entry.key, format!("k/{id}"), "the rest of the entry stays");
+    }
+    // Serialized only when there are some: older changes read the same.
+    let json = serde_json::to_string(&set(&["a"])).unwrap();
+    assert!(
+        json.contains(r#""set_probes":[["a",{"default_nprobe":41"#),
+        "{json}"
+    );
+    assert_eq!(
+        serde_json::from_str::<ManifestChange>(&json).unwrap(),
+        set(&["a"])
+    );
+    assert!(
+        !serde_json::to_string(&add("c"))
+            .unwrap()
+            .contains("set_probes")
+    );
+}

@@ -8,10 +8,11 @@
 //! reach the same recall (experiments item 61). Once the group holds
 //! [`RECALIBRATE_GROWTH`] times the rows the probes were last calibrated over,
 //! they are calibrated again over the whole group
-//! ([`quiver_index::calibrate_group`]), in the background; the flushes after
-//! that record the new probes and the rows they were calibrated over
-//! (`SegmentEntry::calibrated_rows`), and searchers take a group's probes from
-//! the member calibrated over the most rows not above the group's.
+//! ([`quiver_index::calibrate_group`]), in the background, and recorded in one
+//! manifest change on every member (`ManifestChange::set_probes`, with the rows
+//! they were calibrated over, `SegmentEntry::calibrated_rows`) and on the
+//! codebook, so later flushes record them too. Searchers take a group's probes
+//! from the members calibrated over the most rows not above the group's.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -20,7 +21,7 @@ use std::time::Instant;
 use quiver_index::{CalibrationOptions, calibrate_group};
 
 use super::Shared;
-use crate::catalog::SegmentEntry;
+use crate::catalog::{ManifestChange, SegmentEntry, SegmentProbes};
 use crate::error::{IndexerError, IndexerResult};
 use crate::segments::{download_segment, ratio_milli};
 
@@ -72,23 +73,44 @@ pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
     tokio::spawn(async move {
         let started = Instant::now();
         let outcome = recalibrate(&shared, members).await;
+        let published = match outcome {
+            Ok(probes) => publish(&shared, codebook_id, probes, started).await,
+            Err(error) => Err(error),
+        };
         shared.recalibrating.store(false, Ordering::Release);
-        let probes = match outcome {
-            Ok(probes) => probes,
-            Err(error) => {
-                // The next flush tries again.
-                tracing::warn!(shard = %shared.shard, %error, "recalibrating the codebook's group failed");
-                return;
-            }
-        };
+        if let Err(error) = published {
+            // The next flush tries again.
+            tracing::warn!(shard = %shared.shard, %error, "recalibrating the codebook's group failed");
+        }
+    });
+}
+
+/// Records `probes` as the shard codebook's (so later builds record them)
+/// and, in one manifest change, as every current member's of its group, so
+/// searchers use them at once — unless a merge trained the next codebook
+/// meanwhile, or a calibration over more rows came first.
+async fn publish(
+    shared: &Shared,
+    codebook_id: u64,
+    probes: GroupProbes,
+    started: Instant,
+) -> IndexerResult<()> {
+    let _manifest_guard = shared.manifest_lock.lock().await;
+    let segment_probes = SegmentProbes {
+        default_nprobe: Some(probes.nprobe),
+        probe_ratio_milli: probes.probe_ratio_milli,
+        wide_nprobe: Some(probes.wide_nprobe),
+        wide_probe_ratio_milli: probes.wide_probe_ratio_milli,
+        calibrated_rows: Some(probes.rows),
+    };
+    let members: Vec<String> = {
         let mut state = shared.lock_state();
+        shared.check_writable(&state)?;
         let Some(current) = state.index.codebook.as_mut() else {
-            return;
+            return Ok(());
         };
-        // A merge may have trained the next codebook meanwhile, or another
-        // calibration over more rows landed first.
         if current.codebook.id() != codebook_id || current.calibrated_rows >= probes.rows {
-            return;
+            return Ok(());
         }
         tracing::info!(
             shard = %shared.shard,
@@ -98,6 +120,7 @@ pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
             nprobe = probes.nprobe,
             probe_ratio_milli = probes.probe_ratio_milli,
             wide_nprobe = probes.wide_nprobe,
+            wide_probe_ratio_milli = probes.wide_probe_ratio_milli,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recalibrated the shard's default probes over its codebook's group"
         );
@@ -106,7 +129,33 @@ pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
         current.wide_nprobe = Some(probes.wide_nprobe);
         current.wide_probe_ratio_milli = probes.wide_probe_ratio_milli;
         current.calibrated_rows = probes.rows;
-    });
+        state
+            .index
+            .entries()
+            .filter(|live| live.codebook_id == Some(codebook_id))
+            .map(|live| live.entry.segment_id.clone())
+            .collect()
+    };
+    let change = ManifestChange {
+        set_probes: members
+            .iter()
+            .map(|segment_id| (segment_id.clone(), segment_probes))
+            .collect(),
+        ..Default::default()
+    };
+    let manifest = shared
+        .catalog
+        .commit_manifest_change(&shared.shard, shared.epoch, change)
+        .await
+        .inspect_err(|error| shared.note_catalog_error(error))?;
+    let mut state = shared.lock_state();
+    for segment_id in &members {
+        if let Some(live) = state.index.segments.get_mut(segment_id.as_str()) {
+            live.entry.set_probes(&segment_probes);
+        }
+    }
+    state.manifest_version = manifest.version;
+    Ok(())
 }
 
 /// Opens the group's segments (mapped where a local store keeps them,

@@ -152,6 +152,7 @@ async fn catalog_api_end_to_end() -> anyhow::Result<()> {
             set_deletes: vec![],
             trim_wal_through: Some(pb::WalPosition { epoch: 1, seq: 2 }),
             gc_keys: vec![],
+            set_probes: vec![],
         })
         .await?;
     versions.push(flushed.manifest_version);
@@ -233,6 +234,7 @@ async fn catalog_api_end_to_end() -> anyhow::Result<()> {
             }],
             trim_wal_through: None,
             gc_keys: vec![],
+            set_probes: vec![],
         })
         .await?;
     assert!(merged.manifest_version > flushed.manifest_version);
@@ -265,6 +267,55 @@ async fn catalog_api_end_to_end() -> anyhow::Result<()> {
     );
     assert_eq!(shard0_routing.epoch, 2);
     assert_eq!(shard0_routing.manifest_version, merged.manifest_version);
+
+    // The codebook's group recalibrated: new default probes for seg-2, and
+    // none for seg-1, which is no longer live (the change is refused whole).
+    let probes = |segment_id: &str| pb::ProbesUpdate {
+        segment_id: segment_id.into(),
+        default_nprobe: 41,
+        probe_ratio_milli: 0,
+        wide_nprobe: 90,
+        wide_probe_ratio_milli: 0,
+        calibrated_rows: 200_000,
+    };
+    let change = |set_probes: Vec<pb::ProbesUpdate>| pb::CommitManifestChangeRequest {
+        shard: Some(shard0),
+        epoch: 2,
+        add_segments: vec![],
+        remove_segment_ids: vec![],
+        set_deletes: vec![],
+        trim_wal_through: None,
+        gc_keys: vec![],
+        set_probes,
+    };
+    let refused = client
+        .commit_manifest_change(change(vec![probes("seg-2"), probes("seg-1")]))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&refused), ErrorCode::FailedPrecondition);
+    let recalibrated = client
+        .commit_manifest_change(change(vec![probes("seg-2")]))
+        .await?;
+    assert!(recalibrated.manifest_version > merged.manifest_version);
+    let manifest = client.get_manifest(shard0, true).await?;
+    let seg2 = manifest
+        .segments
+        .iter()
+        .find(|segment| segment.segment_id == "seg-2")
+        .expect("seg-2 is live");
+    assert_eq!(
+        (
+            seg2.default_nprobe,
+            seg2.probe_ratio_milli,
+            seg2.wide_nprobe,
+            seg2.calibrated_rows
+        ),
+        (41, 0, 90, 200_000)
+    );
+    assert_eq!(
+        seg2.deletes_key, "deletes/seg-2-1.del",
+        "the rest of the entry stays"
+    );
     cluster.shutdown().await
 }
 
