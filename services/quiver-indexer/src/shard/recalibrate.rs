@@ -23,6 +23,7 @@ use quiver_index::{CalibrationOptions, calibrate_group};
 use super::Shared;
 use crate::catalog::{ManifestChange, SegmentEntry, SegmentProbes};
 use crate::error::{IndexerError, IndexerResult};
+use crate::merge::plan_merges;
 use crate::segments::{download_segment, ratio_milli};
 
 /// The group of the shard's codebook is calibrated again once it holds this
@@ -30,6 +31,32 @@ use crate::segments::{download_segment, ratio_milli};
 /// doubling of rows between calibrations, each costing about what the last
 /// did twice over (its exact answers are one pass over the group's vectors).
 pub(crate) const RECALIBRATE_GROWTH: u64 = 2;
+
+/// The rows a recalibration reads at most, in `max_segment_rows`: outside a
+/// local store it downloads its members to the scratch disk, as a merge of
+/// the largest segments does its sources and writes their result.
+pub(crate) const RECALIBRATE_MAX_ROWS_PER_SEGMENT_ROWS: u64 = 2;
+
+/// The members a recalibration reads: the group's largest segments first, as
+/// many as fit in `max_rows` rows. A calibration over part of the group is
+/// over fewer rows than it holds, so its probe is, if anything, wider than the
+/// whole group needs (and records those fewer rows).
+fn calibration_members(group: &mut [&SegmentEntry], max_rows: u64) -> Vec<SegmentEntry> {
+    group.sort_by(|a, b| {
+        b.rows
+            .cmp(&a.rows)
+            .then_with(|| a.segment_id.cmp(&b.segment_id))
+    });
+    let mut rows = 0u64;
+    let mut chosen = Vec::new();
+    for entry in group.iter() {
+        if rows + entry.rows as u64 <= max_rows {
+            rows += entry.rows as u64;
+            chosen.push((*entry).clone());
+        }
+    }
+    chosen
+}
 
 /// A calibration of a codebook's group: its probes, for ten hits and for a
 /// hundred, and the rows it was made over.
@@ -43,9 +70,20 @@ struct GroupProbes {
 
 /// Starts a recalibration of the shard's codebook over its group when the
 /// group has grown [`RECALIBRATE_GROWTH`] times past its last calibration and
-/// none is running. Called after a flush.
+/// neither a recalibration nor a merge is running. Called after a flush.
 pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
     if shared.stopping() || shared.recalibrating.load(Ordering::Acquire) {
+        return;
+    }
+    // Not while a merge runs or is due: a merge of the group's flushes, or the
+    // refresh that retrains an outgrown codebook, reshapes the group it would
+    // calibrate (a 200k × 1,024 load's recalibration of 115k rows took 33 s of
+    // a core beside the merge of the same rows, and landed 3 s before it;
+    // experiments item 62). Below `max_segment_rows` the refresh retrains once
+    // the shard doubles, so a group outlives that only in larger shards, where
+    // no refresh comes: every flush and merge joins the lists of the last
+    // codebook trained on `max_segment_rows` rows.
+    if shared.merge_lock.try_lock().is_err() {
         return;
     }
     let (codebook_id, members) = {
@@ -53,13 +91,20 @@ pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
         let Some(current) = state.index.codebook.as_ref() else {
             return;
         };
+        if plan_merges(&state.index, &shared.config, false).is_some() {
+            return;
+        }
         let id = current.codebook.id();
-        let members: Vec<SegmentEntry> = state
+        let mut group: Vec<&SegmentEntry> = state
             .index
             .entries()
             .filter(|live| live.codebook_id == Some(id))
-            .map(|live| live.entry.clone())
+            .map(|live| &live.entry)
             .collect();
+        let members = calibration_members(
+            &mut group,
+            RECALIBRATE_MAX_ROWS_PER_SEGMENT_ROWS * shared.config.max_segment_rows as u64,
+        );
         let rows: u64 = members.iter().map(|entry| entry.rows as u64).sum();
         if members.len() < 2 || rows < current.calibrated_rows.saturating_mul(RECALIBRATE_GROWTH) {
             return;
@@ -193,4 +238,47 @@ async fn recalibrate(shared: &Shared, members: Vec<SegmentEntry>) -> IndexerResu
     })
     .await
     .map_err(|error| IndexerError::Internal(format!("recalibration task: {error}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, rows: u32) -> SegmentEntry {
+        SegmentEntry {
+            segment_id: id.into(),
+            key: format!("k/{id}"),
+            rows,
+            size_bytes: 0,
+            deletes: None,
+            default_nprobe: None,
+            probe_ratio_milli: None,
+            wide_nprobe: None,
+            wide_probe_ratio_milli: None,
+            calibrated_rows: None,
+        }
+    }
+
+    #[test]
+    fn a_recalibration_reads_the_largest_members_that_fit_its_rows() {
+        let (a, b, c, d) = (
+            entry("a", 2_000_000),
+            entry("b", 1_500_000),
+            entry("c", 600_000),
+            entry("d", 400_000),
+        );
+        let mut group = vec![&d, &b, &a, &c];
+        let ids = |chosen: Vec<SegmentEntry>| -> Vec<String> {
+            chosen.into_iter().map(|entry| entry.segment_id).collect()
+        };
+        assert_eq!(
+            ids(calibration_members(&mut group, 4_000_000)),
+            ["a", "b", "d"]
+        );
+        assert_eq!(
+            ids(calibration_members(&mut group, 10_000_000)),
+            ["a", "b", "c", "d"]
+        );
+        assert_eq!(ids(calibration_members(&mut group, 1_000_000)), ["c", "d"]);
+    }
 }
