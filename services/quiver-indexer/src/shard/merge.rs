@@ -73,6 +73,9 @@ pub(super) async fn merge_loop(shared: Arc<Shared>) {
                 }
             }
         }
+        // No merge due: the codebook's group holds still, and may have grown
+        // past its calibration (after a load, no flush comes to notice).
+        super::recalibrate::maybe_recalibrate(&shared);
     }
 }
 

@@ -32,9 +32,10 @@ use crate::segments::{download_segment, ratio_milli};
 /// did twice over (its exact answers are one pass over the group's vectors).
 pub(crate) const RECALIBRATE_GROWTH: u64 = 2;
 
-/// The rows a recalibration reads at most, in `max_segment_rows`: outside a
-/// local store it downloads its members to the scratch disk, as a merge of
-/// the largest segments does its sources and writes their result.
+/// The rows a recalibration reads at most, in `max_segment_rows`, outside a
+/// local store: it downloads its members to the scratch disk, as a merge of
+/// the largest segments does its sources and writes their result. (A local
+/// store's segments are mapped in place: the whole group is read.)
 pub(crate) const RECALIBRATE_MAX_ROWS_PER_SEGMENT_ROWS: u64 = 2;
 
 /// The members a recalibration reads: the group's largest segments first, as
@@ -70,7 +71,8 @@ struct GroupProbes {
 
 /// Starts a recalibration of the shard's codebook over its group when the
 /// group has grown [`RECALIBRATE_GROWTH`] times past its last calibration and
-/// neither a recalibration nor a merge is running. Called after a flush.
+/// neither a recalibration nor a merge is running or due. Called after a
+/// flush, and by the merge loop when it finds no merge to run.
 pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
     if shared.stopping() || shared.recalibrating.load(Ordering::Acquire) {
         return;
@@ -101,10 +103,17 @@ pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
             .filter(|live| live.codebook_id == Some(id))
             .map(|live| &live.entry)
             .collect();
-        let members = calibration_members(
-            &mut group,
-            RECALIBRATE_MAX_ROWS_PER_SEGMENT_ROWS * shared.config.max_segment_rows as u64,
-        );
+        // A local store's segments are mapped where they are: nothing to
+        // download, so the whole group is read.
+        let local = group
+            .first()
+            .is_some_and(|entry| shared.storage.local_path(&entry.key).is_some());
+        let max_rows = if local {
+            u64::MAX
+        } else {
+            RECALIBRATE_MAX_ROWS_PER_SEGMENT_ROWS * shared.config.max_segment_rows as u64
+        };
+        let members = calibration_members(&mut group, max_rows);
         let rows: u64 = members.iter().map(|entry| entry.rows as u64).sum();
         if members.len() < 2 || rows < current.calibrated_rows.saturating_mul(RECALIBRATE_GROWTH) {
             return;
