@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use quiver_index::{
-    BuildProgress, CalibrationOptions, Codebook, MmapSource, PointId, Segment, SegmentSpec,
-    SegmentWriter, calibrate_nprobe, default_nprobe,
+    BuildProgress, Calibration, CalibrationOptions, Codebook, MmapSource, PointId, Segment,
+    SegmentSpec, SegmentWriter, calibrate_group, default_nprobe,
 };
 use quiver_storage::{DeletionBitmap, Storage};
 use roaring::RoaringBitmap;
 
-use crate::catalog::SegmentEntry;
+use crate::catalog::{SegmentEntry, SegmentProbes};
 use crate::error::{IndexerError, IndexerResult};
 
 /// A live segment and the rows deleted from it.
@@ -77,13 +77,59 @@ pub(crate) struct ShardCodebook {
     pub calibrated_rows: u64,
 }
 
+/// Both default probes of a codebook calibrated over `members` (the segment
+/// that trained it, or its group; see [`quiver_index::calibrate_group`]), on
+/// `threads` build threads: for ten hits, and for the hundred nearest (a
+/// search for more hits, or for ten under a filter, probes between the two).
+pub(crate) fn calibrate_probes<S: quiver_index::ByteSource>(
+    members: &[&Segment<S>],
+    threads: usize,
+) -> Result<(Calibration, Calibration), quiver_index::IndexError> {
+    let narrow = calibrate_group(
+        members,
+        &CalibrationOptions {
+            threads,
+            ..CalibrationOptions::default()
+        },
+    )?;
+    let wide = calibrate_group(
+        members,
+        &CalibrationOptions {
+            threads,
+            ..CalibrationOptions::wide()
+        },
+    )?;
+    Ok((narrow, wide))
+}
+
 /// A calibrated ratio in thousandths: up, never below the ratio that reached
 /// the target.
-pub(crate) fn ratio_milli(ratio: Option<f32>) -> Option<u32> {
+fn ratio_milli(ratio: Option<f32>) -> Option<u32> {
     ratio.map(|ratio| ((ratio * 1000.0).ceil() as u32).max(1))
 }
 
 impl ShardCodebook {
+    /// Takes the probes `narrow` (ten hits) and `wide` (a hundred) calibrated
+    /// over `rows` rows of its group.
+    pub fn set_calibrations(&mut self, narrow: &Calibration, wide: &Calibration, rows: u64) {
+        self.nprobe = narrow.nprobe as u32;
+        self.probe_ratio_milli = ratio_milli(narrow.probe_ratio);
+        self.wide_nprobe = Some(wide.nprobe as u32);
+        self.wide_probe_ratio_milli = ratio_milli(wide.probe_ratio);
+        self.calibrated_rows = rows;
+    }
+
+    /// The default probes a segment built with it records.
+    pub fn segment_probes(&self) -> SegmentProbes {
+        SegmentProbes {
+            default_nprobe: Some(self.nprobe),
+            probe_ratio_milli: self.probe_ratio_milli,
+            wide_nprobe: self.wide_nprobe,
+            wide_probe_ratio_milli: self.wide_probe_ratio_milli,
+            calibrated_rows: Some(self.calibrated_rows),
+        }
+    }
+
     /// Returns the codebook `segment` was built with, and the `nprobe` its
     /// manifest entry records (the default for its lists when it records none).
     pub fn of_segment<S: quiver_index::ByteSource>(
@@ -220,8 +266,9 @@ pub(crate) struct SegmentBuild {
     writer: SegmentWriter,
     codebook: Option<ShardCodebook>,
     scratch_dir: PathBuf,
-    /// How a codebook trained by this build is calibrated.
-    calibration: CalibrationOptions,
+    /// Threads a codebook trained by this build is calibrated on (the
+    /// build's: a merge's `merge_threads`).
+    calibration_threads: usize,
 }
 
 impl SegmentBuild {
@@ -237,11 +284,7 @@ impl SegmentBuild {
             writer: SegmentWriter::with_scratch_dir(spec, scratch_dir)?,
             codebook,
             scratch_dir: scratch_dir.to_path_buf(),
-            // On the build's threads (a merge's `merge_threads`).
-            calibration: CalibrationOptions {
-                threads,
-                ..CalibrationOptions::default()
-            },
+            calibration_threads: threads,
         })
     }
 
@@ -282,16 +325,7 @@ impl SegmentBuild {
             Some(shared) => shared,
             None => {
                 let started = std::time::Instant::now();
-                let calibration = calibrate_nprobe(&segment, &self.calibration)?;
-                // And for the hundred nearest: a search for more hits (or for
-                // ten under a filter) probes between the two.
-                let wide = calibrate_nprobe(
-                    &segment,
-                    &CalibrationOptions {
-                        threads: self.calibration.threads,
-                        ..CalibrationOptions::wide()
-                    },
-                )?;
+                let (calibration, wide) = calibrate_probes(&[&segment], self.calibration_threads)?;
                 tracing::info!(
                     rows = segment.rows(),
                     nprobe = calibration.nprobe,
@@ -306,16 +340,18 @@ impl SegmentBuild {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "calibrated the shard's default probes on its new codebook"
                 );
-                ShardCodebook {
+                let mut codebook = ShardCodebook {
                     codebook: Arc::new(Codebook::of_segment(&segment)?.ok_or_else(|| {
                         IndexerError::Internal("a new segment carries no codebook".into())
                     })?),
-                    nprobe: calibration.nprobe as u32,
-                    probe_ratio_milli: ratio_milli(calibration.probe_ratio),
-                    wide_nprobe: Some(wide.nprobe as u32),
-                    wide_probe_ratio_milli: ratio_milli(wide.probe_ratio),
-                    calibrated_rows: segment.rows(),
-                }
+                    nprobe: 0,
+                    probe_ratio_milli: None,
+                    wide_nprobe: None,
+                    wide_probe_ratio_milli: None,
+                    calibrated_rows: 0,
+                };
+                codebook.set_calibrations(&calibration, &wide, segment.rows());
+                codebook
             }
         };
         Ok(BuiltSegment {

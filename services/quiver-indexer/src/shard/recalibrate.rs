@@ -18,13 +18,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use quiver_index::{CalibrationOptions, calibrate_group};
+use quiver_index::Calibration;
 
 use super::Shared;
 use crate::catalog::{ManifestChange, SegmentEntry, SegmentProbes};
 use crate::error::{IndexerError, IndexerResult};
 use crate::merge::plan_merges;
-use crate::segments::{download_segment, ratio_milli};
+use crate::segments::{calibrate_probes, download_segment};
 
 /// The group of the shard's codebook is calibrated again once it holds this
 /// many times the rows its probes were last calibrated over: at most a
@@ -59,13 +59,11 @@ fn calibration_members(group: &mut [&SegmentEntry], max_rows: u64) -> Vec<Segmen
     chosen
 }
 
-/// A calibration of a codebook's group: its probes, for ten hits and for a
+/// A calibration of a codebook's group: its probes for ten hits and for a
 /// hundred, and the rows it was made over.
 struct GroupProbes {
-    nprobe: u32,
-    probe_ratio_milli: Option<u32>,
-    wide_nprobe: u32,
-    wide_probe_ratio_milli: Option<u32>,
+    narrow: Calibration,
+    wide: Calibration,
     rows: u64,
 }
 
@@ -150,14 +148,7 @@ async fn publish(
     started: Instant,
 ) -> IndexerResult<()> {
     let _manifest_guard = shared.manifest_lock.lock().await;
-    let segment_probes = SegmentProbes {
-        default_nprobe: Some(probes.nprobe),
-        probe_ratio_milli: probes.probe_ratio_milli,
-        wide_nprobe: Some(probes.wide_nprobe),
-        wide_probe_ratio_milli: probes.wide_probe_ratio_milli,
-        calibrated_rows: Some(probes.rows),
-    };
-    let members: Vec<String> = {
+    let (members, segment_probes): (Vec<String>, SegmentProbes) = {
         let mut state = shared.lock_state();
         shared.check_writable(&state)?;
         let Some(current) = state.index.codebook.as_mut() else {
@@ -166,29 +157,28 @@ async fn publish(
         if current.codebook.id() != codebook_id || current.calibrated_rows >= probes.rows {
             return Ok(());
         }
+        let (calibrated_rows_before, nprobe_before) = (current.calibrated_rows, current.nprobe);
+        current.set_calibrations(&probes.narrow, &probes.wide, probes.rows);
         tracing::info!(
             shard = %shared.shard,
             rows = probes.rows,
-            calibrated_rows_before = current.calibrated_rows,
-            nprobe_before = current.nprobe,
-            nprobe = probes.nprobe,
-            probe_ratio_milli = probes.probe_ratio_milli,
-            wide_nprobe = probes.wide_nprobe,
-            wide_probe_ratio_milli = probes.wide_probe_ratio_milli,
+            calibrated_rows_before,
+            nprobe_before,
+            nprobe = current.nprobe,
+            probe_ratio_milli = current.probe_ratio_milli,
+            wide_nprobe = current.wide_nprobe,
+            wide_probe_ratio_milli = current.wide_probe_ratio_milli,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "recalibrated the shard's default probes over its codebook's group"
         );
-        current.nprobe = probes.nprobe;
-        current.probe_ratio_milli = probes.probe_ratio_milli;
-        current.wide_nprobe = Some(probes.wide_nprobe);
-        current.wide_probe_ratio_milli = probes.wide_probe_ratio_milli;
-        current.calibrated_rows = probes.rows;
-        state
+        let segment_probes = current.segment_probes();
+        let members = state
             .index
             .entries()
             .filter(|live| live.codebook_id == Some(codebook_id))
             .map(|live| live.entry.segment_id.clone())
-            .collect()
+            .collect();
+        (members, segment_probes)
     };
     let change = ManifestChange {
         set_probes: members
@@ -223,25 +213,10 @@ async fn recalibrate(shared: &Shared, members: Vec<SegmentEntry>) -> IndexerResu
     let threads = shared.config.merge_threads;
     tokio::task::spawn_blocking(move || -> IndexerResult<GroupProbes> {
         let group: Vec<_> = segments.iter().map(|opened| &opened.segment).collect();
-        let narrow = calibrate_group(
-            &group,
-            &CalibrationOptions {
-                threads,
-                ..CalibrationOptions::default()
-            },
-        )?;
-        let wide = calibrate_group(
-            &group,
-            &CalibrationOptions {
-                threads,
-                ..CalibrationOptions::wide()
-            },
-        )?;
+        let (narrow, wide) = calibrate_probes(&group, threads)?;
         Ok(GroupProbes {
-            nprobe: narrow.nprobe as u32,
-            probe_ratio_milli: ratio_milli(narrow.probe_ratio),
-            wide_nprobe: wide.nprobe as u32,
-            wide_probe_ratio_milli: ratio_milli(wide.probe_ratio),
+            narrow,
+            wide,
             rows: group.iter().map(|segment| segment.rows()).sum(),
         })
     })
