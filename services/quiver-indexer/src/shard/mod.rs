@@ -13,7 +13,8 @@
 //! writer's state from the manifest and the WAL tail (takeover, resync) and
 //! settles commits whose outcome was lost; `commit` is the group commit of
 //! writes into WAL objects; `flush` moves committed writes into L0 segments and
-//! deletion bitmaps; `merge` runs the tiered merges and the admin compaction.
+//! deletion bitmaps; `merge` runs the tiered merges and the admin compaction;
+//! `recalibrate` calibrates the codebook's probes again over its grown group.
 //! This file holds the state they share.
 
 mod commit;
