@@ -78,6 +78,8 @@ struct Shared {
     stopping: std::sync::atomic::AtomicBool,
     /// A recalibration of the codebook's group is running (`recalibrate`).
     recalibrating: std::sync::atomic::AtomicBool,
+    /// After a failed recalibration, none starts before this.
+    recalibrate_not_before: Mutex<Option<std::time::Instant>>,
 }
 
 impl Shared {

@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use quiver_index::Calibration;
 
@@ -31,6 +31,10 @@ use crate::segments::{calibrate_probes, download_segment};
 /// doubling of rows between calibrations, each costing about what the last
 /// did twice over (its exact answers are one pass over the group's vectors).
 pub(crate) const RECALIBRATE_GROWTH: u64 = 2;
+
+/// How long after a failed recalibration (a segment's download, say) the next
+/// may start: the merge loop asks every flush interval.
+const RECALIBRATE_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The rows a recalibration reads at most, in `max_segment_rows`, outside a
 /// local store: it downloads its members to the scratch disk, as a merge of
@@ -73,6 +77,13 @@ struct GroupProbes {
 /// flush, and by the merge loop when it finds no merge to run.
 pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
     if shared.stopping() || shared.recalibrating.load(Ordering::Acquire) {
+        return;
+    }
+    let not_before = *shared
+        .recalibrate_not_before
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if not_before.is_some_and(|not_before| Instant::now() < not_before) {
         return;
     }
     // Not while a merge runs or is due: a merge of the group's flushes, or the
@@ -129,11 +140,20 @@ pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
             Ok(probes) => publish(&shared, codebook_id, probes, started).await,
             Err(error) => Err(error),
         };
-        shared.recalibrating.store(false, Ordering::Release);
         if let Err(error) = published {
-            // The next flush tries again.
-            tracing::warn!(shard = %shared.shard, %error, "recalibrating the codebook's group failed");
+            tracing::warn!(
+                shard = %shared.shard,
+                %error,
+                retry_after_s = RECALIBRATE_RETRY_AFTER.as_secs(),
+                "recalibrating the codebook's group failed"
+            );
+            *shared
+                .recalibrate_not_before
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+                Some(Instant::now() + RECALIBRATE_RETRY_AFTER);
         }
+        shared.recalibrating.store(false, Ordering::Release);
     });
 }
 

@@ -105,6 +105,7 @@ impl ShardWriter {
             merge_lock: tokio::sync::Mutex::new(()),
             stopping: std::sync::atomic::AtomicBool::new(false),
             recalibrating: std::sync::atomic::AtomicBool::new(false),
+            recalibrate_not_before: std::sync::Mutex::new(None),
         });
         let (commit_sender, commit_receiver) = mpsc::channel(1024);
         let tasks = vec![
