@@ -72,8 +72,9 @@ struct GroupProbes {
 }
 
 /// Starts a recalibration of the shard's codebook over its group when the
-/// group has grown [`RECALIBRATE_GROWTH`] times past its last calibration and
-/// neither a recalibration nor a merge is running or due. Called after a
+/// shard holds more than `max_segment_rows` rows, the group has grown
+/// [`RECALIBRATE_GROWTH`] times past its last calibration, and neither a
+/// recalibration nor a merge is running or due. Called after a
 /// flush, and by the merge loop when it finds no merge to run.
 pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
     if shared.stopping() || shared.recalibrating.load(Ordering::Acquire) {
@@ -102,7 +103,15 @@ pub(super) fn maybe_recalibrate(shared: &Arc<Shared>) {
         let Some(current) = state.index.codebook.as_ref() else {
             return;
         };
-        if plan_merges(&state.index, &shared.config, false).is_some() {
+        // Only past `max_segment_rows`: below, the refresh retrains instead.
+        let shard_rows: u64 = state
+            .index
+            .entries()
+            .map(|live| live.entry.rows as u64)
+            .sum();
+        if shard_rows <= shared.config.max_segment_rows as u64
+            || plan_merges(&state.index, &shared.config, false).is_some()
+        {
             return;
         }
         let id = current.codebook.id();

@@ -558,7 +558,14 @@ async fn segments_left_under_an_older_codebook_are_merged_into_the_current_one()
 async fn flushes_after_the_codebooks_group_doubled_record_probes_calibrated_over_it() {
     let storage = memory_storage();
     let catalog = Arc::new(MemoryCatalog::default());
-    let writer = open_writer(&storage, &catalog, 1, manual_config()).await;
+    // A shard past `max_segment_rows` (no refresh retrains its codebook), scaled
+    // down: segments of at most 400 rows.
+    let config = IndexerConfig {
+        max_segment_rows: 400,
+        merge_floor_rows: 100,
+        ..manual_config()
+    };
+    let writer = open_writer(&storage, &catalog, 1, config.clone()).await;
     let calibrated_rows = |manifest: &quiver_indexer::Manifest| {
         let mut found: Vec<(u32, Option<u64>, Option<u32>)> = manifest
             .segments
@@ -631,7 +638,7 @@ async fn flushes_after_the_codebooks_group_doubled_record_probes_calibrated_over
 
     // A writer opened again takes the codebook with its newest calibration:
     // its next flush records it too.
-    let writer = open_writer(&storage, &catalog, 2, manual_config()).await;
+    let writer = open_writer(&storage, &catalog, 2, config).await;
     writer
         .write((0..50).map(|i| upsert(4_000 + i, 0)).collect())
         .await
