@@ -181,6 +181,31 @@ pub struct SegmentEntry {
 }
 
 impl SegmentEntry {
+    /// A segment just written: no row deleted yet, `probes` its default
+    /// probes (its codebook's).
+    pub fn new(
+        segment_id: String,
+        key: String,
+        rows: u32,
+        size_bytes: u64,
+        probes: &SegmentProbes,
+    ) -> SegmentEntry {
+        let mut entry = SegmentEntry {
+            segment_id,
+            key,
+            rows,
+            size_bytes,
+            deletes: None,
+            default_nprobe: None,
+            probe_ratio_milli: None,
+            wide_nprobe: None,
+            wide_probe_ratio_milli: None,
+            calibrated_rows: None,
+        };
+        entry.set_probes(probes);
+        entry
+    }
+
     /// Returns the default probes it records.
     pub fn probes(&self) -> SegmentProbes {
         SegmentProbes {

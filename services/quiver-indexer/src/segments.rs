@@ -248,11 +248,7 @@ pub(crate) struct BuiltSegment {
     pub file: std::fs::File,
     /// Ids in row order.
     pub ids: Vec<PointId>,
-    /// The default `nprobe` of its codebook's lists.
-    pub default_nprobe: u32,
-    /// The calibrated distance ratio of its codebook, in thousandths.
-    pub probe_ratio_milli: Option<u32>,
-    /// The codebook it was built with.
+    /// The codebook it was built with, whose probes it records.
     pub codebook: ShardCodebook,
 }
 
@@ -358,8 +354,6 @@ impl SegmentBuild {
             bytes,
             file,
             ids,
-            default_nprobe: codebook.nprobe,
-            probe_ratio_milli: codebook.probe_ratio_milli,
             codebook,
         })
     }

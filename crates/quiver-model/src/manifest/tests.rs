@@ -3,18 +3,7 @@ use super::*;
 const SHARD: &str = "7/0";
 
 fn segment(id: &str) -> SegmentEntry {
-    SegmentEntry {
-        segment_id: id.into(),
-        key: format!("k/{id}"),
-        rows: 10,
-        size_bytes: 100,
-        deletes: None,
-        default_nprobe: None,
-        probe_ratio_milli: None,
-        wide_nprobe: None,
-        wide_probe_ratio_milli: None,
-        calibrated_rows: None,
-    }
+    SegmentEntry::new(id.into(), format!("k/{id}"), 10, 100, &Default::default())
 }
 
 fn wal(sequence: u64) -> WalEntry {

@@ -188,18 +188,13 @@ async fn flush_frozen(
         let built = build_l0(shared, frozen, upserts).await?;
         let segment_id = new_segment_id(through, "l0");
         let key = keys::segment_key(&shared.shard.collection_id, shared.shard.shard, &segment_id);
-        let entry = SegmentEntry {
+        let entry = SegmentEntry::new(
             segment_id,
-            key: key.clone(),
-            rows: built.ids.len() as u32,
-            size_bytes: built.bytes.len() as u64,
-            deletes: None,
-            default_nprobe: Some(built.default_nprobe),
-            probe_ratio_milli: built.probe_ratio_milli,
-            wide_nprobe: built.codebook.wide_nprobe,
-            wide_probe_ratio_milli: built.codebook.wide_probe_ratio_milli,
-            calibrated_rows: Some(built.codebook.calibrated_rows),
-        };
+            key.clone(),
+            built.ids.len() as u32,
+            built.bytes.len() as u64,
+            &built.codebook.segment_probes(),
+        );
         failpoints::during(
             "flush-upload",
             shared.storage.put_file(&key, &built.file, built.bytes),

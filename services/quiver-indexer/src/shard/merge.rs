@@ -127,11 +127,8 @@ struct MergedRows {
     /// The scratch file `bytes` maps (none exactly when it is empty).
     file: Option<std::fs::File>,
     ids: Vec<PointId>,
-    default_nprobe: Option<u32>,
-    probe_ratio_milli: Option<u32>,
-    wide_nprobe: Option<u32>,
-    wide_probe_ratio_milli: Option<u32>,
-    /// The codebook it was built with (none when it is empty).
+    /// The codebook it was built with, whose probes it records (none when it
+    /// is empty).
     codebook: Option<ShardCodebook>,
     /// For every id: (index of its source, row in that source).
     origins: HashMap<PointId, (usize, u32)>,
@@ -152,21 +149,17 @@ async fn merge_once(shared: &Shared, plan: MergePlan) -> IndexerResult<bool> {
     };
     let segment_id = new_segment_id(through, &format!("m{}", plan.level));
     let key = keys::segment_key(&shared.shard.collection_id, shared.shard.shard, &segment_id);
-    let mut entry = SegmentEntry {
-        segment_id: segment_id.clone(),
-        key: key.clone(),
-        rows: merged.ids.len() as u32,
-        size_bytes: merged.bytes.len() as u64,
-        deletes: None,
-        default_nprobe: merged.default_nprobe,
-        probe_ratio_milli: merged.probe_ratio_milli,
-        wide_nprobe: merged.wide_nprobe,
-        wide_probe_ratio_milli: merged.wide_probe_ratio_milli,
-        calibrated_rows: merged
+    let mut entry = SegmentEntry::new(
+        segment_id.clone(),
+        key.clone(),
+        merged.ids.len() as u32,
+        merged.bytes.len() as u64,
+        &merged
             .codebook
             .as_ref()
-            .map(|codebook| codebook.calibrated_rows),
-    };
+            .map(ShardCodebook::segment_probes)
+            .unwrap_or_default(),
+    );
     let empty_result = merged.ids.is_empty();
     if let Some(file) = &merged.file {
         failpoints::during(
@@ -325,10 +318,6 @@ async fn build_merged(
             bytes: built.bytes,
             file: Some(built.file),
             ids: built.ids,
-            default_nprobe: Some(built.default_nprobe),
-            probe_ratio_milli: built.probe_ratio_milli,
-            wide_nprobe: built.codebook.wide_nprobe,
-            wide_probe_ratio_milli: built.codebook.wide_probe_ratio_milli,
             codebook: Some(built.codebook),
             origins,
         },
@@ -336,10 +325,6 @@ async fn build_merged(
             bytes: bytes::Bytes::new(),
             file: None,
             ids: Vec::new(),
-            default_nprobe: None,
-            probe_ratio_milli: None,
-            wide_nprobe: None,
-            wide_probe_ratio_milli: None,
             codebook: None,
             origins,
         },

@@ -258,18 +258,7 @@ mod tests {
     use super::*;
 
     fn entry(id: &str, rows: u32) -> SegmentEntry {
-        SegmentEntry {
-            segment_id: id.into(),
-            key: format!("k/{id}"),
-            rows,
-            size_bytes: 0,
-            deletes: None,
-            default_nprobe: None,
-            probe_ratio_milli: None,
-            wide_nprobe: None,
-            wide_probe_ratio_milli: None,
-            calibrated_rows: None,
-        }
+        SegmentEntry::new(id.into(), format!("k/{id}"), rows, 0, &Default::default())
     }
 
     #[test]

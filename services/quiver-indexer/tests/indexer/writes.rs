@@ -566,14 +566,20 @@ async fn flushes_after_the_codebooks_group_doubled_record_probes_calibrated_over
         ..manual_config()
     };
     let writer = open_writer(&storage, &catalog, 1, config.clone()).await;
-    let calibrated_rows = |manifest: &quiver_indexer::Manifest| {
-        let mut found: Vec<(u32, Option<u64>, Option<u32>)> = manifest
+    // Every segment records probes calibrated over `rows` rows of its group.
+    let assert_all_calibrated_over = |manifest: &quiver_indexer::Manifest, rows: u64| {
+        let found: Vec<(u32, Option<u64>, Option<u32>)> = manifest
             .segments
             .iter()
             .map(|entry| (entry.rows, entry.calibrated_rows, entry.default_nprobe))
             .collect();
-        found.sort();
-        found
+        assert!(
+            found
+                .iter()
+                .all(|(_, calibrated, nprobe)| *calibrated == Some(rows) && nprobe.is_some()),
+            "{found:?}"
+        );
+        found.len()
     };
     // The first flush trains the codebook and calibrates it on its 300 rows.
     writer
@@ -588,14 +594,7 @@ async fn flushes_after_the_codebooks_group_doubled_record_probes_calibrated_over
         .unwrap();
     assert!(writer.flush().await.unwrap());
     assert!(!writer.recalibrating(), "550 rows are not twice 300");
-    let manifest = catalog.manifest(&shard()).await.unwrap();
-    let found = calibrated_rows(&manifest);
-    assert!(
-        found
-            .iter()
-            .all(|(_, rows, nprobe)| *rows == Some(300) && nprobe.is_some()),
-        "{found:?}"
-    );
+    assert_all_calibrated_over(&catalog.manifest(&shard()).await.unwrap(), 300);
     // 150 more make 700, over twice 300: the group is calibrated again, in
     // the background, and what that found is recorded on every member at once
     // (searchers use it without waiting for a flush), then by later flushes.
@@ -612,28 +611,14 @@ async fn flushes_after_the_codebooks_group_doubled_record_probes_calibrated_over
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let manifest = catalog.manifest(&shard()).await.unwrap();
-    let found = calibrated_rows(&manifest);
-    assert!(
-        found
-            .iter()
-            .all(|(_, rows, nprobe)| *rows == Some(700) && nprobe.is_some()),
-        "{found:?}"
-    );
+    assert_all_calibrated_over(&catalog.manifest(&shard()).await.unwrap(), 700);
     writer
         .write((0..100).map(|i| upsert(3_000 + i, 0)).collect())
         .await
         .unwrap();
     assert!(writer.flush().await.unwrap());
     let manifest = catalog.manifest(&shard()).await.unwrap();
-    let found = calibrated_rows(&manifest);
-    assert_eq!(found.len(), 4);
-    assert!(
-        found
-            .iter()
-            .all(|(_, rows, nprobe)| *rows == Some(700) && nprobe.is_some()),
-        "{found:?}"
-    );
+    assert_eq!(assert_all_calibrated_over(&manifest, 700), 4);
     drop(writer);
 
     // A writer opened again takes the codebook with its newest calibration:
@@ -645,7 +630,11 @@ async fn flushes_after_the_codebooks_group_doubled_record_probes_calibrated_over
         .unwrap();
     assert!(writer.flush().await.unwrap());
     let manifest = catalog.manifest(&shard()).await.unwrap();
-    let found = calibrated_rows(&manifest);
-    let reopened = found.iter().find(|(rows, _, _)| *rows == 50).unwrap();
-    assert_eq!(reopened.1, Some(700), "{found:?}");
+    let reopened = manifest.segments.iter().find(|entry| entry.rows == 50);
+    assert_eq!(
+        reopened.and_then(|entry| entry.calibrated_rows),
+        Some(700),
+        "{:?}",
+        manifest.segments
+    );
 }

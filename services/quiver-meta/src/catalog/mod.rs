@@ -261,18 +261,13 @@ mod shard_map {
 /// Returns a live segment entry; for tests and tools.
 #[cfg(test)]
 pub(crate) fn segment(segment_id: &str, rows: u32) -> quiver_model::SegmentEntry {
-    quiver_model::SegmentEntry {
-        segment_id: segment_id.to_owned(),
-        key: format!("segments/{segment_id}.qseg"),
+    quiver_model::SegmentEntry::new(
+        segment_id.to_owned(),
+        format!("segments/{segment_id}.qseg"),
         rows,
-        size_bytes: u64::from(rows) * 16,
-        deletes: None,
-        default_nprobe: None,
-        probe_ratio_milli: None,
-        wide_nprobe: None,
-        wide_probe_ratio_milli: None,
-        calibrated_rows: None,
-    }
+        u64::from(rows) * 16,
+        &Default::default(),
+    )
 }
 
 #[cfg(test)]
