@@ -790,10 +790,10 @@ mod tests {
     fn the_nearest_on_tiles_is_the_nearest_in_f32() {
         if !quiver_simd::tile_products_available() {
             assert!(
-                !quiver_simd::cpu_has_tiles()
+                !quiver_simd::cpu_has_bf16_products()
                     || std::env::var_os("QUIVER_SIMD_NO_TILES").is_some()
                     || !quiver_simd::tiles_allowed_by_cap(),
-                "the CPU has AMX tiles but they are not used"
+                "the CPU has a bf16 product unit (AMX or AVX512-BF16) but it is not used"
             );
             return;
         }

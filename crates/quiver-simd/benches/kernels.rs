@@ -68,5 +68,59 @@ fn kernels(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, kernels);
+/// Rows and vectors of one k-means product (a task's rows against a panel
+/// of centroids).
+const PRODUCT_ROWS: usize = 128;
+const PRODUCT_VECTORS: usize = 1024;
+
+/// Inner products of a k-means task's rows with a panel of centroids: the bf16
+/// product unit (AMX tiles or AVX512-BF16, whichever this CPU has) against the
+/// f32 block kernel, in products per second.
+fn products(c: &mut Criterion) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    eprintln!(
+        "quiver-simd bf16 product unit: {}",
+        quiver_simd::product_unit().map_or("none".to_string(), |unit| unit.to_string())
+    );
+    for dim in DIMS {
+        let rows = random_f32(&mut rng, PRODUCT_ROWS * dim);
+        let vectors = random_f32(&mut rng, PRODUCT_VECTORS * dim);
+        let mut group = c.benchmark_group(format!("products/{dim}"));
+        group.throughput(Throughput::Elements(
+            (PRODUCT_ROWS * PRODUCT_VECTORS) as u64,
+        ));
+        if quiver_simd::tile_products_available() {
+            let center = vec![0f32; dim];
+            let panel = quiver_simd::TilePanel::new(&vectors, dim, &center);
+            let mut bf16_rows = Vec::new();
+            let padded_rows = quiver_simd::tile_rows(&rows, dim, &center, &mut bf16_rows);
+            let mut out = vec![0f32; padded_rows * panel.padded_count()];
+            group.bench_function(BenchmarkId::new("bf16_unit", dim), |b| {
+                b.iter(|| quiver_simd::tile_products(&bf16_rows, &panel, &mut out))
+            });
+        }
+        // The f32 kernel's layout: 16 vectors to a block, transposed.
+        let columns = quiver_simd::BLOCK_COLUMNS;
+        let mut blocks = vec![0f32; PRODUCT_VECTORS * dim];
+        for (index, vector) in vectors.chunks_exact(dim).enumerate() {
+            let block = &mut blocks[(index / columns) * dim * columns..][..dim * columns];
+            for (d, &value) in vector.iter().enumerate() {
+                block[d * columns + index % columns] = value;
+            }
+        }
+        let mut dots = vec![0f32; 64 * columns];
+        group.bench_function(BenchmarkId::new("f32_blocks", dim), |b| {
+            b.iter(|| {
+                for tile in rows.chunks_exact(64 * dim) {
+                    for block in blocks.chunks_exact(dim * columns) {
+                        quiver_simd::dot_transposed_block(tile, dim, block, &mut dots);
+                    }
+                }
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, kernels, products);
 criterion_main!(benches);

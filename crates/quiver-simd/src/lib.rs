@@ -28,8 +28,9 @@ pub use dispatch::{
 };
 pub use estimate::EstimateTerms;
 pub use tiles::{
-    TILE_DIMS, TILE_ROWS, TILE_VECTORS, TilePanel, cpu_has_tiles, tile_products,
-    tile_products_available, tile_rows, tiles_allowed_by_cap,
+    ProductUnit, TILE_DIMS, TILE_ROWS, TILE_VECTORS, TilePanel, cpu_has_bf16_products,
+    cpu_has_tiles, product_unit, tile_products, tile_products_available, tile_rows,
+    tiles_allowed_by_cap,
 };
 
 /// Rows per RaBitQ code block.

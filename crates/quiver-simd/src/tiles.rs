@@ -1,15 +1,22 @@
-//! Inner products of many rows with many vectors on Intel AMX tiles (bf16
-//! inputs, f32 sums): the matrix product of k-means assignment, where the
-//! AVX-512 FMA kernel reaches ~130 GFLOPS per core and one tile product unit
-//! several times that. Inputs are rounded to bf16 (8 significant bits), so a
-//! product is off by at most ~2⁻⁸·Σ|xᵢ·cᵢ| (≤ 2⁻⁸·‖x‖·‖c‖): callers that need
-//! the exact nearest re-check, in f32, the few vectors within that of the best
-//! (see `quiver-index`'s k-means).
+//! Inner products of many rows with many vectors in bf16 (bf16 inputs, f32
+//! sums): the matrix product of k-means assignment and of a calibration's
+//! exact answers, where the AVX-512 FMA kernel reaches ~100–130 GFLOPS per
+//! core. Two units compute them:
+//! - Intel AMX tiles (`TDPBF16PS`: several times the FMA kernel);
+//! - AVX512-BF16 (`VDPBF16PS`: two products per f32 lane and instruction, twice
+//!   the FMA kernel's products per instruction), on CPUs without AMX — AMD
+//!   Zen 4 and later, Intel Cooper Lake.
 //!
-//! Available when the CPU has AMX-TILE and AMX-BF16 and the kernel grants the
-//! process the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, Linux ≥ 5.16);
-//! `QUIVER_SIMD_NO_TILES` turns it off, and so does a cap below AVX-512
-//! (`QUIVER_SIMD_MAX=avx2` or `scalar`, `QUIVER_SIMD_FORCE_SCALAR`).
+//! Inputs are rounded to bf16 (8 significant bits), so a product is off by at
+//! most ~2⁻⁸·Σ|xᵢ·cᵢ| (≤ 2⁻⁸·‖x‖·‖c‖) on either unit: callers that need the
+//! exact nearest re-check, in f32, the few vectors within that of the best (see
+//! `quiver-index`'s k-means).
+//!
+//! AMX is used when the CPU has AMX-TILE and AMX-BF16 and the kernel grants the
+//! process the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, Linux ≥ 5.16),
+//! else AVX512-BF16 when the CPU has it; `QUIVER_SIMD_NO_TILES` turns both off,
+//! and so does a cap below AVX-512 (`QUIVER_SIMD_MAX=avx2` or `scalar`,
+//! `QUIVER_SIMD_FORCE_SCALAR`).
 
 use std::sync::OnceLock;
 
@@ -109,14 +116,45 @@ pub fn tiles_allowed_by_cap() -> bool {
     )
 }
 
+/// The unit that computes [`tile_products`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProductUnit {
+    /// Intel AMX tiles (`TDPBF16PS`).
+    AmxTiles,
+    /// AVX512-BF16 (`VDPBF16PS`) on the vector units.
+    Avx512Bf16,
+}
+
+impl std::fmt::Display for ProductUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProductUnit::AmxTiles => "amx",
+            ProductUnit::Avx512Bf16 => "avx512-bf16",
+        })
+    }
+}
+
+/// The unit [`tile_products`] runs on here, `None` when neither may (detected
+/// once per process): AMX tiles first, else AVX512-BF16.
+pub fn product_unit() -> Option<ProductUnit> {
+    static UNIT: OnceLock<Option<ProductUnit>> = OnceLock::new();
+    *UNIT.get_or_init(|| {
+        if std::env::var_os("QUIVER_SIMD_NO_TILES").is_some() || !tiles_allowed_by_cap() {
+            return None;
+        }
+        if platform::enable() {
+            Some(ProductUnit::AmxTiles)
+        } else if platform::cpu_has_avx512_bf16() {
+            Some(ProductUnit::Avx512Bf16)
+        } else {
+            None
+        }
+    })
+}
+
 /// Whether [`tile_products`] can run here (detected once per process).
 pub fn tile_products_available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        std::env::var_os("QUIVER_SIMD_NO_TILES").is_none()
-            && tiles_allowed_by_cap()
-            && platform::enable()
-    })
+    product_unit().is_some()
 }
 
 /// Whether the CPU reports AMX-TILE and AMX-BF16 (whether or not the kernel
@@ -125,16 +163,19 @@ pub fn cpu_has_tiles() -> bool {
     platform::cpu_has_tiles()
 }
 
+/// Whether the CPU has a unit for [`tile_products`]: AMX tiles (whether or
+/// not the kernel grants their state) or AVX512-BF16.
+pub fn cpu_has_bf16_products() -> bool {
+    platform::cpu_has_tiles() || platform::cpu_has_avx512_bf16()
+}
+
 /// Inner products of every row of `rows` (bf16 as [`tile_rows`] writes them: a
 /// multiple of [`TILE_ROWS`] rows of `panel.padded_dim()` values) with every
 /// vector of `panel`: `out[row * panel.padded_count() + vector]`.
 ///
 /// Panics when [`tile_products_available`] is false or the sizes disagree.
 pub fn tile_products(rows: &[u16], panel: &TilePanel, out: &mut [f32]) {
-    assert!(
-        tile_products_available(),
-        "tile_products: AMX tiles are not available"
-    );
+    let unit = product_unit().expect("tile_products: no bf16 product unit is available");
     assert!(
         rows.len().is_multiple_of(panel.padded_dim * TILE_ROWS),
         "tile_products: rows are not whole tiles of the panel's dimensions"
@@ -144,7 +185,15 @@ pub fn tile_products(rows: &[u16], panel: &TilePanel, out: &mut [f32]) {
         out.len() >= count * panel.padded_count,
         "tile_products: output buffer too small"
     );
-    platform::products(rows, panel, count, out);
+    products_on(unit, rows, panel, count, out);
+}
+
+/// [`tile_products`] on `unit` (which must be available here).
+fn products_on(unit: ProductUnit, rows: &[u16], panel: &TilePanel, count: usize, out: &mut [f32]) {
+    match unit {
+        ProductUnit::AmxTiles => platform::products(rows, panel, count, out),
+        ProductUnit::Avx512Bf16 => platform::bf16_products(rows, panel, count, out),
+    }
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -163,6 +212,87 @@ mod platform {
         // CPUID leaf 7, sub-leaf 0: EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
         let leaf = std::arch::x86_64::__cpuid_count(7, 0);
         leaf.edx & (1 << 22) != 0 && leaf.edx & (1 << 24) != 0
+    }
+
+    pub(super) fn cpu_has_avx512_bf16() -> bool {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
+    }
+
+    /// Bytes of the panel scored against every group of rows before the next
+    /// ones (`bf16_products`): with the rows of a k-means task (128 rows, 256
+    /// KiB at 1,024 dimensions) they stay in a 1 MiB L2.
+    const BF16_PASS_BYTES: usize = 512 * 1024;
+    /// Rows whose products `bf16_products` computes at once: 8 rows × 32
+    /// vectors are 16 accumulators, two panel registers and a broadcast.
+    const BF16_ROWS: usize = 8;
+
+    /// `products` with `VDPBF16PS`: for each pair of dimensions, a row's two
+    /// bf16 values broadcast to every lane and multiplied with the same pair of
+    /// 16 vectors (the panel's layout holds them side by side, as for AMX).
+    pub(super) fn bf16_products(rows: &[u16], panel: &TilePanel, count: usize, out: &mut [f32]) {
+        assert!(
+            cpu_has_avx512_bf16(),
+            "bf16_products: the CPU has no AVX512-BF16"
+        );
+        // SAFETY: the CPU has AVX-512F and AVX512-BF16 (checked above);
+        // `tile_products` checked the sizes this reads and writes.
+        unsafe { bf16_products_avx512(rows, panel, count, out) }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn bf16_products_avx512(rows: &[u16], panel: &TilePanel, count: usize, out: &mut [f32]) {
+        use std::arch::x86_64::*;
+        // SAFETY: every load reads inside `rows` (row0 + r < count rows of
+        // padded_dim values) or the panel (group < padded_count / 32, q <
+        // dim_pairs); every store writes 16 floats inside `out` (count ×
+        // padded_count, checked by `tile_products`).
+        unsafe {
+            let padded_dim = panel.padded_dim;
+            let dim_pairs = padded_dim / 2;
+            let stride = panel.padded_count;
+            let groups = panel.padded_count / TILE_VECTORS;
+            let per_pass = (BF16_PASS_BYTES / (TILE_VECTORS * padded_dim * 2)).max(1);
+            debug_assert!(count.is_multiple_of(BF16_ROWS));
+            let mut first = 0;
+            while first < groups {
+                let last = (first + per_pass).min(groups);
+                for row0 in (0..count).step_by(BF16_ROWS) {
+                    let row_ptr = rows.as_ptr().add(row0 * padded_dim);
+                    for group in first..last {
+                        // Block 2·group's pair q of dimensions for its 16 vectors
+                        // is 32 values at ((2·group)·dim_pairs + q)·32; block
+                        // 2·group + 1's follow dim_pairs·32 values later.
+                        let low = panel.values.as_ptr().add(2 * group * dim_pairs * 32);
+                        let high = low.add(dim_pairs * 32);
+                        let mut acc = [[_mm512_setzero_ps(); 2]; BF16_ROWS];
+                        for q in 0..dim_pairs {
+                            let a: __m512bh =
+                                std::mem::transmute(_mm512_loadu_si512(low.add(q * 32).cast()));
+                            let b: __m512bh =
+                                std::mem::transmute(_mm512_loadu_si512(high.add(q * 32).cast()));
+                            for (r, pair) in acc.iter_mut().enumerate() {
+                                let x: __m512bh = std::mem::transmute(_mm512_set1_epi32(
+                                    row_ptr
+                                        .add(r * padded_dim + 2 * q)
+                                        .cast::<i32>()
+                                        .read_unaligned(),
+                                ));
+                                pair[0] = _mm512_dpbf16_ps(pair[0], x, a);
+                                pair[1] = _mm512_dpbf16_ps(pair[1], x, b);
+                            }
+                        }
+                        for (r, pair) in acc.iter().enumerate() {
+                            let o = out
+                                .as_mut_ptr()
+                                .add((row0 + r) * stride + group * TILE_VECTORS);
+                            _mm512_storeu_ps(o, pair[0]);
+                            _mm512_storeu_ps(o.add(16), pair[1]);
+                        }
+                    }
+                }
+                first = last;
+            }
+        }
     }
 
     pub(super) fn enable() -> bool {
@@ -295,7 +425,15 @@ mod platform {
         false
     }
 
+    pub(super) fn cpu_has_avx512_bf16() -> bool {
+        false
+    }
+
     pub(super) fn products(_: &[u16], _: &TilePanel, _: usize, _: &mut [f32]) {
+        unreachable!("tile products are checked available first")
+    }
+
+    pub(super) fn bf16_products(_: &[u16], _: &TilePanel, _: usize, _: &mut [f32]) {
         unreachable!("tile products are checked available first")
     }
 }
@@ -305,9 +443,22 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
+    /// Every unit that can compute the products here: the one chosen, and
+    /// AVX512-BF16 beside AMX when the CPU has both.
+    fn units_here() -> Vec<ProductUnit> {
+        let mut units = Vec::new();
+        if let Some(unit) = product_unit() {
+            units.push(unit);
+            if unit == ProductUnit::AmxTiles && platform::cpu_has_avx512_bf16() {
+                units.push(ProductUnit::Avx512Bf16);
+            }
+        }
+        units
+    }
+
     #[test]
     fn tile_products_are_the_inner_products_within_the_bf16_bound() {
-        if !cpu_has_tiles() {
+        if !cpu_has_bf16_products() {
             // Nothing to check on this CPU but that the path is off.
             assert!(!tile_products_available());
             return;
@@ -316,9 +467,17 @@ mod tests {
             tile_products_available()
                 || std::env::var_os("QUIVER_SIMD_NO_TILES").is_some()
                 || !tiles_allowed_by_cap(),
-            "the CPU has AMX but the kernel did not grant the tile state"
+            "the CPU has a bf16 product unit (AMX or AVX512-BF16) but it is not used"
         );
-        if !tile_products_available() {
+        if platform::cpu_has_avx512_bf16() && !cpu_has_tiles() {
+            assert_eq!(
+                product_unit().is_some(),
+                tile_products_available(),
+                "AVX512-BF16 is the unit of a CPU without AMX"
+            );
+        }
+        let units = units_here();
+        if units.is_empty() {
             return;
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(21);
@@ -334,35 +493,38 @@ mod tests {
             let mut bf16_rows = Vec::new();
             let padded_rows = tile_rows(&data, dim, &center, &mut bf16_rows);
             assert_eq!(padded_rows % TILE_ROWS, 0);
-            let mut out = vec![f32::NAN; padded_rows * panel.padded_count()];
-            tile_products(&bf16_rows, &panel, &mut out);
-            for row in 0..rows {
-                let x: Vec<f32> = data[row * dim..][..dim]
-                    .iter()
-                    .zip(&center)
-                    .map(|(v, c)| v - c)
-                    .collect();
-                for vector in 0..panel.padded_count() {
-                    let got = out[row * panel.padded_count() + vector];
-                    if vector >= vectors {
-                        assert_eq!(got, 0.0, "padding vector {vector}");
-                        continue;
-                    }
-                    let c: Vec<f32> = panel_values[vector * dim..][..dim]
+            for &unit in &units {
+                let mut out = vec![f32::NAN; padded_rows * panel.padded_count()];
+                products_on(unit, &bf16_rows, &panel, padded_rows, &mut out);
+                for row in 0..rows {
+                    let x: Vec<f32> = data[row * dim..][..dim]
                         .iter()
                         .zip(&center)
-                        .map(|(v, m)| v - m)
+                        .map(|(v, c)| v - c)
                         .collect();
-                    let exact: f64 = x.iter().zip(&c).map(|(a, b)| *a as f64 * *b as f64).sum();
-                    let scale: f64 = x
-                        .iter()
-                        .zip(&c)
-                        .map(|(a, b)| (*a as f64 * *b as f64).abs())
-                        .sum();
-                    assert!(
-                        (got as f64 - exact).abs() <= scale * (1.0 / 256.0 + 1.0 / 4096.0) + 1e-6,
-                        "dim {dim} row {row} vector {vector}: {got} against {exact} (scale {scale})"
-                    );
+                    for vector in 0..panel.padded_count() {
+                        let got = out[row * panel.padded_count() + vector];
+                        if vector >= vectors {
+                            assert_eq!(got, 0.0, "padding vector {vector}");
+                            continue;
+                        }
+                        let c: Vec<f32> = panel_values[vector * dim..][..dim]
+                            .iter()
+                            .zip(&center)
+                            .map(|(v, m)| v - m)
+                            .collect();
+                        let exact: f64 = x.iter().zip(&c).map(|(a, b)| *a as f64 * *b as f64).sum();
+                        let scale: f64 = x
+                            .iter()
+                            .zip(&c)
+                            .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                            .sum();
+                        assert!(
+                            (got as f64 - exact).abs()
+                                <= scale * (1.0 / 256.0 + 1.0 / 4096.0) + 1e-6,
+                            "{unit}: dim {dim} row {row} vector {vector}: {got} against {exact} (scale {scale})"
+                        );
+                    }
                 }
             }
         }

@@ -366,6 +366,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         role = role.name(),
         ready = role.is_ready(),
         simd = %quiver_simd::selected_isa(),
+        bf16_products = %quiver_simd::product_unit()
+            .map_or_else(|| "none".to_string(), |unit| unit.to_string()),
         "role started"
     );
     shutdown_signal().await;
