@@ -34,6 +34,7 @@ pub use collections::{
 pub use error::{ErrorBody, ErrorDetail};
 pub use points::{
     GetPointsResponse, Point, PointId, PointIdsRequest, PointRecord, UpsertRequest, WriteResponse,
+    vector_from_base64, vector_to_base64,
 };
 pub use quiver_common::ErrorCode;
 pub use search::{

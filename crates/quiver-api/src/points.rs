@@ -149,8 +149,10 @@ impl<'de> Deserialize<'de> for PointId {
 pub struct Point {
     /// The point's id (an existing point with it is replaced).
     pub id: PointId,
-    /// The vector, of the collection's dimension, finite values.
+    /// The vector, of the collection's dimension, finite values: an array of
+    /// numbers, or the base64 of its little-endian 32-bit floats.
     #[serde(deserialize_with = "vector_values")]
+    #[cfg_attr(feature = "openapi", schema(value_type = VectorInput))]
     pub vector: Vec<f32>,
     /// A JSON object; filters can use its top-level fields (those of the payload
     /// schema indexed). `null` is none.
@@ -206,9 +208,15 @@ pub(crate) fn vector_values<'de, D: Deserializer<'de>>(
     read_vector(deserializer, 0)
 }
 
-/// Reads a vector of [`VectorValue`]s into room for the format's size hint, or
-/// for `room` values when it gives none (JSON does not), capped against hostile
-/// hints.
+/// Reads a vector: an array of [`VectorValue`]s, into room for the format's
+/// size hint or for `room` values when it gives none (JSON does not), capped
+/// against hostile hints; or a string holding the standard base64 (RFC 4648,
+/// padded) of its values as little-endian 32-bit floats — what `numpy`'s
+/// `tobytes()` of a `float32` array gives, and OpenAI's `encoding_format:
+/// "base64"` returns. A client writes and the server reads that form in
+/// microseconds, where 768 decimal numbers cost a Python client ~0.4 ms to
+/// write and the server ~20 µs to parse. Its values are checked as the
+/// array's are (finite, by the request's validation).
 pub(crate) fn read_vector<'de, D: Deserializer<'de>>(
     deserializer: D,
     room: usize,
@@ -218,7 +226,12 @@ pub(crate) fn read_vector<'de, D: Deserializer<'de>>(
         type Value = Vec<f32>;
 
         fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-            formatter.write_str("an array of numbers")
+            formatter
+                .write_str("an array of numbers, or a base64 string of little-endian 32-bit floats")
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Vec<f32>, E> {
+            vector_from_base64(text).map_err(E::custom)
         }
 
         fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
@@ -230,7 +243,53 @@ pub(crate) fn read_vector<'de, D: Deserializer<'de>>(
             Ok(vector)
         }
     }
-    deserializer.deserialize_seq(Values(room))
+    deserializer.deserialize_any(Values(room))
+}
+
+/// The values of a base64 vector (see [`read_vector`]), or what is wrong with it.
+pub fn vector_from_base64(text: &str) -> Result<Vec<f32>, String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|error| {
+            format!(
+                "a string vector must be the standard base64 (RFC 4648, padded) of little-endian 32-bit floats: {error}"
+            )
+        })?;
+    if bytes.is_empty() || !bytes.len().is_multiple_of(4) {
+        return Err(format!(
+            "a base64 vector must hold whole little-endian 32-bit floats (4 bytes each), got {} bytes",
+            bytes.len()
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|value| f32::from_le_bytes([value[0], value[1], value[2], value[3]]))
+        .collect())
+}
+
+/// The base64 form of `vector` that [`read_vector`] reads.
+pub fn vector_to_base64(vector: &[f32]) -> String {
+    use base64::Engine as _;
+    let bytes: Vec<u8> = vector
+        .iter()
+        .flat_map(|value| value.to_le_bytes())
+        .collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// How a vector may be written in a request (the OpenAPI schema of `vector`).
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum VectorInput {
+    /// The values as JSON numbers.
+    Values(Vec<f32>),
+    /// The standard base64 (RFC 4648, padded) of the values as little-endian
+    /// 32-bit floats (`numpy.float32` array `.tobytes()`).
+    #[schema(format = Byte)]
+    Base64(String),
 }
 
 /// The most values [`read_vector`] makes room for before it reads them.
@@ -360,5 +419,53 @@ mod tests {
         assert_eq!(point.vector, [-2.0, 3.0]);
         let error = serde_json::from_str::<Point>(r#"{"id": 1, "vector": ["NaN"]}"#).unwrap_err();
         assert!(error.to_string().contains("expected f32"), "{error}");
+    }
+
+    #[test]
+    fn a_vector_may_be_the_base64_of_its_little_endian_floats() {
+        let values = [0.5f32, -1.25, 3.0e-7, 1234.5];
+        // numpy: np.array([0.5, -1.25, 3e-7, 1234.5], dtype="<f4").tobytes(), base64.
+        let encoded = vector_to_base64(&values);
+        assert_eq!(encoded, "AAAAPwAAoL+wD6E0AFCaRA==");
+        let body = format!(r#"{{"id": 1, "vector": "{encoded}"}}"#);
+        let point: Point = serde_json::from_str(&body).unwrap();
+        assert_eq!(point.vector, values);
+        let search: crate::SearchRequest =
+            serde_json::from_str(&format!(r#"{{"vector": "{encoded}", "k": 3}}"#)).unwrap();
+        assert_eq!(search.vector, values);
+        // Non-finite bits decode; the request's validation refuses them by place.
+        let nan = vector_to_base64(&[f32::NAN]);
+        let point: Point =
+            serde_json::from_str(&format!(r#"{{"id": 1, "vector": "{nan}"}}"#)).unwrap();
+        assert!(point.vector[0].is_nan());
+    }
+
+    #[test]
+    fn a_string_vector_that_is_not_whole_floats_in_base64_is_refused_saying_why() {
+        for (text, expected) in [
+            (
+                "AAAAPwAA",
+                "must hold whole little-endian 32-bit floats (4 bytes each), got 6 bytes",
+            ),
+            ("", "got 0 bytes"),
+            (
+                "not base64!",
+                "must be the standard base64 (RFC 4648, padded)",
+            ),
+            ("AAAAPw", "must be the standard base64 (RFC 4648, padded)"),
+        ] {
+            let body = format!(r#"{{"id": 1, "vector": "{text}"}}"#);
+            let error = serde_json::from_str::<Point>(&body)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(expected), "{text:?}: {error}");
+        }
+        let error = serde_json::from_str::<Point>(r#"{"id": 1, "vector": {"a": 1}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("an array of numbers, or a base64 string"),
+            "{error}"
+        );
     }
 }

@@ -33,8 +33,10 @@ fn query_vector<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<f32>, 
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
-    /// The query vector, of the collection's dimension.
+    /// The query vector, of the collection's dimension: an array of numbers, or
+    /// the base64 of its little-endian 32-bit floats.
     #[serde(deserialize_with = "query_vector")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::points::VectorInput))]
     pub vector: Vec<f32>,
     /// How many hits (default 10): always k when the collection holds k points the
     /// filter keeps.
@@ -202,7 +204,13 @@ mod tests {
         let long = format!("{{\"vector\": [{}]}}", vec!["1"; 1500].join(","));
         let search: SearchRequest = serde_json::from_str(&long).unwrap();
         assert_eq!(search.vector.len(), 1500);
+        // A string is the base64 form; a number in quotes is not that.
         let error = serde_json::from_str::<SearchRequest>(r#"{"vector": "0.5"}"#).unwrap_err();
+        assert!(
+            error.to_string().contains("must be the standard base64"),
+            "{error}"
+        );
+        let error = serde_json::from_str::<SearchRequest>(r#"{"vector": 0.5}"#).unwrap_err();
         assert!(error.to_string().contains("an array of numbers"), "{error}");
         let error = serde_json::from_str::<SearchRequest>(r#"{"vector": [0.5, "x"]}"#).unwrap_err();
         assert!(error.to_string().contains("f32"), "{error}");

@@ -1091,3 +1091,113 @@ fn each_binary_says_what_it_is_in_its_help() {
         );
     }
 }
+
+/// A vector may come as the base64 of its little-endian 32-bit floats (what a
+/// client writes in microseconds): stored and searched as the same floats as
+/// the array form, refused by place when a value is not finite, and refused
+/// whole — nothing written — when the string is not such floats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vectors_written_in_base64_are_the_same_floats_as_arrays() {
+    let directory = tempfile::tempdir().unwrap();
+    let server = Standalone::start(&directory.path().join("data"), &[])
+        .await
+        .unwrap();
+    let (status, body) = server
+        .call(
+            "PUT",
+            "/v1/collections/b64",
+            Some(json!({"dimension": DIM, "metric": "l2"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let b64 = |id: u64| quiver_api::vector_to_base64(&vector(id, DIM));
+    // Even ids as arrays, odd ones in base64.
+    let points: Vec<Value> = (0..40u64)
+        .map(|id| {
+            if id % 2 == 0 {
+                json!({"id": id, "vector": vector(id, DIM)})
+            } else {
+                json!({"id": id, "vector": b64(id)})
+            }
+        })
+        .collect();
+    let (status, body) = server
+        .call(
+            "POST",
+            "/v1/collections/b64/points",
+            Some(json!({"points": points})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for id in [3u64, 8, 21] {
+        let mut answers = Vec::new();
+        for query in [json!(vector(id, DIM)), json!(b64(id))] {
+            let (status, body) = server
+                .call(
+                    "POST",
+                    "/v1/collections/b64/search",
+                    Some(json!({"vector": query, "k": 5, "consistency": "strong"})),
+                )
+                .await;
+            assert_eq!(status, 200, "{body}");
+            answers.push(body["hits"].clone());
+        }
+        assert_eq!(
+            answers[0], answers[1],
+            "id {id}: the two forms answer alike"
+        );
+        assert_eq!(answers[0][0]["id"], id, "{}", answers[0]);
+        assert_eq!(
+            answers[0][0]["score"], 0.0,
+            "the stored floats are the sent ones"
+        );
+    }
+    let (status, body) = server
+        .call(
+            "POST",
+            "/v1/collections/b64/search/batch",
+            Some(json!({"searches": [{"vector": b64(5), "k": 1, "consistency": "strong"}]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"][0]["hits"][0]["id"], 5, "{body}");
+    let mut with_nan = vector(50, DIM);
+    with_nan[3] = f32::NAN;
+    let refusals = [
+        (json!("AAAAPwAA"), "points[1].vector", "got 6 bytes"),
+        (json!("not base64"), "points[1].vector", "standard base64"),
+        (
+            json!(quiver_api::vector_to_base64(&with_nan)),
+            "points[1]",
+            "non-finite value at position 3",
+        ),
+        (
+            json!(quiver_api::vector_to_base64(&vector(50, DIM - 1))),
+            "points[1]",
+            "dimension",
+        ),
+    ];
+    for (bad, place, why) in refusals {
+        let points = json!([{"id": 100, "vector": b64(100)}, {"id": 101, "vector": bad}]);
+        let (status, body) = server
+            .call(
+                "POST",
+                "/v1/collections/b64/points",
+                Some(json!({"points": points})),
+            )
+            .await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(error_code(&body), "INVALID_ARGUMENT", "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(place) && message.contains(why),
+            "{message}"
+        );
+    }
+    let (status, body) = server.call("GET", "/v1/collections/b64", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["points"], 40,
+        "nothing of a refused request is written: {body}"
+    );
+}
