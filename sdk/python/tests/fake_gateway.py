@@ -9,6 +9,9 @@ take both the string and the JSON forms. Tests can script failures
 
 from __future__ import annotations
 
+import array
+import base64
+import binascii
 import json
 import math
 import re
@@ -35,6 +38,22 @@ STATUS_OF_CODE = {
 FIELD_TYPES = ("keyword", "integer", "float", "bool")
 MAX_U64 = (1 << 64) - 1
 
+
+
+def wire_floats(vector: Any) -> Any:
+    """A vector as the server reads it: the base64 of little-endian 32-bit floats
+    decoded to a list of floats; any other value as it is."""
+    if not isinstance(vector, str):
+        return vector
+    try:
+        raw = base64.b64decode(vector, validate=True)
+    except binascii.Error as error:
+        raise ValueError(f"not standard base64: {error}") from None
+    if not raw or len(raw) % 4:
+        raise ValueError(f"a base64 vector must hold whole 32-bit floats, got {len(raw)} bytes")
+    floats = array.array("f")
+    floats.frombytes(raw)
+    return floats.tolist()
 
 class ApiError(Exception):
     def __init__(self, code: str, message: str) -> None:
@@ -480,6 +499,11 @@ class FakeGateway:
         return point_id
 
     def _check_vector(self, collection: Collection, vector: Any, where: str) -> List[float]:
+        if isinstance(vector, str):
+            try:
+                vector = wire_floats(vector)
+            except ValueError as error:
+                raise ApiError("INVALID_ARGUMENT", f"{where}.vector: {error}") from None
         if not isinstance(vector, list) or len(vector) != collection.dimension:
             got = len(vector) if isinstance(vector, list) else type(vector).__name__
             raise ApiError(

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 import quiver
-from fake_gateway import FakeGateway
+from fake_gateway import FakeGateway, wire_floats
 
 
 def unit(index: int, dimension: int = 4) -> list:
@@ -90,6 +90,9 @@ def test_upsert_sends_points_and_returns_the_sequence(client: quiver.Client, gat
     second = client.upsert("docs", ids=[9], vectors=[[1.0, 1.0]])
     assert second > first > 0
     bodies = [request.body for request in gateway.requests_to("/points")]
+    for body in bodies:  # vectors travel as base64 of little-endian float32
+        for point in body["points"]:
+            point["vector"] = wire_floats(point["vector"])
     assert bodies[0] == {"points": [{"id": 7, "vector": [0.5, 1], "payload": {"a": 1}}, {"id": 8, "vector": [2.0, -1.5]}]}
     assert bodies[1] == {"points": [{"id": 9, "vector": [1.0, 1.0]}]}
 
@@ -102,7 +105,9 @@ def test_search_returns_hits_best_first(client: quiver.Client, docs: str, gatewa
     assert isinstance(hits[0].score, float) and hits[0].score >= hits[1].score
     assert hits[0].vector is None
     assert hits.took_ms == 0.25
-    assert gateway.requests_to("/search")[0].body == {
+    sent = gateway.requests_to("/search")[0].body
+    assert isinstance(sent["vector"], str)
+    assert {**sent, "vector": wire_floats(sent["vector"])} == {
         "vector": [1, 0, 0, 0],
         "k": 2,
         "include_payload": True,
@@ -177,6 +182,7 @@ def test_search_batch(client: quiver.Client, docs: str, gateway: FakeGateway) ->
     assert [hit.id for hit in results[1]] == [1, 3] or [hit.id for hit in results[1]] == [3, 1]
     assert results[0].took_ms == 0.25
     searches = gateway.requests_to("/search/batch")[0].body["searches"]
+    searches[1]["vector"] = wire_floats(searches[1]["vector"])
     assert searches[1] == {"vector": [0, 0, 1, 0], "k": 2, "filter": 'lang = "en"', "consistency": "strong", "include_payload": True, "include_vector": False}
 
 

@@ -12,6 +12,8 @@ caller imported numpy, so ``sys.modules`` tells whether to look for one.
 
 from __future__ import annotations
 
+import array
+import base64
 import json
 import math
 import operator
@@ -169,6 +171,37 @@ def convert_vector(vector: Any, where: str = "vector") -> List[float]:
     return values
 
 
+_F32_MAX = 3.4028234663852886e38
+
+
+def wire_vector(values: Any, where: str) -> str:
+    """Returns a checked vector (a list of finite numbers, or a 1-D float array
+    checked finite) in its wire form: the base64 of its little-endian 32-bit floats,
+    which the server reads as the same floats the JSON numbers would give. Writing
+    it takes microseconds; ``json`` spends ~0.4 ms on 768 numbers."""
+    if _is_ndarray(values):
+        numpy = _numpy()
+        with numpy.errstate(over="ignore"):  # beyond ±3.4e38: refused just below
+            narrow = numpy.ascontiguousarray(values, dtype="<f4")
+        if not numpy.isfinite(narrow).all():
+            index = int(numpy.argmin(numpy.isfinite(narrow)))
+            raise InvalidArgument(
+                f"{where}[{index}] = {values[index]} is outside the range of a 32-bit float (±3.4e38)"
+            )
+        raw = narrow.tobytes()
+    else:
+        floats = array.array("f", values)
+        if max(floats) == math.inf or min(floats) == -math.inf:
+            index = next(i for i, value in enumerate(floats) if math.isinf(value))
+            raise InvalidArgument(
+                f"{where}[{index}] = {values[index]} is outside the range of a 32-bit float (±3.4e38)"
+            )
+        if sys.byteorder == "big":  # pragma: no cover - little-endian machines run the tests
+            floats.byteswap()
+        raw = floats.tobytes()
+    return base64.b64encode(raw).decode("ascii")
+
+
 def _check_finite_array(array: Any, what: str) -> None:
     numpy = _numpy()
     finite_rows = numpy.isfinite(array).all(axis=1)
@@ -287,11 +320,11 @@ def upsert_body(ids: Any, vectors: Vectors, payloads: Any) -> bytes:
     if not id_list:
         raise InvalidArgument("ids is empty; nothing to upsert")
     fast_encoder = _orjson
-    rows = convert_vectors(vectors, len(id_list), keep_arrays=fast_encoder is not None)
+    rows = convert_vectors(vectors, len(id_list), keep_arrays=True)
     payload_list = convert_payloads(payloads, len(id_list))
     points: List[Dict[str, Any]] = []
     for index, (point_id, row) in enumerate(zip(id_list, rows)):
-        point: Dict[str, Any] = {"id": point_id, "vector": row}
+        point: Dict[str, Any] = {"id": point_id, "vector": wire_vector(row, f"vectors[{index}]")}
         payload = None if payload_list is None else payload_list[index]
         if payload is not None:
             point["payload"] = (
@@ -301,9 +334,7 @@ def upsert_body(ids: Any, vectors: Vectors, payloads: Any) -> bytes:
             )
         points.append(point)
     if fast_encoder is not None:
-        encoded: bytes = fast_encoder.dumps(
-            {"points": points}, option=fast_encoder.OPT_SERIALIZE_NUMPY
-        )
+        encoded: bytes = fast_encoder.dumps({"points": points})
         return encoded
     try:
         return json.dumps(
@@ -449,9 +480,8 @@ def search_request(
     """Returns one search in wire form (a dict, not yet encoded)."""
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
         raise InvalidArgument(f"k must be a positive integer, got {k!r}")
-    fast_vector = _fast_vector(vector, where)
     request: Dict[str, Any] = {
-        "vector": convert_vector(vector, where) if fast_vector is None else fast_vector,
+        "vector": wire_vector(_checked_vector(vector, where), where),
         "k": k,
     }
     if filter is not None:
@@ -486,23 +516,19 @@ _SEARCH_KEYS = frozenset(
 )
 
 
-def _fast_vector(vector: Any, where: str) -> Any:
-    """With orjson, a 1-D float32/float64 array as its encoded JSON (float32 in its
-    shortest exact form: about half the text of a widened double, for the client to
-    write and the server to parse); ``None`` where that does not apply."""
+def _checked_vector(vector: Any, where: str) -> Any:
+    """A query vector checked as :func:`convert_vector` checks it; a 1-D float32 or
+    float64 array stays an array (checked finite), for :func:`wire_vector`."""
     numpy = _numpy()
     if (
-        _orjson is None
-        or not _is_ndarray(vector)
-        or vector.ndim != 1
-        or vector.shape[0] == 0
-        or vector.dtype not in (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+        _is_ndarray(vector)
+        and vector.ndim == 1
+        and vector.shape[0] > 0
+        and vector.dtype in (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
     ):
-        return None
-    _check_finite_array(vector.reshape(1, -1), where)
-    return _orjson.Fragment(
-        _orjson.dumps(numpy.ascontiguousarray(vector), option=_orjson.OPT_SERIALIZE_NUMPY)
-    )
+        _check_finite_array(vector.reshape(1, -1), where)
+        return vector
+    return convert_vector(vector, where)
 
 
 def encode_search_json(body: Any) -> bytes:
