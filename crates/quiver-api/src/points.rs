@@ -151,7 +151,10 @@ pub struct Point {
     pub id: PointId,
     /// The vector, of the collection's dimension, finite values: an array of
     /// numbers, or the base64 of its little-endian 32-bit floats.
-    #[serde(deserialize_with = "vector_values")]
+    #[serde(
+        deserialize_with = "vector_values",
+        serialize_with = "serialize_vector_base64"
+    )]
     #[cfg_attr(feature = "openapi", schema(value_type = VectorInput))]
     pub vector: Vec<f32>,
     /// A JSON object; filters can use its top-level fields (those of the payload
@@ -266,6 +269,15 @@ pub fn vector_from_base64(text: &str) -> Result<Vec<f32>, String> {
         .chunks_exact(4)
         .map(|value| f32::from_le_bytes([value[0], value[1], value[2], value[3]]))
         .collect())
+}
+
+/// Writes a request's vector in its base64 form (what the Rust SDK sends: the
+/// server reads it without parsing numbers).
+pub(crate) fn serialize_vector_base64<S: serde::Serializer>(
+    vector: &[f32],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&vector_to_base64(vector))
 }
 
 /// The base64 form of `vector` that [`read_vector`] reads.
@@ -433,6 +445,12 @@ mod tests {
         let search: crate::SearchRequest =
             serde_json::from_str(&format!(r#"{{"vector": "{encoded}", "k": 3}}"#)).unwrap();
         assert_eq!(search.vector, values);
+        // The Rust SDK writes requests this way, and they read back as sent.
+        let written = serde_json::to_value(&point).unwrap();
+        assert_eq!(written["vector"], encoded);
+        assert_eq!(serde_json::from_value::<Point>(written).unwrap(), point);
+        let written = serde_json::to_value(&search).unwrap();
+        assert_eq!(written["vector"], encoded);
         // Non-finite bits decode; the request's validation refuses them by place.
         let nan = vector_to_base64(&[f32::NAN]);
         let point: Point =

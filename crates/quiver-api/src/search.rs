@@ -35,7 +35,10 @@ fn query_vector<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<f32>, 
 pub struct SearchRequest {
     /// The query vector, of the collection's dimension: an array of numbers, or
     /// the base64 of its little-endian 32-bit floats.
-    #[serde(deserialize_with = "query_vector")]
+    #[serde(
+        deserialize_with = "query_vector",
+        serialize_with = "crate::points::serialize_vector_base64"
+    )]
     #[cfg_attr(feature = "openapi", schema(value_type = crate::points::VectorInput))]
     pub vector: Vec<f32>,
     /// How many hits (default 10): always k when the collection holds k points the
