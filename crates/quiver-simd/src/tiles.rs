@@ -234,8 +234,14 @@ mod platform {
             cpu_has_avx512_bf16(),
             "bf16_products: the CPU has no AVX512-BF16"
         );
-        // SAFETY: the CPU has AVX-512F and AVX512-BF16 (checked above);
-        // `tile_products` checked the sizes this reads and writes.
+        assert!(
+            count.is_multiple_of(BF16_ROWS)
+                && rows.len() >= count * panel.padded_dim
+                && out.len() >= count * panel.padded_count,
+            "bf16_products: rows or output do not hold {count} whole rows"
+        );
+        // SAFETY: the CPU has AVX-512F and AVX512-BF16, and the sizes this
+        // reads and writes were checked above.
         unsafe { bf16_products_avx512(rows, panel, count, out) }
     }
 
@@ -252,7 +258,6 @@ mod platform {
             let stride = panel.padded_count;
             let groups = panel.padded_count / TILE_VECTORS;
             let per_pass = (BF16_PASS_BYTES / (TILE_VECTORS * padded_dim * 2)).max(1);
-            debug_assert!(count.is_multiple_of(BF16_ROWS));
             let mut first = 0;
             while first < groups {
                 let last = (first + per_pass).min(groups);

@@ -171,9 +171,6 @@ def convert_vector(vector: Any, where: str = "vector") -> List[float]:
     return values
 
 
-_F32_MAX = 3.4028234663852886e38
-
-
 def wire_vector(values: Any, where: str) -> str:
     """Returns a checked vector (a list of finite numbers, or a 1-D float array
     checked finite) in its wire form: the base64 of its little-endian 32-bit floats,
