@@ -167,7 +167,7 @@ def convert_vector(vector: Any, where: str = "vector") -> List[float]:
         values = list(vector)
     else:
         values = _row_from_numbers(vector, where)
-    _check_finite_row(values, where)
+    _check_finite_fast(values, where)
     return values
 
 
