@@ -15,6 +15,8 @@ pub(crate) struct GatewayMetrics {
     pub strong_read_rounds_shared: IntCounter,
     pub searcher_calls: IntCounterVec,
     pub searchers_unreachable: IntCounter,
+    pub searches_joined: IntCounter,
+    pub joined_batches: IntCounter,
 }
 
 pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| {
@@ -59,6 +61,16 @@ pub(crate) static METRICS: LazyLock<GatewayMetrics> = LazyLock::new(|| {
     searchers_unreachable: register_int_counter!(
         "quiver_gateway_searcher_unreachable_total",
         "Calls to a searcher that failed because it could not be reached (connection refused or reset, no route)."
+    )
+    .expect("metric registers once"),
+    searches_joined: register_int_counter!(
+        "quiver_gateway_searches_joined_total",
+        "Single searches sent to a searcher in one batch with others, because the calls in flight to that searcher had reached its search slots."
+    )
+    .expect("metric registers once"),
+    joined_batches: register_int_counter!(
+        "quiver_gateway_joined_batches_total",
+        "Batches of joined single searches sent to searchers."
     )
     .expect("metric registers once"),
 }

@@ -232,8 +232,14 @@ fn search_of(request: data::SearchRequest) -> Result<SearchRequest, Status> {
 }
 
 /// The wire answer of one search.
-fn answer_of(hits: Vec<ShardHit>, cost: QueryCost, manifest_version: u64) -> data::SearchResponse {
+fn answer_of(
+    hits: Vec<ShardHit>,
+    cost: QueryCost,
+    manifest_version: u64,
+    search_slots: usize,
+) -> data::SearchResponse {
     data::SearchResponse {
+        search_slots: u32::try_from(search_slots).unwrap_or(u32::MAX),
         hits: hits
             .into_iter()
             .map(|hit| wire_hit(&hit.id, hit.score, hit.payload, hit.vector))
@@ -285,6 +291,7 @@ impl Searcher for SearcherGrpc {
             hits,
             cost,
             view.manifest().version,
+            self.state.search_pool.slots(),
         )))
     }
 
@@ -340,9 +347,10 @@ impl Searcher for SearcherGrpc {
             .query_seconds
             .observe(started.elapsed().as_secs_f64());
         let version = view.manifest().version;
+        let slots = self.state.search_pool.slots();
         Ok(Response::new(data::SearchBatchResponse {
             results: answers
-                .map(|(hits, cost)| answer_of(hits, cost, version))
+                .map(|(hits, cost)| answer_of(hits, cost, version, slots))
                 .collect(),
             manifest_version: version,
         }))

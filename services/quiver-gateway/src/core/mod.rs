@@ -10,6 +10,7 @@
 //! - `read`: get and search, on one searcher per shard, merged.
 
 mod collections;
+mod join;
 mod read;
 mod types;
 mod validate;
@@ -39,6 +40,8 @@ pub struct Gateway {
     limits: Limits,
     write_deadline: Duration,
     compact_wait: Duration,
+    /// Single searches to busy searchers, joined into batches.
+    search_lanes: Arc<join::SearchLanes>,
 }
 
 impl Gateway {
@@ -49,6 +52,7 @@ impl Gateway {
             limits,
             write_deadline: Duration::from_secs(15),
             compact_wait: Duration::from_secs(24),
+            search_lanes: Arc::default(),
         }
     }
 

@@ -12,6 +12,7 @@ use quiver_proto::data;
 use quiver_proto::data::searcher_client::SearcherClient;
 use quiver_proto::{ErrorCode, LocalSearcher, RpcChannel, meta as pb};
 
+use crate::core::join::SearchLanes;
 use crate::core::validate::{
     check_id, check_search_options, parse_payload, prepare_search, stored_payload, validate_name,
 };
@@ -30,7 +31,8 @@ pub(crate) const SEARCHER_WAIT: Duration = Duration::from_secs(3);
 /// in this process, called with the messages as they are (no protobuf encoding
 /// of the query and of the hits with their payloads, no HTTP/2 framing).
 pub(crate) enum SearcherStub {
-    Remote(SearcherClient<RpcChannel>),
+    /// A searcher over gRPC, and its address (its lane in [`SearchLanes`]).
+    Remote(SearcherClient<RpcChannel>, Arc<SearchLanes>, String),
     Local(LocalSearcher, Duration),
 }
 
@@ -44,7 +46,7 @@ macro_rules! searcher_methods {
                     request: tonic::Request<$request>,
                 ) -> Result<tonic::Response<$response>, tonic::Status> {
                     match self {
-                        SearcherStub::Remote(client) => client.$method(request).await,
+                        SearcherStub::Remote(client, ..) => client.$method(request).await,
                         SearcherStub::Local(searcher, timeout) => {
                             let searcher = searcher.clone();
                             let timeout = *timeout;
@@ -59,6 +61,23 @@ macro_rules! searcher_methods {
             )*
         }
     };
+}
+
+impl SearcherStub {
+    /// One search: over gRPC through the searcher's lane (joined with the
+    /// searches waiting for the same shard when the searcher is busy, see
+    /// [`SearchLanes`]), or in this process directly.
+    pub(crate) async fn search_joined(
+        self,
+        request: tonic::Request<data::SearchRequest>,
+    ) -> Result<tonic::Response<data::SearchResponse>, tonic::Status> {
+        match self {
+            SearcherStub::Remote(client, lanes, address) => {
+                lanes.search(&address, client, request).await
+            }
+            mut local => local.search(request).await,
+        }
+    }
 }
 
 searcher_methods! {
@@ -123,6 +142,8 @@ impl Gateway {
                         SearcherClient::new(self.router.searcher_channel(&address)?)
                             .max_decoding_message_size(64 << 20)
                             .max_encoding_message_size(64 << 20),
+                        self.search_lanes.clone(),
+                        address.clone(),
                     ),
                 };
                 match call(stub).await {
@@ -312,9 +333,9 @@ impl Gateway {
         let filter = prepare_search(&spec, name, &input)?;
         let calls = route.shards.iter().map(|placement| {
             let request = shard_search(&route, placement, &input, &filter);
-            self.on_searchers(name, placement, move |mut client| {
+            self.on_searchers(name, placement, move |client| {
                 let request = request.clone();
-                async move { client.search(outgoing(request)).await }
+                async move { client.search_joined(outgoing(request)).await }
             })
         });
         let answers = join_all(calls)

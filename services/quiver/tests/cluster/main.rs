@@ -12,6 +12,7 @@ mod create_then_serve;
 mod hostile;
 mod in_process;
 mod indexer_api;
+mod joined_searches;
 mod orphans;
 mod quiverctl;
 mod rows_warm;

@@ -1,0 +1,330 @@
+//! Single searches to a busy searcher, joined into batches.
+//!
+//! Each call to a searcher over the network costs both processes a fixed
+//! amount of work besides the search: HTTP/2 framing, protobuf, a socket write
+//! and read on each side, the wake-ups of the tasks that carry it, and the
+//! searcher's hand-off to its search pool and back. A searcher computes only as
+//! many searches at once as it has CPU slots (it says how many in every answer,
+//! `SearchResponse.search_slots`); more calls than that only queue in its pool.
+//! So the gateway keeps at most that many calls in flight to each searcher and
+//! holds the single searches that come meanwhile; when a call ends, the ones
+//! waiting for the same shard leave together as one `SearchBatch` call (which
+//! the searcher spreads over its slots, see its `batch_parts`). Under light
+//! load nothing waits and every search is its own call; under load the fixed
+//! cost is paid once per batch instead of once per search.
+//!
+//! Each search still gets its own answer. A batch the searcher refuses as a
+//! whole for a reason that is not the searcher's state (an invalid search
+//! among valid ones, a searcher from before batch search) is sent again one
+//! search at a time, so each search gets its own answer; an error of the
+//! searcher itself (unavailable, overloaded, deadline) is every joined
+//! search's, and each goes on to the shard's next replica as a single search
+//! would.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use quiver_proto::data::searcher_client::SearcherClient;
+use quiver_proto::{RpcChannel, data};
+use tokio::sync::oneshot;
+use tonic::metadata::MetadataMap;
+
+use crate::metrics::METRICS;
+
+/// Most searches one joined batch carries.
+pub(crate) const MAX_JOINED: usize = 64;
+
+type Answer = Result<data::SearchResponse, tonic::Status>;
+
+/// The searches waiting for each searcher (by address), and the calls in
+/// flight to it.
+#[derive(Default)]
+pub(crate) struct SearchLanes {
+    lanes: Mutex<HashMap<String, Lane>>,
+}
+
+#[derive(Default)]
+struct Lane {
+    /// Calls to the searcher not answered yet.
+    in_flight: usize,
+    /// The searcher's search slots, from its last answer (None: not known yet,
+    /// and then no search waits).
+    slots: Option<usize>,
+    waiting: VecDeque<Waiting>,
+}
+
+struct Waiting {
+    request: data::SearchRequest,
+    metadata: MetadataMap,
+    reply: oneshot::Sender<Answer>,
+}
+
+impl Lane {
+    fn has_room(&self) -> bool {
+        self.slots.is_none_or(|slots| self.in_flight < slots.max(1))
+    }
+
+    /// Takes the next searches to send together: the oldest waiting search
+    /// and the others waiting for its shard, up to [`MAX_JOINED`]. Searches
+    /// whose caller has gone are dropped.
+    fn take_batch(&mut self) -> Vec<Waiting> {
+        self.waiting.retain(|waiting| !waiting.reply.is_closed());
+        let Some(first) = self.waiting.pop_front() else {
+            return Vec::new();
+        };
+        let shard = first.request.shard;
+        let mut batch = vec![first];
+        let mut index = 0;
+        while index < self.waiting.len() && batch.len() < MAX_JOINED {
+            if self.waiting[index].request.shard == shard {
+                batch.extend(self.waiting.remove(index));
+            } else {
+                index += 1;
+            }
+        }
+        batch
+    }
+}
+
+impl SearchLanes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lane>> {
+        self.lanes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sends `request` to the searcher at `address`: at once as its own call
+    /// when the searcher has a free slot, else with the searches waiting for
+    /// the same shard once a call to it ends.
+    pub(crate) async fn search(
+        self: &Arc<Self>,
+        address: &str,
+        mut client: SearcherClient<RpcChannel>,
+        request: tonic::Request<data::SearchRequest>,
+    ) -> Result<tonic::Response<data::SearchResponse>, tonic::Status> {
+        let mut request = Some(request);
+        let receiver = {
+            let mut lanes = self.lock();
+            let lane = lanes.entry(address.to_string()).or_default();
+            if lane.has_room() && lane.waiting.is_empty() {
+                lane.in_flight += 1;
+                None
+            } else {
+                let (metadata, _, request) = request.take().expect("not sent yet").into_parts();
+                let (reply, receiver) = oneshot::channel();
+                lane.waiting.push_back(Waiting {
+                    request,
+                    metadata,
+                    reply,
+                });
+                Some(receiver)
+            }
+        };
+        if let Some(receiver) = receiver {
+            return match receiver.await {
+                Ok(answer) => answer.map(tonic::Response::new),
+                Err(_) => Err(tonic::Status::internal(
+                    "the call carrying this search to its searcher ended without an answer",
+                )),
+            };
+        }
+        // This call holds a slot until it ends, or until it is dropped (its
+        // client gone, its deadline passed): then the slot goes to the
+        // searches waiting, if any.
+        let slot = Slot {
+            lanes: self.clone(),
+            address: address.to_string(),
+            client: Some(client.clone()),
+        };
+        let request = request.expect("not queued, so still here");
+        let answer = client.search(request).await;
+        if let Ok(response) = &answer {
+            slot.learn(response.get_ref().search_slots);
+        }
+        drop(slot);
+        answer
+    }
+
+    /// Ends one call to `address`: its slot carries the searches waiting
+    /// there, in batches, until none waits.
+    fn release(self: Arc<Self>, address: String, client: SearcherClient<RpcChannel>) {
+        let batch = {
+            let mut lanes = self.lock();
+            let Some(lane) = lanes.get_mut(&address) else {
+                return;
+            };
+            let batch = lane.take_batch();
+            if batch.is_empty() {
+                lane.in_flight = lane.in_flight.saturating_sub(1);
+                return;
+            }
+            batch
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to send them on (shutting down): they fail, and the
+            // slot is freed.
+            let mut lanes = self.lock();
+            if let Some(lane) = lanes.get_mut(&address) {
+                lane.in_flight = lane.in_flight.saturating_sub(1);
+            }
+            for waiting in batch {
+                let _ = waiting.reply.send(Err(tonic::Status::unavailable(
+                    "the gateway is shutting down",
+                )));
+            }
+            return;
+        };
+        runtime.spawn(async move {
+            let mut batch = batch;
+            loop {
+                let slots = send_joined(&client, batch).await;
+                let mut lanes = self.lock();
+                let Some(lane) = lanes.get_mut(&address) else {
+                    return;
+                };
+                if let Some(slots) = slots {
+                    lane.slots = (slots > 0).then_some(slots as usize);
+                }
+                batch = lane.take_batch();
+                if batch.is_empty() {
+                    lane.in_flight = lane.in_flight.saturating_sub(1);
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// A call's hold on one of its searcher's slots; released when dropped.
+struct Slot {
+    lanes: Arc<SearchLanes>,
+    address: String,
+    client: Option<SearcherClient<RpcChannel>>,
+}
+
+impl Slot {
+    fn learn(&self, slots: u32) {
+        let mut lanes = self.lanes.lock();
+        if let Some(lane) = lanes.get_mut(&self.address) {
+            lane.slots = (slots > 0).then_some(slots as usize);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            self.lanes
+                .clone()
+                .release(std::mem::take(&mut self.address), client);
+        }
+    }
+}
+
+/// Sends `batch` (searches of one shard) and hands each its answer; returns
+/// the searcher's slots when it said.
+async fn send_joined(client: &SearcherClient<RpcChannel>, batch: Vec<Waiting>) -> Option<u32> {
+    let mut client = client.clone();
+    if batch.len() == 1 {
+        let waiting = batch.into_iter().next().expect("one search");
+        let request = tonic::Request::from_parts(
+            waiting.metadata,
+            tonic::Extensions::default(),
+            waiting.request,
+        );
+        let answer = client
+            .search(request)
+            .await
+            .map(tonic::Response::into_inner);
+        let slots = answer.as_ref().ok().map(|answer| answer.search_slots);
+        let _ = waiting.reply.send(answer);
+        return slots;
+    }
+    METRICS.joined_batches.inc();
+    METRICS.searches_joined.inc_by(batch.len() as u64);
+    let shard = batch[0].request.shard;
+    let request = data::SearchBatchRequest {
+        shard,
+        min_manifest_version: batch
+            .iter()
+            .map(|waiting| waiting.request.min_manifest_version)
+            .max()
+            .unwrap_or(0),
+        searches: batch
+            .iter()
+            .map(|waiting| waiting.request.clone())
+            .collect(),
+    };
+    // The batch travels under the first search's request id.
+    let metadata = batch[0].metadata.clone();
+    let answer = client
+        .search_batch(tonic::Request::from_parts(
+            metadata,
+            tonic::Extensions::default(),
+            request,
+        ))
+        .await;
+    match answer {
+        Ok(response) if response.get_ref().results.len() == batch.len() => {
+            let results = response.into_inner().results;
+            let slots = results.first().map(|result| result.search_slots);
+            for (waiting, result) in batch.into_iter().zip(results) {
+                let _ = waiting.reply.send(Ok(result));
+            }
+            slots
+        }
+        Ok(response) => {
+            let status = tonic::Status::internal(format!(
+                "a searcher answered {} of a batch of {} searches",
+                response.get_ref().results.len(),
+                batch.len()
+            ));
+            for waiting in batch {
+                let _ = waiting.reply.send(Err(status.clone()));
+            }
+            None
+        }
+        Err(status) if searcher_state(&status) => {
+            for waiting in batch {
+                let _ = waiting.reply.send(Err(status.clone()));
+            }
+            None
+        }
+        Err(_) => {
+            // Refused as a batch for what one search is, or not understood:
+            // each search alone, for its own answer.
+            let singles = batch.into_iter().map(|waiting| {
+                let mut client = client.clone();
+                async move {
+                    let request = tonic::Request::from_parts(
+                        waiting.metadata,
+                        tonic::Extensions::default(),
+                        waiting.request,
+                    );
+                    let answer = client
+                        .search(request)
+                        .await
+                        .map(tonic::Response::into_inner);
+                    let _ = waiting.reply.send(answer);
+                }
+            });
+            futures_util::future::join_all(singles).await;
+            None
+        }
+    }
+}
+
+/// Tells whether `status` is about the searcher (down, overloaded, slow,
+/// shutting down, damaged) rather than about a search: then it is every joined
+/// search's answer, as it would have been each one's alone.
+fn searcher_state(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::ResourceExhausted
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Cancelled
+            | tonic::Code::Internal
+            | tonic::Code::DataLoss
+    )
+}
