@@ -224,22 +224,11 @@ impl Drop for Slot {
 /// Sends `batch` (searches of one shard) and hands each its answer; returns
 /// the searcher's slots when it said.
 async fn send_joined(client: &SearcherClient<RpcChannel>, batch: Vec<Waiting>) -> Option<u32> {
-    let mut client = client.clone();
     if batch.len() == 1 {
         let waiting = batch.into_iter().next().expect("one search");
-        let request = tonic::Request::from_parts(
-            waiting.metadata,
-            tonic::Extensions::default(),
-            waiting.request,
-        );
-        let answer = client
-            .search(request)
-            .await
-            .map(tonic::Response::into_inner);
-        let slots = answer.as_ref().ok().map(|answer| answer.search_slots);
-        let _ = waiting.reply.send(answer);
-        return slots;
+        return send_alone(client, waiting).await;
     }
+    let mut client = client.clone();
     METRICS.joined_batches.inc();
     METRICS.searches_joined.inc_by(batch.len() as u64);
     let shard = batch[0].request.shard;
@@ -293,25 +282,31 @@ async fn send_joined(client: &SearcherClient<RpcChannel>, batch: Vec<Waiting>) -
         Err(_) => {
             // Refused as a batch for what one search is, or not understood:
             // each search alone, for its own answer.
-            let singles = batch.into_iter().map(|waiting| {
-                let mut client = client.clone();
-                async move {
-                    let request = tonic::Request::from_parts(
-                        waiting.metadata,
-                        tonic::Extensions::default(),
-                        waiting.request,
-                    );
-                    let answer = client
-                        .search(request)
-                        .await
-                        .map(tonic::Response::into_inner);
-                    let _ = waiting.reply.send(answer);
-                }
-            });
+            let singles = batch
+                .into_iter()
+                .map(|waiting| send_alone(&client, waiting));
             futures_util::future::join_all(singles).await;
             None
         }
     }
+}
+
+/// Sends one waiting search as its own call and hands it its answer; returns
+/// the searcher's slots when it said.
+async fn send_alone(client: &SearcherClient<RpcChannel>, waiting: Waiting) -> Option<u32> {
+    let request = tonic::Request::from_parts(
+        waiting.metadata,
+        tonic::Extensions::default(),
+        waiting.request,
+    );
+    let answer = client
+        .clone()
+        .search(request)
+        .await
+        .map(tonic::Response::into_inner);
+    let slots = answer.as_ref().ok().map(|answer| answer.search_slots);
+    let _ = waiting.reply.send(answer);
+    slots
 }
 
 /// Tells whether `status` is about the searcher (down, overloaded, slow,

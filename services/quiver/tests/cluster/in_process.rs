@@ -1,12 +1,13 @@
 //! Helpers of the tests that start roles in this process: object stores (the S3
 //! server, memory), a searcher's read context, a one-node metadata service, an
-//! indexer that moves only when the test writes, a searcher, a one-shard
-//! collection.
+//! indexer that moves only when the test writes, a searcher, a gateway and a
+//! REST client for it, a one-shard collection.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use quiver_gateway::{GatewayConfig, GatewayServer};
 use quiver_indexer::{IndexerNode, IndexerNodeConfig};
 use quiver_meta_client::MetaClient;
 use quiver_proto::data;
@@ -16,6 +17,7 @@ use quiver_searcher::{ReadContext, SearcherNode, SearcherNodeConfig};
 use quiver_storage::testing::{FaultConfig, FaultProxy};
 use quiver_storage::{S3Settings, Storage, StorageOptions, StoreUrl};
 use quiver_test_support::S3TestServer;
+use serde_json::Value;
 
 /// A fresh bucket of the S3 server: its storage (keys under `key_prefix`), a
 /// fault proxy in front of the server (no faults yet), and the same storage
@@ -198,4 +200,53 @@ pub fn counter(name: &str) -> f64 {
         .flat_map(|family| family.get_metric())
         .map(|metric| metric.get_counter().get_value())
         .sum()
+}
+
+/// A REST client of one gateway.
+#[derive(Clone)]
+pub struct Rest {
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl Rest {
+    /// Sends `body` (if any) with `method` to `path`; returns the status and
+    /// the JSON answer (`null` when it is not JSON).
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
+        let mut request = match method {
+            "GET" => self.client.get(url),
+            "PUT" => self.client.put(url),
+            _ => self.client.post(url),
+        };
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// A gateway named `node_id` on free ports, and a REST client of it.
+pub async fn gateway_node(node_id: &str, meta: &MetaClient) -> (GatewayServer, Rest) {
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let rest = Rest {
+        base: format!("http://{}", http.local_addr().unwrap()),
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+    };
+    let gateway = GatewayServer::start(
+        GatewayConfig::new(node_id),
+        http,
+        grpc,
+        meta.clone(),
+        axum::Router::new(),
+    )
+    .await
+    .unwrap();
+    (gateway, rest)
 }

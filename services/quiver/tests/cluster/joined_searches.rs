@@ -8,11 +8,12 @@
 
 use std::time::Duration;
 
-use quiver_gateway::{GatewayConfig, GatewayServer};
 use quiver_indexer::{IndexerNode, IndexerNodeConfig};
 use serde_json::{Value, json};
 
-use crate::in_process::{context, counter, manual_config, s3_storage, searcher_node, single_meta};
+use crate::in_process::{
+    context, counter, gateway_node, manual_config, s3_storage, searcher_node, single_meta,
+};
 
 const DIM: usize = 16;
 const POINTS: u64 = 600;
@@ -21,25 +22,6 @@ fn point_vector(id: u64) -> Vec<f32> {
     (0..DIM)
         .map(|i| ((id * 2_654_435_761 + i as u64 * 40_503) % 10_007) as f32 / 10_007.0 - 0.5)
         .collect()
-}
-
-#[derive(Clone)]
-struct Rest {
-    base: String,
-    client: reqwest::Client,
-}
-
-impl Rest {
-    async fn call(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
-        let request = match method {
-            "PUT" => self.client.put(url),
-            _ => self.client.post(url),
-        };
-        let response = request.json(&body).send().await.expect("request sent");
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
 }
 
 /// The searches sent at once: each its own vector, `k`, payload choice and
@@ -85,30 +67,13 @@ async fn searches_joined_for_a_busy_searcher_answer_as_each_alone() {
         |config| config.search_threads = 1,
     )
     .await;
-    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let rest = Rest {
-        base: format!("http://{}", http.local_addr().unwrap()),
-        client: reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap(),
-    };
-    let _gateway = GatewayServer::start(
-        GatewayConfig::new("gateway-joined"),
-        http,
-        grpc,
-        client.clone(),
-        axum::Router::new(),
-    )
-    .await
-    .unwrap();
+    let (_gateway, rest) = gateway_node("gateway-joined", &client).await;
 
     let (status, body) = rest
         .call(
             "PUT",
             "/v1/collections/joined",
-            json!({"dimension": DIM, "metric": "l2", "shards": 2}),
+            Some(json!({"dimension": DIM, "metric": "l2", "shards": 2})),
         )
         .await;
     assert_eq!(status, 200, "{body}");
@@ -126,7 +91,7 @@ async fn searches_joined_for_a_busy_searcher_answer_as_each_alone() {
                 .call(
                     "POST",
                     "/v1/collections/joined/points",
-                    json!({"points": points}),
+                    Some(json!({"points": points})),
                 )
                 .await;
             (status == 200).then_some(())
@@ -141,7 +106,11 @@ async fn searches_joined_for_a_busy_searcher_answer_as_each_alone() {
         Duration::from_secs(120),
         || async {
             let (status, body) = rest
-                .call("POST", "/admin/v1/collections/joined/compact", json!({}))
+                .call(
+                    "POST",
+                    "/admin/v1/collections/joined/compact",
+                    Some(json!({})),
+                )
                 .await;
             (status == 200 && body["done"] == json!(true)).then_some(())
         },
@@ -153,7 +122,7 @@ async fn searches_joined_for_a_busy_searcher_answer_as_each_alone() {
         .call(
             "POST",
             "/v1/collections/joined/search",
-            json!({"vector": point_vector(7), "k": 1}),
+            Some(json!({"vector": point_vector(7), "k": 1})),
         )
         .await;
     assert_eq!(status, 200, "{body}");
@@ -164,7 +133,11 @@ async fn searches_joined_for_a_busy_searcher_answer_as_each_alone() {
     let mut alone = Vec::new();
     for search in &searches {
         let (status, body) = rest
-            .call("POST", "/v1/collections/joined/search", search.clone())
+            .call(
+                "POST",
+                "/v1/collections/joined/search",
+                Some(search.clone()),
+            )
             .await;
         assert_eq!(status, 200, "{search}: {body}");
         alone.push(body["hits"].clone());
@@ -178,7 +151,7 @@ async fn searches_joined_for_a_busy_searcher_answer_as_each_alone() {
             .map(|search| {
                 let (rest, search) = (rest.clone(), search.clone());
                 tokio::spawn(async move {
-                    rest.call("POST", "/v1/collections/joined/search", search)
+                    rest.call("POST", "/v1/collections/joined/search", Some(search))
                         .await
                 })
             })

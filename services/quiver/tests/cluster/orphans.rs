@@ -8,14 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use quiver_gateway::{GatewayConfig, GatewayServer};
 use quiver_indexer::{IndexerConfig, IndexerNode, IndexerNodeConfig};
 use quiver_meta::MetaClient;
 use quiver_storage::{Storage, StorageErrorKind, keys};
 use quiver_test_support::S3TestServer;
 use serde_json::{Value, json};
 
-use crate::in_process::counter;
+use crate::in_process::{Rest, counter, gateway_node};
 
 const MIN_AGE_MS: u64 = 2_000;
 const GRACE_MS: u64 = 1_500;
@@ -32,36 +31,15 @@ async fn s3_storage() -> Option<Storage> {
     Some(server.fresh_storage("quiver-orphans", "cluster").await)
 }
 
-struct Rest {
-    base: String,
-    client: reqwest::Client,
-}
-
-impl Rest {
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
-        let mut request = match method {
-            "GET" => self.client.get(url),
-            "PUT" => self.client.put(url),
-            _ => self.client.post(url),
-        };
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.expect("request sent");
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn orphans(&self) -> Vec<Value> {
-        let (status, body) = self.call("GET", "/admin/v1/orphans", None).await;
-        assert_eq!(status, 200, "{body}");
-        assert_eq!(
-            body["count"].as_u64().unwrap() as usize,
-            body["orphans"].as_array().unwrap().len()
-        );
-        body["orphans"].as_array().unwrap().clone()
-    }
+/// The orphans the gateway lists now (their count checked against the list).
+async fn list_orphans(rest: &Rest) -> Vec<Value> {
+    let (status, body) = rest.call("GET", "/admin/v1/orphans", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["count"].as_u64().unwrap() as usize,
+        body["orphans"].as_array().unwrap().len()
+    );
+    body["orphans"].as_array().unwrap().clone()
 }
 
 fn listed<'o>(orphans: &'o [Value], key: &str) -> Option<&'o Value> {
@@ -93,24 +71,7 @@ async fn orphans_are_reported_then_deleted_and_nothing_referenced_is_touched() {
     let indexer = IndexerNode::start(config, listener, client.clone(), storage.clone())
         .await
         .unwrap();
-    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let rest = Rest {
-        base: format!("http://{}", http.local_addr().unwrap()),
-        client: reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap(),
-    };
-    let gateway = GatewayServer::start(
-        GatewayConfig::new("gateway-o"),
-        http,
-        grpc,
-        client.clone(),
-        axum::Router::new(),
-    )
-    .await
-    .unwrap();
+    let (gateway, rest) = gateway_node("gateway-o", &client).await;
 
     let (status, body) = rest
         .call(
@@ -129,10 +90,7 @@ async fn orphans_are_reported_then_deleted_and_nothing_referenced_is_touched() {
     let written = Arc::new(AtomicU64::new(0));
     let writer = tokio::spawn({
         let (stop, written) = (stop.clone(), written.clone());
-        let rest = Rest {
-            base: rest.base.clone(),
-            client: rest.client.clone(),
-        };
+        let rest = rest.clone();
         async move {
             let mut round = 0u64;
             while !stop.load(Ordering::Acquire) {
@@ -238,7 +196,7 @@ async fn orphans_are_reported_then_deleted_and_nothing_referenced_is_touched() {
     let orphan_b = keys::wal_key(&collection_id, 0, 999, 1);
     loop {
         let live = referenced().await;
-        let orphans = rest.orphans().await;
+        let orphans = list_orphans(&rest).await;
         check(&orphans, &live);
         if let Some(record) = listed(&orphans, &orphan_a) {
             // Object store timestamps have one-second precision.
@@ -283,7 +241,7 @@ async fn orphans_are_reported_then_deleted_and_nothing_referenced_is_touched() {
                     now_ms() + 1_000 >= planted_a_ms + MIN_AGE_MS + GRACE_MS,
                     "deleted before its grace period"
                 );
-                if listed(&rest.orphans().await, &orphan_a).is_none()
+                if listed(&list_orphans(&rest).await, &orphan_a).is_none()
                     && planted_b.is_some_and(|_| listed(&orphans, &orphan_b).is_some())
                 {
                     break;
