@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# ab.sh LABEL BINDIR : swap the cluster to BINDIR and measure c = 1, 16, 64 with the CPU split per process
+cd /var/tmp/s51; ./clswap.sh $2 > /dev/null
+for c in ${CS:-1 16 64}; do echo "$1 c $c"; ./cpusplit.sh $(cat cl.pids) -- $2/quiver-bench cluster --endpoint http://127.0.0.1:7950 --collection served --queries /var/tmp/real/queries.fvecs --gt /var/tmp/real/gt100k.ivecs --include-payload --concurrency $c --max-queries 8000 --json /tmp/x.json; done 2>&1 | awk -v pids=$(cat cl.pids) 'BEGIN{split(pids,p,","); name[p[1]]="gateway"; name[p[2]]="searcher"; name[p[5]]="meta"; name[p[4]]="indexer"} /c [0-9]+$/{if (tot) printf "   total %.3f\n", tot; tot=0; print; next} /ms$/{split($0,a," "); v=a[3]/8000; tot+=v; printf "   %s %s %.3f\n", (a[1] in name ? name[a[1]] : a[1]), a[2], v} /^ +[0-9]/{print} END{printf "   total %.3f\n", tot}'
