@@ -23,6 +23,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use quiver_proto::data::searcher_client::SearcherClient;
 use quiver_proto::{RpcChannel, data};
@@ -38,9 +39,11 @@ type Answer = Result<data::SearchResponse, tonic::Status>;
 
 /// The searches waiting for each searcher (by address), and the calls in
 /// flight to it.
-#[derive(Default)]
 pub(crate) struct SearchLanes {
     lanes: Mutex<HashMap<String, Lane>>,
+    /// Longest a joined search waits for its answer, its wait for a slot
+    /// included (a call's own timeout, so a search never waits for two).
+    timeout: Duration,
 }
 
 #[derive(Default)]
@@ -87,6 +90,14 @@ impl Lane {
 }
 
 impl SearchLanes {
+    /// Lanes whose joined searches give up after `timeout`.
+    pub(crate) fn new(timeout: Duration) -> Self {
+        SearchLanes {
+            lanes: Mutex::default(),
+            timeout,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lane>> {
         self.lanes
             .lock()
@@ -121,11 +132,16 @@ impl SearchLanes {
             }
         };
         if let Some(receiver) = receiver {
-            return match receiver.await {
-                Ok(answer) => answer.map(tonic::Response::new),
-                Err(_) => Err(tonic::Status::internal(
+            return match tokio::time::timeout(self.timeout, receiver).await {
+                Ok(Ok(answer)) => answer.map(tonic::Response::new),
+                Ok(Err(_)) => Err(tonic::Status::internal(
                     "the call carrying this search to its searcher ended without an answer",
                 )),
+                Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+                    "the searcher at {address} did not answer within {:?} (the search \
+                     waited for one of its calls in flight, then went with others)",
+                    self.timeout
+                ))),
             };
         }
         // This call holds a slot until it ends, or until it is dropped (its
@@ -322,4 +338,205 @@ fn searcher_state(status: &tonic::Status) -> bool {
             | tonic::Code::Internal
             | tonic::Code::DataLoss
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use quiver_proto::data::searcher_server::{Searcher, SearcherServer};
+    use quiver_proto::meta::ShardRef;
+    use tonic::{Request, Response, Status};
+
+    use super::*;
+
+    /// A searcher with one search slot over a real socket: a search's one hit
+    /// is the point whose id is the search's `k`; `k = 99` is refused; each
+    /// call takes 20 ms, so that searches sent meanwhile wait and are joined.
+    #[derive(Default)]
+    struct OneSlotSearcher {
+        singles: AtomicUsize,
+        batches: AtomicUsize,
+    }
+
+    fn answer(request: &data::SearchRequest) -> Result<data::SearchResponse, String> {
+        if request.k == 99 {
+            return Err("k must not be 99".into());
+        }
+        Ok(data::SearchResponse {
+            hits: vec![data::Hit {
+                id: Some(data::PointId {
+                    kind: Some(data::point_id::Kind::Num(u64::from(request.k))),
+                }),
+                score: request.k as f32,
+                ..Default::default()
+            }],
+            search_slots: 1,
+            ..Default::default()
+        })
+    }
+
+    #[tonic::async_trait]
+    impl Searcher for OneSlotSearcher {
+        async fn search(
+            &self,
+            request: Request<data::SearchRequest>,
+        ) -> Result<Response<data::SearchResponse>, Status> {
+            self.singles.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            answer(request.get_ref())
+                .map(Response::new)
+                .map_err(Status::invalid_argument)
+        }
+
+        async fn search_batch(
+            &self,
+            request: Request<data::SearchBatchRequest>,
+        ) -> Result<Response<data::SearchBatchResponse>, Status> {
+            self.batches.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let mut results = Vec::new();
+            for (index, search) in request.get_ref().searches.iter().enumerate() {
+                results.push(answer(search).map_err(|message| {
+                    Status::invalid_argument(format!("searches[{index}]: {message}"))
+                })?);
+            }
+            Ok(Response::new(data::SearchBatchResponse {
+                results,
+                manifest_version: 0,
+            }))
+        }
+
+        async fn get(
+            &self,
+            _: Request<data::GetRequest>,
+        ) -> Result<Response<data::GetResponse>, Status> {
+            Err(Status::unimplemented("get"))
+        }
+
+        async fn shard_stats(
+            &self,
+            _: Request<data::ShardStatsRequest>,
+        ) -> Result<Response<data::ShardStatsResponse>, Status> {
+            Err(Status::unimplemented("shard_stats"))
+        }
+    }
+
+    fn search(shard: u32, k: u32) -> tonic::Request<data::SearchRequest> {
+        tonic::Request::new(data::SearchRequest {
+            shard: Some(ShardRef {
+                collection_id: 1,
+                shard,
+            }),
+            k,
+            ..Default::default()
+        })
+    }
+
+    fn hit_id(response: &data::SearchResponse) -> u64 {
+        match response.hits[0].id.as_ref().and_then(|id| id.kind.as_ref()) {
+            Some(data::point_id::Kind::Num(id)) => *id,
+            other => panic!("not a numeric id: {other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiting_searches_leave_joined_and_each_gets_its_own_answer() {
+        let searcher = Arc::new(OneSlotSearcher::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let service = SearcherServer::from_arc(searcher.clone());
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .await
+        });
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect_lazy();
+        let client = SearcherClient::new(RpcChannel::Remote(channel));
+        let lanes = Arc::new(SearchLanes::new(Duration::from_secs(10)));
+
+        // The first search learns the searcher's one slot.
+        let first = lanes.search(&address, client.clone(), search(0, 1)).await;
+        assert_eq!(hit_id(first.unwrap().get_ref()), 1);
+        assert_eq!(lanes.lock()[&address].slots, Some(1));
+
+        // Then 30 at once over two shards, one of them refused: while one call
+        // is in flight the others wait, then leave per shard in batches; the
+        // batch holding the refused search is sent again one by one.
+        let calls = (0..30u32).map(|index| {
+            let (lanes, client, address) = (lanes.clone(), client.clone(), address.clone());
+            let k = if index == 17 { 99 } else { index + 2 };
+            tokio::spawn(async move {
+                (
+                    k,
+                    lanes.search(&address, client, search(index % 2, k)).await,
+                )
+            })
+        });
+        let mut answered = 0;
+        for call in calls.collect::<Vec<_>>() {
+            let (k, answer) = call.await.unwrap();
+            match answer {
+                Ok(response) => {
+                    assert_eq!(hit_id(response.get_ref()), u64::from(k));
+                    answered += 1;
+                }
+                Err(status) => {
+                    assert_eq!(k, 99, "{status}");
+                    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+                    assert!(status.message().contains("k must not be 99"), "{status}");
+                }
+            }
+        }
+        assert_eq!(answered, 29);
+        assert!(
+            searcher.batches.load(Ordering::SeqCst) >= 2,
+            "searches over two shards while the one slot was busy: {} batches",
+            searcher.batches.load(Ordering::SeqCst)
+        );
+        // Nothing left waiting, and the slot freed once the last call's task
+        // has handed out its answers.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            {
+                let lanes = lanes.lock();
+                assert!(lanes[&address].waiting.is_empty());
+                if lanes[&address].in_flight == 0 {
+                    break;
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "a slot is still held");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[test]
+    fn a_batch_is_the_oldest_search_and_the_others_of_its_shard_still_wanted() {
+        let mut lane = Lane::default();
+        let mut receivers = Vec::new();
+        for (shard, k) in [(0, 1), (1, 2), (0, 3), (0, 4)] {
+            let (reply, receiver) = oneshot::channel();
+            lane.waiting.push_back(Waiting {
+                request: search(shard, k).into_inner(),
+                metadata: MetadataMap::new(),
+                reply,
+            });
+            receivers.push(receiver);
+        }
+        // The caller of k = 4 went away.
+        drop(receivers.pop());
+        let batch = lane.take_batch();
+        let ks: Vec<u32> = batch.iter().map(|waiting| waiting.request.k).collect();
+        assert_eq!(ks, [1, 3]);
+        assert_eq!(lane.waiting.len(), 1);
+        assert_eq!(lane.waiting[0].request.k, 2);
+        // Room: unlimited until the searcher says its slots.
+        assert!(lane.has_room());
+        lane.slots = Some(1);
+        lane.in_flight = 1;
+        assert!(!lane.has_room());
+    }
 }

@@ -47,12 +47,13 @@ pub struct Gateway {
 impl Gateway {
     /// Returns a gateway routing through `router`.
     pub fn new(router: Arc<Router>, limits: Limits) -> Self {
+        let search_lanes = Arc::new(join::SearchLanes::new(router.request_timeout()));
         Gateway {
             router,
             limits,
             write_deadline: Duration::from_secs(15),
             compact_wait: Duration::from_secs(24),
-            search_lanes: Arc::default(),
+            search_lanes,
         }
     }
 
