@@ -35,6 +35,11 @@ use crate::metrics::METRICS;
 /// Most searches one joined batch carries.
 pub(crate) const MAX_JOINED: usize = 64;
 
+/// Searches that may wait for a searcher per search slot it has, as its own
+/// pool's queue holds 64 jobs per slot; past that a search is refused at once
+/// with a retryable `RESOURCE_EXHAUSTED`, as the searcher would refuse it.
+const WAITING_PER_SLOT: usize = 64;
+
 type Answer = Result<data::SearchResponse, tonic::Status>;
 
 /// The searches waiting for each searcher (by address), and the calls in
@@ -54,6 +59,9 @@ struct Lane {
     /// and then no search waits).
     slots: Option<usize>,
     waiting: VecDeque<Waiting>,
+    /// How long a call to the searcher takes (a moving average; zero until
+    /// one has ended), for the retry hint of a refused search.
+    call_time: Duration,
 }
 
 struct Waiting {
@@ -63,6 +71,44 @@ struct Waiting {
 }
 
 impl Lane {
+    /// Notes what the searcher said of its slots and how long a call took.
+    fn learn(&mut self, slots: Option<u32>, took: Duration) {
+        if let Some(slots) = slots {
+            self.slots = (slots > 0).then_some(slots as usize);
+        }
+        self.call_time = if self.call_time.is_zero() {
+            took
+        } else {
+            (self.call_time * 7 + took) / 8
+        };
+    }
+
+    /// Refuses a search when as many wait as the searcher's own queue would
+    /// hold: with a retry hint of the time the waiting ones take to leave.
+    fn refuse_when_full(&self, address: &str) -> Result<(), tonic::Status> {
+        let Some(slots) = self.slots else {
+            return Ok(());
+        };
+        let slots = slots.max(1);
+        if self.waiting.len() < slots * WAITING_PER_SLOT {
+            return Ok(());
+        }
+        let batches_ahead = self.waiting.len().div_ceil(MAX_JOINED * slots) as u32 + 1;
+        let retry_after = (self.call_time * batches_ahead).max(Duration::from_millis(1));
+        let mut status = tonic::Status::resource_exhausted(format!(
+            "the searcher at {address} is busy: {} searches already wait for its {slots} \
+             search slots; retry in about {} ms",
+            self.waiting.len(),
+            retry_after.as_millis()
+        ));
+        if let Ok(value) = retry_after.as_millis().to_string().parse() {
+            status
+                .metadata_mut()
+                .insert(quiver_common::RETRY_AFTER_MS_HEADER, value);
+        }
+        Err(status)
+    }
+
     fn has_room(&self) -> bool {
         self.slots.is_none_or(|slots| self.in_flight < slots.max(1))
     }
@@ -121,6 +167,7 @@ impl SearchLanes {
                 lane.in_flight += 1;
                 None
             } else {
+                lane.refuse_when_full(address)?;
                 let (metadata, _, request) = request.take().expect("not sent yet").into_parts();
                 let (reply, receiver) = oneshot::channel();
                 lane.waiting.push_back(Waiting {
@@ -153,10 +200,15 @@ impl SearchLanes {
             client: Some(client.clone()),
         };
         let request = request.expect("not queued, so still here");
+        let started = std::time::Instant::now();
         let answer = client.search(request).await;
-        if let Ok(response) = &answer {
-            slot.learn(response.get_ref().search_slots);
-        }
+        slot.learn(
+            answer
+                .as_ref()
+                .ok()
+                .map(|response| response.get_ref().search_slots),
+            started.elapsed(),
+        );
         drop(slot);
         answer
     }
@@ -193,14 +245,13 @@ impl SearchLanes {
         runtime.spawn(async move {
             let mut batch = batch;
             loop {
+                let started = std::time::Instant::now();
                 let slots = send_joined(&client, batch).await;
                 let mut lanes = self.lock();
                 let Some(lane) = lanes.get_mut(&address) else {
                     return;
                 };
-                if let Some(slots) = slots {
-                    lane.slots = (slots > 0).then_some(slots as usize);
-                }
+                lane.learn(slots, started.elapsed());
                 batch = lane.take_batch();
                 if batch.is_empty() {
                     lane.in_flight = lane.in_flight.saturating_sub(1);
@@ -219,10 +270,10 @@ struct Slot {
 }
 
 impl Slot {
-    fn learn(&self, slots: u32) {
+    fn learn(&self, slots: Option<u32>, took: Duration) {
         let mut lanes = self.lanes.lock();
         if let Some(lane) = lanes.get_mut(&self.address) {
-            lane.slots = (slots > 0).then_some(slots as usize);
+            lane.learn(slots, took);
         }
     }
 }
@@ -352,11 +403,38 @@ mod tests {
 
     /// A searcher with one search slot over a real socket: a search's one hit
     /// is the point whose id is the search's `k`; `k = 99` is refused; each
-    /// call takes 20 ms, so that searches sent meanwhile wait and are joined.
-    #[derive(Default)]
+    /// call takes `delay`, so that searches sent meanwhile wait and are joined.
     struct OneSlotSearcher {
         singles: AtomicUsize,
         batches: AtomicUsize,
+        delay: Duration,
+    }
+
+    impl OneSlotSearcher {
+        fn new(delay: Duration) -> Self {
+            OneSlotSearcher {
+                singles: AtomicUsize::new(0),
+                batches: AtomicUsize::new(0),
+                delay,
+            }
+        }
+    }
+
+    /// Serves `searcher` on a free port; returns its address and a client.
+    async fn serve(searcher: Arc<OneSlotSearcher>) -> (String, SearcherClient<RpcChannel>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let service = SearcherServer::from_arc(searcher);
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .await
+        });
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect_lazy();
+        (address, SearcherClient::new(RpcChannel::Remote(channel)))
     }
 
     fn answer(request: &data::SearchRequest) -> Result<data::SearchResponse, String> {
@@ -383,7 +461,7 @@ mod tests {
             request: Request<data::SearchRequest>,
         ) -> Result<Response<data::SearchResponse>, Status> {
             self.singles.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(self.delay).await;
             answer(request.get_ref())
                 .map(Response::new)
                 .map_err(Status::invalid_argument)
@@ -394,7 +472,7 @@ mod tests {
             request: Request<data::SearchBatchRequest>,
         ) -> Result<Response<data::SearchBatchResponse>, Status> {
             self.batches.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(self.delay).await;
             let mut results = Vec::new();
             for (index, search) in request.get_ref().searches.iter().enumerate() {
                 results.push(answer(search).map_err(|message| {
@@ -442,20 +520,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waiting_searches_leave_joined_and_each_gets_its_own_answer() {
-        let searcher = Arc::new(OneSlotSearcher::default());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap().to_string();
-        let service = SearcherServer::from_arc(searcher.clone());
-        tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-                .await
-        });
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .unwrap()
-            .connect_lazy();
-        let client = SearcherClient::new(RpcChannel::Remote(channel));
+        let searcher = Arc::new(OneSlotSearcher::new(Duration::from_millis(20)));
+        let (address, client) = serve(searcher.clone()).await;
         let lanes = Arc::new(SearchLanes::new(Duration::from_secs(10)));
 
         // The first search learns the searcher's one slot.
@@ -511,6 +577,54 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "a slot is still held");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_the_searchers_own_queue_a_search_is_refused_with_a_retry_hint() {
+        let searcher = Arc::new(OneSlotSearcher::new(Duration::from_millis(400)));
+        let (address, client) = serve(searcher.clone()).await;
+        let lanes = Arc::new(SearchLanes::new(Duration::from_secs(10)));
+        lanes
+            .search(&address, client.clone(), search(0, 1))
+            .await
+            .expect("learns the one slot");
+        // One call in flight for 400 ms, then 100 searches: 64 wait (the queue
+        // a one-slot searcher holds), the rest are refused at once.
+        let in_flight = tokio::spawn({
+            let (lanes, client, address) = (lanes.clone(), client.clone(), address.clone());
+            async move { lanes.search(&address, client, search(0, 2)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let calls: Vec<_> = (0..100u32)
+            .map(|index| {
+                let (lanes, client, address) = (lanes.clone(), client.clone(), address.clone());
+                tokio::spawn(
+                    async move { lanes.search(&address, client, search(0, index + 3)).await },
+                )
+            })
+            .collect();
+        let (mut answered, mut refused) = (0, 0);
+        for call in calls {
+            match call.await.unwrap() {
+                Ok(_) => answered += 1,
+                Err(status) => {
+                    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
+                    assert!(
+                        status.message().contains("64 searches already wait"),
+                        "{status}"
+                    );
+                    let hint = status
+                        .metadata()
+                        .get(quiver_common::RETRY_AFTER_MS_HEADER)
+                        .expect("a retry hint");
+                    let hint: u64 = hint.to_str().unwrap().parse().unwrap();
+                    assert!((1..=2_000).contains(&hint), "{hint}");
+                    refused += 1;
+                }
+            }
+        }
+        assert_eq!((answered, refused), (64, 36));
+        assert!(in_flight.await.unwrap().is_ok());
     }
 
     #[test]
