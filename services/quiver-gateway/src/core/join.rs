@@ -96,8 +96,8 @@ impl Lane {
         let batches_ahead = self.waiting.len().div_ceil(MAX_JOINED * slots) as u32 + 1;
         let retry_after = (self.call_time * batches_ahead).max(Duration::from_millis(1));
         let mut status = tonic::Status::resource_exhausted(format!(
-            "the searcher at {address} is busy: {} searches already wait for its {slots} \
-             search slots; retry in about {} ms",
+            "the searcher at {address} is busy: {} searches already wait for it (it \
+             computes {slots} at once); retry in about {} ms",
             self.waiting.len(),
             retry_after.as_millis()
         ));

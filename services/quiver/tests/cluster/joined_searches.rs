@@ -27,7 +27,10 @@ fn point_vector(id: u64) -> Vec<f32> {
 /// The searches sent at once: each its own vector, `k`, payload choice and
 /// (every third) filter.
 fn searches() -> Vec<Value> {
-    (0..96u64)
+    // 32 searches of two shards on one searcher: 64 calls, one in flight and
+    // 63 waiting, within the 64 a one-slot searcher lets wait (more are
+    // refused, as its own queue would refuse them).
+    (0..32u64)
         .map(|index| {
             let mut search = json!({
                 "vector": point_vector(index * 5 + 1),
