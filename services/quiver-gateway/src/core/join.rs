@@ -26,10 +26,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quiver_proto::data::searcher_client::SearcherClient;
-use quiver_proto::{RpcChannel, data};
+use quiver_proto::{ErrorCode, RpcChannel, data, status_of};
 use tokio::sync::oneshot;
 use tonic::metadata::MetadataMap;
 
+use crate::error::GatewayError;
 use crate::metrics::METRICS;
 
 /// Most searches one joined batch carries.
@@ -95,18 +96,17 @@ impl Lane {
         }
         let batches_ahead = self.waiting.len().div_ceil(MAX_JOINED * slots) as u32 + 1;
         let retry_after = (self.call_time * batches_ahead).max(Duration::from_millis(1));
-        let mut status = tonic::Status::resource_exhausted(format!(
-            "the searcher at {address} is busy: {} searches already wait for it (it \
-             computes {slots} at once); retry in about {} ms",
-            self.waiting.len(),
-            retry_after.as_millis()
-        ));
-        if let Ok(value) = retry_after.as_millis().to_string().parse() {
-            status
-                .metadata_mut()
-                .insert(quiver_common::RETRY_AFTER_MS_HEADER, value);
-        }
-        Err(status)
+        let mut refusal = GatewayError::new(
+            ErrorCode::ResourceExhausted,
+            format!(
+                "the searcher at {address} is busy: {} searches already wait for it (it \
+                 computes {slots} at once); retry in about {} ms",
+                self.waiting.len(),
+                retry_after.as_millis()
+            ),
+        );
+        refusal.retry_after = Some(retry_after);
+        Err(status_of(&refusal))
     }
 
     fn has_room(&self) -> bool {
