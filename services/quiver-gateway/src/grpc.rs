@@ -75,13 +75,17 @@ impl ClientApi {
         let span = tracing::info_span!("request", request_id = %request_id, route);
         let authorized = self.authorize(request.metadata(), access);
         let message = request.into_inner();
+        // On the heap, as in the REST front door (`rest::handle`): the layers
+        // around it would otherwise copy it with every move of this future.
         let outcome = request_id::scope(
             request_id.clone(),
-            async move {
-                authorized?;
-                work(message).await
-            }
-            .instrument(span.clone()),
+            Box::pin(
+                async move {
+                    authorized?;
+                    work(message).await
+                }
+                .instrument(span.clone()),
+            ),
         )
         .await;
         let code = match &outcome {

@@ -20,9 +20,11 @@ pub fn accept_or_generate(presented: Option<&str>) -> String {
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
 }
 
-/// Runs `work` with `request_id` as the current request id.
-pub async fn scope<F: Future>(request_id: String, work: F) -> F::Output {
-    CURRENT_REQUEST_ID.scope(request_id, work).await
+/// Returns `work` run with `request_id` as the current request id. A plain
+/// function, not an `async fn`: an `async fn` would keep `work` beside the
+/// future it moves `work` into, doubling what every caller's future holds.
+pub fn scope<F: Future>(request_id: String, work: F) -> impl Future<Output = F::Output> {
+    CURRENT_REQUEST_ID.scope(request_id, work)
 }
 
 /// Returns `message` as a tonic request carrying the current request id.

@@ -146,7 +146,10 @@ impl Gateway {
                         address.clone(),
                     ),
                 };
-                match call(stub).await {
+                // On the heap: a searcher call's future (a gRPC client call) is
+                // kilobytes, which this future and the caller's `join_all` would
+                // otherwise hold and copy as they move.
+                match Box::pin(call(stub)).await {
                     Ok(response) => {
                         self.router.searcher_reachable(&address);
                         return Ok(response.into_inner());
