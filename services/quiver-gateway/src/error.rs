@@ -72,6 +72,18 @@ impl GatewayError {
                 retry_after,
             };
         }
+        // tonic answers a call that ran out of the channel's timeout with
+        // `CANCELLED: Timeout expired`, which reads as if the client had given
+        // up (HTTP 499); it is the node that did not answer in time.
+        if timed_out_here(status) {
+            return GatewayError {
+                code: ErrorCode::DeadlineExceeded,
+                message: "no answer within the gateway's request timeout \
+                          (`[gateway] request_timeout_ms`)"
+                    .to_string(),
+                retry_after,
+            };
+        }
         GatewayError {
             code: ErrorCode::from_grpc_code(status.code()),
             message: status.message().to_string(),
@@ -99,6 +111,23 @@ impl ServiceError for GatewayError {
 pub(crate) fn is_unreachable(status: &tonic::Status) -> bool {
     let made_here = std::error::Error::source(status).is_some() || status.metadata().is_empty();
     made_here && ErrorCode::from_grpc_code(status.code()) != ErrorCode::Cancelled
+}
+
+/// Returns whether `status` is tonic's own for a call that ran out of the
+/// channel's timeout (`CANCELLED: Timeout expired`, made on this side with the
+/// timeout as its source), not a cancellation the node sent.
+pub(crate) fn timed_out_here(status: &tonic::Status) -> bool {
+    if status.code() != tonic::Code::Cancelled {
+        return false;
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(cause) = source {
+        if cause.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The message of a transport failure with its causes ("transport error:

@@ -422,6 +422,14 @@ mod tests {
 
     /// Serves `searcher` on a free port; returns its address and a client.
     async fn serve(searcher: Arc<OneSlotSearcher>) -> (String, SearcherClient<RpcChannel>) {
+        serve_with_timeout(searcher, None).await
+    }
+
+    /// [`serve`], its client's channel giving up on a call after `timeout`.
+    async fn serve_with_timeout(
+        searcher: Arc<OneSlotSearcher>,
+        timeout: Option<Duration>,
+    ) -> (String, SearcherClient<RpcChannel>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let service = SearcherServer::from_arc(searcher);
@@ -431,9 +439,12 @@ mod tests {
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
                 .await
         });
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .unwrap()
-            .connect_lazy();
+        let mut endpoint =
+            tonic::transport::Endpoint::from_shared(format!("http://{address}")).unwrap();
+        if let Some(timeout) = timeout {
+            endpoint = endpoint.timeout(timeout);
+        }
+        let channel = endpoint.connect_lazy();
         (address, SearcherClient::new(RpcChannel::Remote(channel)))
     }
 
@@ -519,6 +530,33 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_past_the_request_timeout_is_deadline_exceeded_not_cancelled() {
+        // tonic's own answer to a call past the channel's timeout is
+        // `CANCELLED: Timeout expired` (HTTP 499 at the front door, as if the
+        // client had gone); the gateway makes it what it is.
+        let searcher = Arc::new(OneSlotSearcher::new(Duration::from_millis(600)));
+        let (address, client) =
+            serve_with_timeout(searcher, Some(Duration::from_millis(100))).await;
+        let lanes = Arc::new(SearchLanes::new(Duration::from_secs(10)));
+        let status = lanes
+            .search(&address, client, search(0, 1))
+            .await
+            .expect_err("the searcher answers after the timeout");
+        let error = crate::error::GatewayError::from_status(&status);
+        assert_eq!(error.code, ErrorCode::DeadlineExceeded, "{status:?}");
+        assert!(
+            error.message.contains("request_timeout_ms"),
+            "{}",
+            error.message
+        );
+        assert!(crate::error::timed_out_here(&status));
+        // A cancellation the node sends is left as it is.
+        assert!(!crate::error::timed_out_here(&Status::cancelled(
+            "shutting down"
+        )));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waiting_searches_leave_joined_and_each_gets_its_own_answer() {
         let searcher = Arc::new(OneSlotSearcher::new(Duration::from_millis(20)));
         let (address, client) = serve(searcher.clone()).await;
@@ -589,7 +627,9 @@ mod tests {
             .await
             .expect("learns the one slot");
         // One call in flight for 400 ms, then 100 searches: 64 wait (the queue
-        // a one-slot searcher holds), the rest are refused at once.
+        // a one-slot searcher holds), the rest are refused at once. Their `k`
+        // stays clear of 99, which the searcher refuses: the order the tasks
+        // reach the lane in is the scheduler's, so any of them may wait.
         let in_flight = tokio::spawn({
             let (lanes, client, address) = (lanes.clone(), client.clone(), address.clone());
             async move { lanes.search(&address, client, search(0, 2)).await }
@@ -599,7 +639,7 @@ mod tests {
             .map(|index| {
                 let (lanes, client, address) = (lanes.clone(), client.clone(), address.clone());
                 tokio::spawn(
-                    async move { lanes.search(&address, client, search(0, index + 3)).await },
+                    async move { lanes.search(&address, client, search(0, index + 100)).await },
                 )
             })
             .collect();

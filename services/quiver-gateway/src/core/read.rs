@@ -17,7 +17,7 @@ use crate::core::validate::{
     check_id, check_search_options, parse_payload, prepare_search, stored_payload, validate_name,
 };
 use crate::core::{Consistency, Gateway, Hit, PointOut, SearchCost, SearchInput};
-use crate::error::{GatewayError, GatewayResult, is_unreachable};
+use crate::error::{GatewayError, GatewayResult, is_unreachable, timed_out_here};
 use crate::metrics::METRICS;
 use crate::request_id::outgoing;
 use crate::routing::{CollectionRoute, ShardPlacement, unreachable_retry_after};
@@ -155,7 +155,13 @@ impl Gateway {
                         return Ok(response.into_inner());
                     }
                     Err(status) => {
-                        let error = GatewayError::from_status(&status);
+                        let mut error = GatewayError::from_status(&status);
+                        if timed_out_here(&status) {
+                            error = error.with_context(format!(
+                                "shard {} of collection `{name}`, searcher at {address}",
+                                placement.shard
+                            ));
+                        }
                         if remote && error.code == ErrorCode::Unavailable && is_unreachable(&status)
                         {
                             let unreachable_for = self.router.searcher_unreachable(
