@@ -6,7 +6,8 @@
 use std::collections::BinaryHeap;
 
 use super::{
-    EncodedQuery, Hit, Ranking, RowFilter, SearchScratch, SearchStats, TopK, to_score, unhandle,
+    EncodedQuery, Hit, Ranking, RowFilter, SearchScratch, SearchStats, TopK, handle, to_score,
+    unhandle,
 };
 use crate::error::{IndexError, IndexResult};
 use crate::params::{CALIBRATED_K, MIN_ROWS_PER_HIT, Metric, SearchParams};
@@ -102,8 +103,10 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
                 params.k * params.rescore.max(1),
                 std::mem::take(&mut scratch.reserve),
             ),
+            uppers: TopK::new(params.k, std::mem::take(&mut scratch.upper_heap)),
             rescored: 0,
         };
+        scratch.pending.clear();
         for probe in 0..scratch.list_keys.len() {
             let list = scratch.list_keys[probe].1 as usize;
             self.probe_members(list, &encoded, params, scratch, &mut ranking)?;
@@ -114,24 +117,30 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
         // nearest lists are probed until they do. While fewer than k rows are
         // ranked, every allowed row of a probed list is kept (the top-k and
         // the reserve have room), so this count is the allowed rows seen.
-        let ranked = |ranking: &Ranking| ranking.top.heap.len() + ranking.reserve.heap.len();
-        if ranked(&ranking) < params.k {
+        let ranked = |ranking: &Ranking, pending: usize| {
+            ranking.top.heap.len() + ranking.reserve.heap.len() + pending
+        };
+        if ranked(&ranking, scratch.pending.len()) < params.k {
             lead.rank_unchosen_lists(encoded.norm_sq, scratch);
             let more = std::mem::take(&mut scratch.more_lists);
             for &(_, list) in &more {
-                if ranked(&ranking) >= params.k {
+                if ranked(&ranking, scratch.pending.len()) >= params.k {
                     break;
                 }
                 self.probe_members(list as usize, &encoded, params, scratch, &mut ranking)?;
             }
             scratch.more_lists = more;
         }
+        self.rescore_pending(params.k, scratch, &mut ranking)?;
         // The guard: the best ruled-out rows by estimate are rescored as well.
         let Ranking {
             mut top,
             mut reserve,
             mut rescored,
+            uppers,
+            ..
         } = ranking;
+        scratch.upper_heap = uppers.heap;
         // Their rows were ruled out, so they were never read: fetch the missing
         // ones together (one round trip to the store per member, not one per row).
         for (index, member) in members.iter().enumerate() {
@@ -158,6 +167,68 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
 }
 
 impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
+    /// Rescores the candidates the scan kept (see [`Ranking`]): those whose
+    /// lower bound beats the final k-th upper bound, most hopeful first, until
+    /// the next one's lower bound no longer beats the k-th exact key; the rest
+    /// go to the reserve. Their rows are fetched ahead in runs: the `k` most
+    /// hopeful first (once scored they give a k-th exact key), then up to
+    /// [`deferred_fetch_rows`] at a time of those still hopeful under the k-th
+    /// exact key so far — so a cold search waits for the store two or three
+    /// times (with the guard's rows), and fetches about the rows it reads: a
+    /// first run that also fetched the guard's rows and 80 candidates waited
+    /// less often but fetched 40 % more bytes, which over an S3 server on the
+    /// same machine cost more than the round trips saved.
+    fn rescore_pending(
+        &self,
+        k: usize,
+        scratch: &mut SearchScratch,
+        ranking: &mut Ranking,
+    ) -> IndexResult<()> {
+        let bound = ranking.candidate_bound();
+        let mut pending = std::mem::take(&mut scratch.pending);
+        pending.sort_unstable_by(|a, b| a.1.lower.total_cmp(&b.1.lower));
+        let hopeful = pending.partition_point(|(_, candidate)| candidate.lower < bound);
+        let run = deferred_fetch_rows(k);
+        let mut fetched_up_to = 0;
+        let mut rescored_up_to = hopeful;
+        for position in 0..hopeful {
+            let (member, candidate) = pending[position];
+            let threshold = ranking.top.threshold();
+            if candidate.lower >= threshold {
+                rescored_up_to = position;
+                break;
+            }
+            if position == fetched_up_to {
+                let length = if position == 0 { k } else { run };
+                let end = (position + length).min(hopeful);
+                fetched_up_to = position
+                    + pending[position..end]
+                        .partition_point(|(_, candidate)| candidate.lower < threshold);
+                for (index, segment) in self.members.iter().map(|m| m.segment).enumerate() {
+                    let rows = pending[position..fetched_up_to]
+                        .iter()
+                        .filter(|(of, _)| *of == index)
+                        .map(|(_, candidate)| candidate.row);
+                    segment.fetch_rows_ahead(rows, &mut scratch.fetch_ranges);
+                }
+            }
+            let segment = self.members[member].segment;
+            ranking.top.push(
+                segment.rescore_row(&scratch.query, candidate.row)?,
+                handle(member, candidate.row),
+            );
+            ranking.rescored += 1;
+        }
+        for &(member, candidate) in &pending[rescored_up_to..] {
+            ranking
+                .reserve
+                .push(candidate.key, handle(member, candidate.row));
+        }
+        pending.clear();
+        scratch.pending = pending;
+        Ok(())
+    }
+
     /// Scans `list` in every member.
     fn probe_members(
         &self,
@@ -185,6 +256,13 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
         scratch.stats.lists_probed -= self.members.len().saturating_sub(1);
         Ok(())
     }
+}
+
+/// Candidates' rows a search fetches ahead at once (see
+/// [`SharedSearch::rescore_pending`]): a search of real 100k × 384 at
+/// recall 0.976 rescores ~86 rows for k = 10.
+fn deferred_fetch_rows(k: usize) -> usize {
+    (8 * k).max(64)
 }
 
 /// Turns the final top-k into `(member, hit)`, best first, and keeps the
