@@ -91,6 +91,9 @@ pub async fn manual_indexer(
     let indexer = IndexerNode::start(config, listener, meta.clone(), storage.clone())
         .await
         .unwrap();
+    // Registered before the caller creates a collection, so that the create
+    // gives it the shard's lease at once (not at the control loop's next pass).
+    wait_until(node_id, || indexer.is_ready()).await;
     (indexer, address)
 }
 
@@ -110,7 +113,23 @@ pub async fn searcher_node(
     let searcher = SearcherNode::start(config, listener, meta.clone(), read_context)
         .await
         .unwrap();
+    // Registered (and synced) before the caller creates a collection, so that
+    // the create assigns it the shards at once: a search sent straight to it
+    // right after would otherwise race the control loop's next pass.
+    wait_until(node_id, || searcher.is_ready()).await;
     (searcher, address)
+}
+
+/// Waits (30 s at most) until `node_id` says it is ready.
+async fn wait_until(node_id: &str, ready: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`{node_id}` did not register with meta within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Creates a one-shard collection and returns its shard.
