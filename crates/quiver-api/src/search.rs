@@ -142,6 +142,10 @@ pub struct SearchCost {
     /// Time waited for object storage, milliseconds (the slowest shard).
     #[serde(default)]
     pub store_wait_ms: f64,
+    /// Times waited for object storage (a fetch, or a round of fetches made
+    /// together; the slowest shard's): each is a round trip to the store.
+    #[serde(default)]
+    pub store_waits: u64,
     /// Time in the searchers, milliseconds (the slowest shard).
     pub search_ms: f64,
 }

@@ -298,6 +298,8 @@ struct ClusterPoint {
     row_reads_remote: f64,
     /// Mean time a query waited on the object store, milliseconds.
     store_wait_ms: f64,
+    /// Mean times a query waited on the object store (its round trips).
+    store_waits: f64,
     /// Peak resident memory (VmHWM) of the server processes so far, MiB, and
     /// their anonymous memory (RssAnon) after the point (0 without --server-pid).
     server_peak_rss_mib: f64,
@@ -321,6 +323,7 @@ struct CacheTotals {
     row_reads_local: u64,
     row_reads_remote: u64,
     store_wait_ms: f64,
+    store_waits: u64,
 }
 
 impl CacheTotals {
@@ -331,6 +334,7 @@ impl CacheTotals {
         self.row_reads_local += cost.row_reads_local;
         self.row_reads_remote += cost.row_reads_remote;
         self.store_wait_ms += cost.store_wait_ms;
+        self.store_waits += cost.store_waits;
     }
 
     fn hit_ratio(&self) -> f64 {
@@ -663,6 +667,7 @@ pub async fn run(options: &ClusterOptions) -> Result<()> {
             row_reads_local: cache.row_reads_local as f64 / costed,
             row_reads_remote: cache.row_reads_remote as f64 / costed,
             store_wait_ms: cache.store_wait_ms / costed,
+            store_waits: cache.store_waits as f64 / costed,
             server_peak_rss_mib: peak_mib,
             server_rss_anon_mib: anon_mib,
             cpu_vs_engine: None,

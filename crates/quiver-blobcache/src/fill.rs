@@ -110,6 +110,7 @@ impl Inner {
         object: &Arc<ObjectIdentity>,
         regions: &[u64],
         max_run_bytes: usize,
+        in_flight: usize,
     ) {
         let mut claimed = Vec::with_capacity(regions.len());
         for &region in regions {
@@ -159,7 +160,7 @@ impl Inner {
             })
             .collect();
         let waiting = std::time::Instant::now();
-        let fetched = self.get_ranges(&object.key, requests);
+        let fetched = self.get_ranges(&object.key, requests, in_flight);
         ReadCounts::add_wait(waiting.elapsed());
         for (run, fetched) in runs.into_iter().zip(fetched) {
             for (key, slot, signal) in &claimed[run.clone()] {

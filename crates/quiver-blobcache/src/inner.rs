@@ -95,18 +95,19 @@ impl Inner {
     /// woke that thread for every chunk the socket delivered: ~9 context switches
     /// per 64 KiB fill, most of a cold query's CPU (perf, docs/architecture.md).
     pub(crate) fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, String> {
-        self.get_ranges(key, vec![range])
+        self.get_ranges(key, vec![range], 1)
             .pop()
             .expect("one result per request")
     }
 
-    /// Fetches the ranges `requests` of `key`, all in flight together in one task
+    /// Fetches the ranges `requests` of `key`, `in_flight` at a time, in one task
     /// on the runtime; the caller sleeps once until every one is in. The results
     /// come in the order of `requests`.
     pub(crate) fn get_ranges(
         &self,
         key: &str,
         requests: Vec<Range<u64>>,
+        in_flight: usize,
     ) -> Vec<Result<Bytes, String>> {
         let count = requests.len();
         let storage = self.storage.clone();
@@ -116,7 +117,11 @@ impl Inner {
             let fetches = requests
                 .into_iter()
                 .map(|range| storage.get_range(&owned_key, range));
-            let fetched = futures_util::future::join_all(fetches).await;
+            use futures_util::StreamExt;
+            let fetched: Vec<_> = futures_util::stream::iter(fetches)
+                .buffered(in_flight.max(1))
+                .collect()
+                .await;
             let _ = done.send(
                 fetched
                     .into_iter()

@@ -179,6 +179,11 @@ pub struct ReadCounts {
     /// Time the thread waited for the object store: its fetches, fills by
     /// other readers it waited on, and rounds of fetching ahead (nanoseconds).
     pub store_wait_nanos: u64,
+    /// Times the thread waited for the object store: once per fill it made
+    /// or waited on, and once per round of fetching ahead (however many
+    /// regions the round fetched). Over a store far away, each costs a round
+    /// trip.
+    pub store_waits: u64,
 }
 
 thread_local! {
@@ -190,6 +195,7 @@ thread_local! {
             row_hits: 0,
             row_misses: 0,
             store_wait_nanos: 0,
+            store_waits: 0,
         })
     };
 }
@@ -211,6 +217,7 @@ impl ReadCounts {
             store_wait_nanos: self
                 .store_wait_nanos
                 .saturating_sub(earlier.store_wait_nanos),
+            store_waits: self.store_waits.saturating_sub(earlier.store_waits),
         }
     }
 
@@ -242,6 +249,7 @@ impl ReadCounts {
     pub(crate) fn add_wait(waited: std::time::Duration) {
         Self::update(|value| {
             value.store_wait_nanos += u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+            value.store_waits += 1;
         });
     }
 }

@@ -223,7 +223,7 @@ impl CachedObject {
             // the section is cold throughout.
             let run_regions = (WARM_ROW_RUN_BYTES / rows.inner.region_bytes).max(1);
             rows.fetch_missing_with(
-                &[(range.start, (end - range.start) as usize)],
+                [(range.start, (end - range.start) as usize)],
                 WARM_ROW_FILLS * run_regions,
                 WARM_ROW_RUN_BYTES,
             );
@@ -471,16 +471,21 @@ impl CachedObject {
     /// Fills the regions under `ranges` that are not cached, up to
     /// [`FETCH_AHEAD_FILLS`] at a time, and returns when they are in (or
     /// failed: the reads that follow see the error).
-    fn fetch_missing(&self, ranges: &[(u64, usize)]) {
+    fn fetch_missing(&self, ranges: impl IntoIterator<Item = (u64, usize)>) {
         self.fetch_missing_with(ranges, FETCH_AHEAD_FILLS, FETCH_AHEAD_RUN_BYTES);
     }
 
     /// [`Self::fetch_missing`], `batch` missing regions at a time (all in
     /// flight together), neighbours joined into requests of up to
     /// `max_run_bytes`.
-    fn fetch_missing_with(&self, ranges: &[(u64, usize)], batch: usize, max_run_bytes: usize) {
+    fn fetch_missing_with(
+        &self,
+        ranges: impl IntoIterator<Item = (u64, usize)>,
+        batch: usize,
+        max_run_bytes: usize,
+    ) {
         let mut missing: Vec<u64> = Vec::new();
-        for &(offset, length) in ranges {
+        for (offset, length) in ranges {
             let end = offset.saturating_add(length as u64).min(self.identity.size);
             if offset >= end {
                 continue;
@@ -501,10 +506,17 @@ impl CachedObject {
             &METRICS.fetched_ahead,
             missing.len() as u64,
         );
-        // All of a batch in flight together, then filled and released: the
-        // reads that follow pin (and check) them.
-        for regions in missing.chunks(batch.max(1)) {
-            self.inner.fill_many(&self.identity, regions, max_run_bytes);
+        // Claimed together (pinned until all are in, `batch` requests in
+        // flight at a time), then released: the reads that follow pin (and
+        // check) them. Claimed in batches instead, a later batch's claims
+        // evicted an earlier one's fresh fills (the least used regions) before
+        // they were read, and each was fetched again on its own: 66 waits for
+        // 106 regions. Up to a quarter of the tier at once, so that the
+        // queries in flight still find regions to claim.
+        let claimed_together = batch.max(self.inner.slot_counters.len() / 4).max(1);
+        for regions in missing.chunks(claimed_together) {
+            self.inner
+                .fill_many(&self.identity, regions, max_run_bytes, batch);
         }
     }
 
@@ -614,15 +626,29 @@ impl ByteSource for CachedObject {
         if self.inner.is_read_through() {
             return;
         }
-        // Rescoring candidates are raw vectors: in the row tier when there is one.
-        let in_rows = ranges.iter().all(|&(offset, length)| {
+        // Rescoring candidates are raw vectors: in the row tier when there is
+        // one. A hit's ranges span both tiers (its id in the hot one, its
+        // payload in the row tier): each tier fetches its own.
+        let Some(rows) = self.rows.as_deref() else {
+            return self.fetch_missing(ranges.iter().copied());
+        };
+        let in_rows = |&(offset, length): &(u64, usize)| {
             self.row_tier(offset, offset.saturating_add(length as u64))
                 .is_some()
-        });
-        match (in_rows, self.rows.as_deref()) {
-            (true, Some(rows)) => rows.fetch_missing(ranges),
-            _ => self.fetch_missing(ranges),
+        };
+        rows.fetch_missing(ranges.iter().copied().filter(in_rows));
+        if !ranges.iter().all(in_rows) {
+            self.fetch_missing(ranges.iter().copied().filter(|range| !in_rows(range)));
         }
+    }
+
+    fn fetch_scan_ahead(&self, ranges: &mut dyn Iterator<Item = (u64, usize)>) {
+        // A mapped file's scanned sections come in as huge folios by faults
+        // (read-ahead would split them); a read-through cache keeps nothing.
+        if self.mapped.is_some() || self.inner.is_read_through() {
+            return;
+        }
+        self.fetch_missing(ranges);
     }
 
     fn read_ahead(&self, offset: u64, length: usize) {

@@ -632,6 +632,68 @@ impl<S: ByteSource> Segment<S> {
         Ok(None)
     }
 
+    /// Makes what a search answers of `rows` resident together before it is read
+    /// hit by hit (see [`ByteSource::fetch_ahead`]): their ids, and as asked
+    /// their payload offsets and raw vectors, then the payload (and string id)
+    /// texts those offsets point at. A cold store is waited for twice at most,
+    /// not once or twice per hit. Errors are left to the reads that follow.
+    pub fn fetch_hits_ahead(&self, rows: &[u32], payloads: bool, vectors: bool) {
+        let count = self.header.rows;
+        let valid = || {
+            rows.iter()
+                .map(|&row| row as u64)
+                .filter(move |&row| row < count)
+        };
+        let ids = self.section(SectionKind::RowIds).offset;
+        let stored = self.section(SectionKind::Payloads).offset;
+        let raw = self.section(SectionKind::RawVectors).offset;
+        let row_bytes = (self.header.dim * self.header.raw_precision.value_bytes()) as u64;
+        let string_ids = self.header.id_type == IdType::String;
+        let mut ranges = Vec::with_capacity(rows.len() * 3);
+        for row in valid() {
+            ranges.push(if string_ids {
+                (ids + row * 4, 8)
+            } else {
+                (ids + row * 8, 8)
+            });
+            if payloads {
+                ranges.push((stored + row * 8, 16));
+            }
+            if vectors {
+                ranges.push((raw + row * row_bytes, row_bytes as usize));
+            }
+        }
+        if ranges.len() > 1 {
+            self.source.fetch_ahead(&ranges);
+        }
+        if !payloads && !string_ids {
+            return;
+        }
+        // The texts, where the offsets (now in) say.
+        let span = |kind: SectionKind, at: u64, width: usize| -> Option<(u64, u64)> {
+            let bytes = self.read(kind, at, 2 * width).ok()?;
+            let value = |from: usize| {
+                let mut le = [0u8; 8];
+                le[..width].copy_from_slice(&bytes[from..from + width]);
+                u64::from_le_bytes(le)
+            };
+            let (start, end) = (value(0), value(width));
+            (end > start).then_some((start, end - start))
+        };
+        ranges.clear();
+        for row in valid() {
+            if payloads && let Some((start, length)) = span(SectionKind::Payloads, row * 8, 8) {
+                ranges.push((stored + (count + 1) * 8 + start, length as usize));
+            }
+            if string_ids && let Some((start, length)) = span(SectionKind::RowIds, row * 4, 4) {
+                ranges.push((ids + (count + 1) * 4 + start, length as usize));
+            }
+        }
+        if ranges.len() > 1 {
+            self.source.fetch_ahead(&ranges);
+        }
+    }
+
     /// Returns the stored payload of `row` as JSON bytes (`None` if it has none).
     pub fn payload_bytes(&self, row: u32) -> IndexResult<Option<Vec<u8>>> {
         self.check_row(row)?;

@@ -66,6 +66,16 @@ pub trait ByteSource: Send + Sync {
     /// to the reads that follow.
     fn fetch_ahead(&self, _ranges: &[(u64, usize)]) {}
 
+    /// Makes the ranges `(offset, length)` of a section scanned in whole, one
+    /// range after the other, resident before the scan reads them (the codes of
+    /// the lists a query probes): a cache fetches the missing ones concurrently
+    /// and waits for them, so a cold query waits for the store once, not once
+    /// per probed list. The ranges are produced only if the source asks for
+    /// them. Sources in memory and mapped files ignore it (a mapped file's
+    /// scanned sections come in as huge folios through faults, which
+    /// read-ahead would split); errors are left to the reads that follow.
+    fn fetch_scan_ahead(&self, _ranges: &mut dyn Iterator<Item = (u64, usize)>) {}
+
     /// Makes `offset..offset + length`, a whole section about to be read at
     /// once, resident first: a mapped file reads it in with read-ahead (its
     /// mapping is advised random, so faults alone would read it a page at a

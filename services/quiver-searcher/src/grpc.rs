@@ -257,6 +257,7 @@ fn answer_of(
             row_reads_local: cost.row_reads_local,
             row_reads_remote: cost.row_reads_remote,
             store_wait_ms: cost.store_wait_ms,
+            store_waits: cost.store_waits,
         }),
     }
 }

@@ -351,3 +351,122 @@ fn warming_rows_reads_a_cold_section_in_a_few_large_requests() {
         "{round_trips} round trips one after another"
     );
 }
+
+#[test]
+fn a_cold_search_fetches_the_codes_of_its_lists_together() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let dim = 64;
+    let (bytes, vectors) = segment_bytes(20_000, dim);
+    put(&runtime, &storage, "segments/scan.qseg", &bytes);
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
+    let segment = Segment::open(cache.open_blocking("segments/scan.qseg").unwrap()).unwrap();
+    let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
+    let params = SearchParams {
+        nprobe: Some(64),
+        ..SearchParams::new(10)
+    };
+    let mut scratch = SearchScratch::new();
+    let before = cache.stats_by_tier().0;
+    let hits = segment
+        .search(&vectors[..dim], &params, None, &mut scratch)
+        .unwrap();
+    assert_eq!(
+        hits,
+        reference
+            .search(&vectors[..dim], &params, None, &mut scratch)
+            .unwrap()
+    );
+    let hot = cache.stats_by_tier().0;
+    let (misses, ahead) = (
+        hot.misses - before.misses,
+        hot.fetched_ahead - before.fetched_ahead,
+    );
+    assert!(
+        misses >= 2,
+        "the probed codes span several regions: {hot:?}"
+    );
+    assert_eq!(
+        ahead, misses,
+        "every code region the scan needed was fetched ahead, together: {hot:?}"
+    );
+    assert_eq!(cache.stats().pinned_regions, 0);
+}
+
+#[test]
+fn the_hits_ids_payloads_and_vectors_come_in_together_from_both_tiers() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let dim = 64;
+    let (bytes, _) = segment_bytes(40_000, dim);
+    put(&runtime, &storage, "segments/hits.qseg", &bytes);
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
+    let segment = Segment::open(cache.open_blocking("segments/hits.qseg").unwrap()).unwrap();
+    let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
+    // Ten hits far apart: each in its own row regions.
+    let rows: Vec<u32> = (0..10).map(|hit| hit * 3_989 + 7).collect();
+    let before = cache.stats();
+    segment.fetch_hits_ahead(&rows, true, true);
+    let fetched = cache.stats();
+    assert!(
+        fetched.fetched_ahead - before.fetched_ahead >= 20,
+        "the hits' payloads and vectors were fetched ahead: {fetched:?}"
+    );
+    assert_eq!(
+        fetched.fetched_ahead - before.fetched_ahead,
+        fetched.misses - before.misses,
+        "every region was fetched ahead, none on its own: {fetched:?}"
+    );
+    let reads = ReadCounts::of_this_thread();
+    for &row in &rows {
+        assert_eq!(segment.id(row).unwrap(), reference.id(row).unwrap());
+        assert_eq!(
+            segment.payload(row).unwrap(),
+            reference.payload(row).unwrap()
+        );
+        assert_eq!(segment.vector(row).unwrap(), reference.vector(row).unwrap());
+    }
+    let reads = ReadCounts::of_this_thread().since(reads);
+    assert_eq!(reads.region_misses, 0, "the hits' reads all hit: {reads:?}");
+    assert_eq!(cache.stats().pinned_regions, 0);
+}
+
+#[test]
+fn rows_fetched_ahead_together_come_in_one_wait_and_stay_for_their_reads() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let dim = 64;
+    let (bytes, _) = segment_bytes(40_000, dim);
+    put(&runtime, &storage, "segments/run.qseg", &bytes);
+    // A row tier of 64 KiB regions, more than 320 of them; the segment's raw
+    // vectors span 160.
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 40 << 20, 128 << 10);
+    let row_regions = cache.stats_by_tier().1.unwrap().total_regions;
+    assert!(row_regions > 320, "{row_regions} row regions");
+    let segment = Segment::open(cache.open_blocking("segments/run.qseg").unwrap()).unwrap();
+    let raw = section(&segment, SectionKind::RawVectors);
+    let row_bytes = dim as u64 * 4;
+    // 80 rows in 80 different row regions: more than one fetch's requests in
+    // flight at a time (16), fewer than a quarter of the tier.
+    let rows: Vec<u64> = (0..80).map(|i| i * 2 * (64 << 10) / row_bytes).collect();
+    let ranges: Vec<(u64, usize)> = rows
+        .iter()
+        .map(|row| (raw.offset + row * row_bytes, row_bytes as usize))
+        .collect();
+    let before = ReadCounts::of_this_thread();
+    segment.source().fetch_ahead(&ranges);
+    let fetched = ReadCounts::of_this_thread().since(before);
+    assert_eq!(fetched.row_misses, 80, "{fetched:?}");
+    assert_eq!(
+        fetched.store_waits, 1,
+        "claimed together, fetched 16 requests at a time, waited for once: {fetched:?}"
+    );
+    let before = ReadCounts::of_this_thread();
+    for &(offset, length) in &ranges {
+        segment.source().read_at(offset, length).unwrap();
+    }
+    let read = ReadCounts::of_this_thread().since(before);
+    assert_eq!(read.row_misses, 0, "every row was still in: {read:?}");
+    assert_eq!(read.store_waits, 0, "{read:?}");
+    assert_eq!(cache.stats().pinned_regions, 0);
+}

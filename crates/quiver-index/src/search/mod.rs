@@ -369,6 +369,24 @@ impl<S: ByteSource> Segment<S> {
         }
     }
 
+    /// Asks the source to make the codes of the probed `lists` resident together
+    /// before they are scanned one by one (see [`ByteSource::fetch_scan_ahead`]).
+    pub(super) fn fetch_lists_ahead(&self, lists: &[(f32, u32)]) {
+        let block_bytes =
+            (self.header.padded_dim / 64) * RABITQ_BLOCK_ROWS * 8 + FACTOR_BLOCK_BYTES;
+        let codes = self.section(SectionKind::Codes).offset;
+        let mut ranges = lists.iter().filter_map(|&(_, list)| {
+            let entry = self.lists.get(list as usize)?;
+            (entry.rows > 0).then(|| {
+                (
+                    codes + entry.block_start as u64 * block_bytes as u64,
+                    (entry.rows as usize).div_ceil(RABITQ_BLOCK_ROWS) * block_bytes,
+                )
+            })
+        });
+        self.source.fetch_scan_ahead(&mut ranges);
+    }
+
     /// Returns the approximate top-`k` rows for `query` (IVF + RaBitQ + rescoring).
     ///
     /// Lists are probed nearest first. Every scanned row gets an estimated key and

@@ -97,6 +97,10 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
         scratch.stats = SearchStats::default();
         let encoded = lead.encode_query(scratch);
         lead.choose_lists(&encoded, probe, scratch);
+        // A cold member's probed codes come in together: one wait, not one per list.
+        for member in members {
+            member.segment.fetch_lists_ahead(&scratch.list_keys);
+        }
         let mut ranking = Ranking {
             top: TopK::new(params.k, std::mem::take(&mut scratch.heap)),
             reserve: TopK::new(

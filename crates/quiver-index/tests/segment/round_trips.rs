@@ -4,13 +4,14 @@
 //! been asked to fetch is cold, a `fetch_ahead` with cold ranges in it is one
 //! round trip, and a read of a cold range on its own is one more.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use quiver_index::{
-    ByteSource, ChunkChecksums, DirectSession, IndexResult, MemorySource, Metric, SearchParams,
-    SearchScratch, Segment,
+    ByteSource, ChunkChecksums, DirectSession, IndexResult, MemorySource, Metric, ReadSession,
+    SearchParams, SearchScratch, Segment,
 };
 
 use crate::data::{build, clustered};
@@ -256,4 +257,149 @@ fn rows_with_overflowing_squares_still_build_a_segment() {
             }
         }
     }
+}
+
+/// A memory source that counts the round trips a cold cache would make for the
+/// codes a search scans (read through its session): a `fetch_scan_ahead` with
+/// cold ranges in it is one, and a session read of a range it was not asked to
+/// fetch is one more.
+struct ColdCodes {
+    inner: MemorySource,
+    resident: Mutex<HashSet<(u64, usize)>>,
+    round_trips: AtomicUsize,
+}
+
+struct ColdCodesSession<'a> {
+    source: &'a ColdCodes,
+    inner: DirectSession<'a>,
+}
+
+impl ReadSession for ColdCodesSession<'_> {
+    fn read_at(&self, offset: u64, length: usize) -> IndexResult<Cow<'_, [u8]>> {
+        if self
+            .source
+            .resident
+            .lock()
+            .unwrap()
+            .insert((offset, length))
+        {
+            self.source.round_trips.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.read_at(offset, length)
+    }
+}
+
+impl ByteSource for ColdCodes {
+    type Bytes<'a> = &'a [u8];
+    type Session<'a> = ColdCodesSession<'a>;
+
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    fn read_at(&self, offset: u64, length: usize) -> IndexResult<&[u8]> {
+        self.inner.read_at(offset, length)
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn fetch_scan_ahead(&self, ranges: &mut dyn Iterator<Item = (u64, usize)>) {
+        let mut resident = self.resident.lock().unwrap();
+        let mut cold = false;
+        for range in ranges {
+            cold |= resident.insert(range);
+        }
+        if cold {
+            self.round_trips.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn session(&self) -> ColdCodesSession<'_> {
+        ColdCodesSession {
+            source: self,
+            inner: self.inner.session(),
+        }
+    }
+
+    fn verify_with(&self, _checksums: &Arc<ChunkChecksums>) -> bool {
+        true
+    }
+}
+
+/// The codes of every list a search probes are asked for together before the
+/// scan reads them, so a cold search waits for its codes once, not once per
+/// probed list (nor once per cache region they span).
+#[test]
+fn a_cold_search_asks_for_the_codes_of_its_lists_together() {
+    let dim = 32;
+    let (base, queries) = clustered(20_000, 20, dim, 200, 5);
+    let built = build(&base, dim, Metric::L2, |spec| spec.build.nlist = Some(64));
+    let bytes = built
+        .source()
+        .read_at(0, built.source().size() as usize)
+        .unwrap()
+        .to_vec();
+    let segment = Segment::open(ColdCodes {
+        inner: MemorySource::new("cold-codes.qseg", &bytes),
+        resident: Mutex::new(HashSet::new()),
+        round_trips: AtomicUsize::new(0),
+    })
+    .unwrap();
+    let params = SearchParams {
+        k: 10,
+        nprobe: Some(16),
+        ..SearchParams::default()
+    };
+    let mut scratch = SearchScratch::default();
+    for query in queries.chunks_exact(dim) {
+        segment.source().resident.lock().unwrap().clear();
+        segment.source().round_trips.store(0, Ordering::SeqCst);
+        let hits = segment.search(query, &params, None, &mut scratch).unwrap();
+        assert_eq!(hits.len(), 10);
+        assert_eq!(scratch.stats.lists_probed, 16);
+        assert_eq!(
+            segment.source().round_trips.load(Ordering::SeqCst),
+            1,
+            "a cold search of {} lists waits once for their codes",
+            scratch.stats.lists_probed
+        );
+    }
+}
+
+/// What a search answers of its hits (ids, payloads, vectors) is asked for
+/// together: one wait for the ids, payload offsets and vectors, one for the
+/// texts the offsets point at — not one or two per hit.
+#[test]
+fn the_hits_ids_payloads_and_vectors_are_fetched_ahead_together() {
+    let bytes = crate::data::small_segment_bytes();
+    let segment = Segment::open(ColdRows {
+        inner: MemorySource::new("hits.qseg", &bytes),
+        tracking: AtomicBool::new(false),
+        resident: Mutex::new(HashSet::new()),
+        round_trips: AtomicUsize::new(0),
+    })
+    .unwrap();
+    let read_hits = |rows: &[u32]| {
+        for &row in rows {
+            segment.id(row).unwrap();
+            assert!(segment.payload_bytes(row).unwrap().is_some());
+            segment.vector(row).unwrap();
+        }
+    };
+    // Read hit by hit, string ids and payloads wait twice each, vectors once.
+    let rows: Vec<u32> = (0..10).map(|hit| hit * 67).collect();
+    segment.source().start_tracking();
+    read_hits(&rows);
+    assert!(
+        segment.source().round_trips.load(Ordering::SeqCst) >= 4 * rows.len(),
+        "{} round trips read hit by hit",
+        segment.source().round_trips.load(Ordering::SeqCst)
+    );
+    let rows: Vec<u32> = (0..10).map(|hit| hit * 67 + 5).collect();
+    segment.source().start_tracking();
+    segment.fetch_hits_ahead(&rows, true, true);
+    read_hits(&rows);
+    assert_eq!(segment.source().round_trips.load(Ordering::SeqCst), 2);
 }

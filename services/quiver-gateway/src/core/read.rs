@@ -572,6 +572,7 @@ fn merge_shard_answers(
             cost.row_reads_local += shard_cost.row_reads_local;
             cost.row_reads_remote += shard_cost.row_reads_remote;
             cost.store_wait_ms = cost.store_wait_ms.max(shard_cost.store_wait_ms);
+            cost.store_waits = cost.store_waits.max(shard_cost.store_waits);
             cost.search_ms = cost.search_ms.max(shard_cost.search_ms);
         }
         for hit in answer.hits {

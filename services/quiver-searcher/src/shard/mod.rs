@@ -74,6 +74,8 @@ pub struct QueryCost {
     pub row_reads_remote: u64,
     /// Time the search waited for object storage, milliseconds.
     pub store_wait_ms: f64,
+    /// Times the search waited for object storage (see `ReadCounts::store_waits`).
+    pub store_waits: u64,
     /// Time spent, milliseconds.
     pub search_ms: f64,
 }

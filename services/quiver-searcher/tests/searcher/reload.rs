@@ -274,6 +274,11 @@ async fn a_cold_query_reports_misses_and_bytes_and_a_repeat_only_hits() {
         assert!(cold.cache_regions_missed > 0, "{cold:?}");
         assert!(cold.bytes_fetched > 0, "{cold:?}");
         assert!(cold.store_wait_ms > 0.0, "{cold:?}");
+        // Counted per wait, several regions a wait when fetched together.
+        assert!(
+            cold.store_waits > 0 && cold.store_waits <= cold.cache_regions_missed,
+            "{cold:?}"
+        );
         assert!(
             cold.row_reads_remote <= cold.cache_regions_missed,
             "{cold:?}"
@@ -290,6 +295,7 @@ async fn a_cold_query_reports_misses_and_bytes_and_a_repeat_only_hits() {
         assert_eq!(warm.bytes_fetched, 0, "{warm:?}");
         assert_eq!(warm.row_reads_remote, 0, "{warm:?}");
         assert_eq!(warm.store_wait_ms, 0.0, "{warm:?}");
+        assert_eq!(warm.store_waits, 0, "{warm:?}");
         assert!(warm.cache_regions_hit > 0, "{warm:?}");
         assert!(context.cache().stats().bytes_fetched >= cold.bytes_fetched);
     })
