@@ -224,8 +224,12 @@ impl CachedObject {
             let run_regions = (WARM_ROW_RUN_BYTES / rows.inner.region_bytes).max(1);
             rows.fetch_missing_with(
                 [(range.start, (end - range.start) as usize)],
-                WARM_ROW_FILLS * run_regions,
-                WARM_ROW_RUN_BYTES,
+                FetchPlan {
+                    claim: WARM_ROW_FILLS * run_regions,
+                    in_flight: WARM_ROW_FILLS,
+                    max_run_bytes: WARM_ROW_RUN_BYTES,
+                    first_round_only: false,
+                },
             );
         }
     }
@@ -468,22 +472,15 @@ impl CachedObject {
             == generation
     }
 
-    /// Fills the regions under `ranges` that are not cached, up to
-    /// [`FETCH_AHEAD_FILLS`] at a time, and returns when they are in (or
-    /// failed: the reads that follow see the error).
+    /// Fills the regions under `ranges` that are not cached (see
+    /// [`FetchPlan::query`]), and returns when they are in (or failed: the reads
+    /// that follow see the error).
     fn fetch_missing(&self, ranges: impl IntoIterator<Item = (u64, usize)>) {
-        self.fetch_missing_with(ranges, FETCH_AHEAD_FILLS, FETCH_AHEAD_RUN_BYTES);
+        self.fetch_missing_with(ranges, FetchPlan::query(self, false));
     }
 
-    /// [`Self::fetch_missing`], `batch` missing regions at a time (all in
-    /// flight together), neighbours joined into requests of up to
-    /// `max_run_bytes`.
-    fn fetch_missing_with(
-        &self,
-        ranges: impl IntoIterator<Item = (u64, usize)>,
-        batch: usize,
-        max_run_bytes: usize,
-    ) {
+    /// [`Self::fetch_missing`] as `plan` says.
+    fn fetch_missing_with(&self, ranges: impl IntoIterator<Item = (u64, usize)>, plan: FetchPlan) {
         let mut missing: Vec<u64> = Vec::new();
         for (offset, length) in ranges {
             let end = offset.saturating_add(length as u64).min(self.identity.size);
@@ -500,23 +497,20 @@ impl CachedObject {
         if missing.len() < 2 {
             return;
         }
+        if plan.first_round_only {
+            missing.truncate(plan.claim);
+        }
         let counters = &self.inner.counters;
         counters.add(
             &counters.fetched_ahead,
             &METRICS.fetched_ahead,
             missing.len() as u64,
         );
-        // Claimed together (pinned until all are in, `batch` requests in
-        // flight at a time), then released: the reads that follow pin (and
-        // check) them. Claimed in batches instead, a later batch's claims
-        // evicted an earlier one's fresh fills (the least used regions) before
-        // they were read, and each was fetched again on its own: 66 waits for
-        // 106 regions. Up to a quarter of the tier at once, so that the
-        // queries in flight still find regions to claim.
-        let claimed_together = batch.max(self.inner.slot_counters.len() / 4).max(1);
-        for regions in missing.chunks(claimed_together) {
+        // A round's regions are claimed together (pinned until all are in),
+        // then released: the reads that follow pin (and check) them.
+        for regions in missing.chunks(plan.claim.max(1)) {
             self.inner
-                .fill_many(&self.identity, regions, max_run_bytes, batch);
+                .fill_many(&self.identity, regions, plan.max_run_bytes, plan.in_flight);
         }
     }
 
@@ -648,7 +642,7 @@ impl ByteSource for CachedObject {
         if self.mapped.is_some() || self.inner.is_read_through() {
             return;
         }
-        self.fetch_missing(ranges);
+        self.fetch_missing_with(ranges, FetchPlan::query(self, true));
     }
 
     fn read_ahead(&self, offset: u64, length: usize) {
@@ -671,6 +665,40 @@ impl ByteSource for CachedObject {
         }
         for region in self.inner.region_of(offset)..=self.inner.region_of(end - 1) {
             self.inner.discard(&self.identity, region);
+        }
+    }
+}
+
+/// How a fetch-ahead claims and fetches the regions it finds missing.
+#[derive(Clone, Copy, Debug)]
+struct FetchPlan {
+    /// Regions claimed (pinned) together in one round.
+    claim: usize,
+    /// Requests in flight at a time.
+    in_flight: usize,
+    /// Neighbouring regions go out as one request of up to this many bytes.
+    max_run_bytes: usize,
+    /// Fetches the first round only and leaves the rest to the reads.
+    first_round_only: bool,
+}
+
+impl FetchPlan {
+    /// A query's fetch-ahead in `object`'s tier: up to a quarter of the tier
+    /// (at least [`FETCH_AHEAD_FILLS`] regions) claimed together, so that the
+    /// queries in flight still find regions to claim, and
+    /// [`FETCH_AHEAD_FILLS`] requests in flight. Claimed 16 at a time instead,
+    /// a later batch's claims evicted an earlier batch's fresh fills (the
+    /// least used regions) before they were read, and each was fetched again
+    /// on its own (a searcher with a 48 MiB cache: ~100 waits for ~200 regions
+    /// on its slowest queries). A scan (`first_round_only`) that needs more
+    /// than a round would evict its own first round the same way: it fetches
+    /// the regions of the lists it probes first, and reads the rest as it goes.
+    fn query(object: &CachedObject, first_round_only: bool) -> FetchPlan {
+        FetchPlan {
+            claim: FETCH_AHEAD_FILLS.max(object.inner.slot_counters.len() / 4),
+            in_flight: FETCH_AHEAD_FILLS,
+            max_run_bytes: FETCH_AHEAD_RUN_BYTES,
+            first_round_only,
         }
     }
 }
