@@ -16,7 +16,8 @@ use crate::metrics::{METRICS, ReadCounts};
 use crate::session::CacheSession;
 use crate::slots::{remembered_fill, remembered_location};
 
-/// The most region fills one query's fetch-ahead runs at once.
+/// Requests one query's fetch-ahead keeps in flight at a time (it claims more
+/// regions than that together, see `FetchPlan::query`).
 const FETCH_AHEAD_FILLS: usize = 16;
 
 /// Fills at a time when warming a new segment's codes (before its shard serves
