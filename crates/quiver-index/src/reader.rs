@@ -537,14 +537,8 @@ impl<S: ByteSource> Segment<S> {
                 )))
             }
             IdType::String => {
-                let offsets = self.read(SectionKind::RowIds, row as u64 * 4, 8)?;
-                let start = u32::from_le_bytes(offsets[..4].try_into().expect("4 bytes")) as u64;
-                let end = u32::from_le_bytes(offsets[4..8].try_into().expect("4 bytes")) as u64;
-                if end < start {
-                    return Err(IndexError::corrupted(object, "string id offsets decrease"));
-                }
-                let base = (self.header.rows + 1) * 4;
-                let bytes = self.read(SectionKind::RowIds, base + start, (end - start) as usize)?;
+                let (at, length) = self.string_id_span(row)?;
+                let bytes = self.read(SectionKind::RowIds, at, length)?;
                 let text = std::str::from_utf8(&bytes)
                     .map_err(|_| IndexError::corrupted(object, "string id is not UTF-8"))?;
                 Ok(PointId::String(text.to_string()))
@@ -670,23 +664,14 @@ impl<S: ByteSource> Segment<S> {
             return;
         }
         // The texts, where the offsets (now in) say.
-        let span = |kind: SectionKind, at: u64, width: usize| -> Option<(u64, u64)> {
-            let bytes = self.read(kind, at, 2 * width).ok()?;
-            let value = |from: usize| {
-                let mut le = [0u8; 8];
-                le[..width].copy_from_slice(&bytes[from..from + width]);
-                u64::from_le_bytes(le)
-            };
-            let (start, end) = (value(0), value(width));
-            (end > start).then_some((start, end - start))
-        };
         ranges.clear();
         for row in valid() {
-            if payloads && let Some((start, length)) = span(SectionKind::Payloads, row * 8, 8) {
-                ranges.push((stored + (count + 1) * 8 + start, length as usize));
+            let row = row as u32;
+            if payloads && let Ok(Some((at, length))) = self.payload_span(row) {
+                ranges.push((stored + at, length));
             }
-            if string_ids && let Some((start, length)) = span(SectionKind::RowIds, row * 4, 4) {
-                ranges.push((ids + (count + 1) * 4 + start, length as usize));
+            if string_ids && let Ok((at, length)) = self.string_id_span(row) {
+                ranges.push((ids + at, length));
             }
         }
         if ranges.len() > 1 {
@@ -694,9 +679,9 @@ impl<S: ByteSource> Segment<S> {
         }
     }
 
-    /// Returns the stored payload of `row` as JSON bytes (`None` if it has none).
-    pub fn payload_bytes(&self, row: u32) -> IndexResult<Option<Vec<u8>>> {
-        self.check_row(row)?;
+    /// Returns where `row`'s payload text lies in the payload section (offset,
+    /// length), `None` if it has none.
+    fn payload_span(&self, row: u32) -> IndexResult<Option<(u64, usize)>> {
         let offsets = self.read(SectionKind::Payloads, row as u64 * 8, 16)?;
         let start = u64::from_le_bytes(offsets[..8].try_into().expect("8 bytes"));
         let end = u64::from_le_bytes(offsets[8..16].try_into().expect("8 bytes"));
@@ -706,11 +691,33 @@ impl<S: ByteSource> Segment<S> {
                 "payload offsets decrease",
             ));
         }
-        if end == start {
-            return Ok(None);
-        }
         let base = (self.header.rows + 1) * 8;
-        let bytes = self.read(SectionKind::Payloads, base + start, (end - start) as usize)?;
+        Ok((end > start).then_some((base + start, (end - start) as usize)))
+    }
+
+    /// Returns where `row`'s string id text lies in the row-id section (offset,
+    /// length).
+    fn string_id_span(&self, row: u32) -> IndexResult<(u64, usize)> {
+        let offsets = self.read(SectionKind::RowIds, row as u64 * 4, 8)?;
+        let start = u32::from_le_bytes(offsets[..4].try_into().expect("4 bytes")) as u64;
+        let end = u32::from_le_bytes(offsets[4..8].try_into().expect("4 bytes")) as u64;
+        if end < start {
+            return Err(IndexError::corrupted(
+                self.source.name(),
+                "string id offsets decrease",
+            ));
+        }
+        let base = (self.header.rows + 1) * 4;
+        Ok((base + start, (end - start) as usize))
+    }
+
+    /// Returns the stored payload of `row` as JSON bytes (`None` if it has none).
+    pub fn payload_bytes(&self, row: u32) -> IndexResult<Option<Vec<u8>>> {
+        self.check_row(row)?;
+        let Some((at, length)) = self.payload_span(row)? else {
+            return Ok(None);
+        };
+        let bytes = self.read(SectionKind::Payloads, at, length)?;
         Ok(Some(bytes.to_vec()))
     }
 
