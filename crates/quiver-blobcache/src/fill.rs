@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::bytes::RegionGuard;
 use crate::error::{CacheError, CacheResult};
-use crate::inner::{Inner, ObjectIdentity, RegionKey};
+use crate::inner::{Fetching, Inner, ObjectIdentity, RegionKey};
 use crate::metrics::{METRICS, ReadCounts};
 use crate::slots::{Slot, SlotStatus, State};
 
@@ -99,19 +99,21 @@ impl Inner {
         }
     }
 
-    /// Fills, with one request each and all in flight together, the regions of
-    /// `object` in `regions` that are neither cached nor being filled, and returns
-    /// once they are in (or failed: their readers fetch them again). The caller
-    /// sleeps once for the whole set, not once per region. Neighbouring regions
-    /// go out as one request of up to `max_run_bytes`. Stops claiming, without
-    /// error, once every slot is pinned.
-    pub(crate) fn fill_many(
+    /// Claims (pins) the regions of `object` in `regions` that are neither
+    /// cached nor being filled and sends their requests (`in_flight` at a
+    /// time, neighbouring regions as one request of up to `max_run_bytes`);
+    /// [`finish_fills`] waits for them. `None` when nothing was claimed. Stops
+    /// claiming, without error, once every slot is pinned. `awaited`: the
+    /// fills are for reads that follow (a query's), and are kept from
+    /// eviction until then (see `SlotCounters::awaited`).
+    pub(crate) fn start_fills(
         &self,
         object: &Arc<ObjectIdentity>,
         regions: &[u64],
         max_run_bytes: usize,
         in_flight: usize,
-    ) {
+        awaited: bool,
+    ) -> Option<PendingFills<'_>> {
         let mut claimed = Vec::with_capacity(regions.len());
         for &region in regions {
             let key = RegionKey {
@@ -119,7 +121,14 @@ impl Inner {
                 region,
             };
             let mut state = self.lock();
-            if state.index.contains_key(&key) {
+            if let Some(&slot) = state.index.get(&key) {
+                // Filled (or being filled) by another reader: kept for this
+                // one's read too, so this round's claims do not evict it.
+                if awaited {
+                    self.slot_counters[slot]
+                        .awaited
+                        .store(true, Ordering::Relaxed);
+                }
                 continue;
             }
             match self.claim_locked(&mut state, &key) {
@@ -131,7 +140,7 @@ impl Inner {
             }
         }
         if claimed.is_empty() {
-            return;
+            return None;
         }
         // Neighbouring regions go out as one request (up to max_run_bytes):
         // a store charges, and a server spends, per request more than per byte,
@@ -159,30 +168,15 @@ impl Inner {
                 start..end
             })
             .collect();
-        let waiting = std::time::Instant::now();
-        let fetched = self.get_ranges(&object.key, requests, in_flight);
-        ReadCounts::add_wait(waiting.elapsed());
-        for (run, fetched) in runs.into_iter().zip(fetched) {
-            for (key, slot, signal) in &claimed[run.clone()] {
-                let part = fetched.as_ref().map_err(Clone::clone).and_then(|bytes| {
-                    let offset =
-                        ((key.region - claimed[run.start].0.region) * region_bytes) as usize;
-                    let end = (offset + self.region_bytes).min(bytes.len());
-                    if offset >= end {
-                        return Err(format!(
-                            "the store returned {} bytes for {} regions",
-                            bytes.len(),
-                            run.len()
-                        ));
-                    }
-                    Ok(bytes.slice(offset..end))
-                });
-                // Filled and released: the read that wanted it pins it again.
-                if let Err(error) = self.finish_fill(key, *slot, signal, part) {
-                    tracing::debug!(key = %object.key, region = key.region, %error, "fetch ahead failed");
-                }
-            }
-        }
+        let fetching = self.send_ranges(&object.key, requests, in_flight);
+        Some(PendingFills {
+            inner: self,
+            object: object.clone(),
+            claimed,
+            runs,
+            fetching,
+            awaited,
+        })
     }
 
     /// Takes a slot for `key` (not in the index): a free one or an evicted one,
@@ -206,6 +200,7 @@ impl Inner {
         let counters = &self.slot_counters[slot];
         counters.pins.fetch_add(1, Ordering::AcqRel);
         counters.frequency.store(1, Ordering::Relaxed);
+        counters.awaited.store(false, Ordering::Relaxed);
         counters.verified.store(false, Ordering::Release);
         state.index.insert(key.clone(), slot);
         METRICS.fills_in_flight.inc();
@@ -329,5 +324,80 @@ impl Inner {
         self.counters
             .add(&self.counters.discards, &METRICS.discards, 1);
         tracing::warn!(key = %object.key, region, "cached region failed its checksum; dropped, to be fetched again");
+    }
+}
+
+/// Regions of one object claimed by [`Inner::start_fills`], their requests
+/// sent: [`finish_fills`] waits for them, writes them and releases them.
+pub(crate) struct PendingFills<'a> {
+    inner: &'a Inner,
+    object: Arc<ObjectIdentity>,
+    claimed: Vec<(RegionKey, usize, Arc<FillSignal>)>,
+    runs: Vec<std::ops::Range<usize>>,
+    fetching: Fetching,
+    awaited: bool,
+}
+
+impl PendingFills<'_> {
+    /// Writes the fetched runs into their regions and releases them (the
+    /// reads that want them pin them again); a failed run's regions are given
+    /// back, and their readers fetch them again.
+    fn complete(self, fetched: Vec<Result<bytes::Bytes, String>>) {
+        let PendingFills {
+            inner,
+            object,
+            claimed,
+            runs,
+            awaited,
+            ..
+        } = self;
+        let region_bytes = inner.region_bytes as u64;
+        for (run, fetched) in runs.into_iter().zip(fetched) {
+            for (key, slot, signal) in &claimed[run.clone()] {
+                let part = fetched.as_ref().map_err(Clone::clone).and_then(|bytes| {
+                    let offset =
+                        ((key.region - claimed[run.start].0.region) * region_bytes) as usize;
+                    let end = (offset + inner.region_bytes).min(bytes.len());
+                    if offset >= end {
+                        return Err(format!(
+                            "the store returned {} bytes for {} regions",
+                            bytes.len(),
+                            run.len()
+                        ));
+                    }
+                    Ok(bytes.slice(offset..end))
+                });
+                match inner.finish_fill(key, *slot, signal, part) {
+                    // Marked while still pinned: no eviction can take it first.
+                    Ok(_pinned) if awaited => inner.slot_counters[*slot]
+                        .awaited
+                        .store(true, Ordering::Relaxed),
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::debug!(key = %object.key, region = key.region, %error, "fetch ahead failed")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Waits once for every fill of `pending` (their requests all in flight
+/// together, whatever objects and tiers they are of), then writes and releases
+/// them: a round of fetch-ahead costs its caller one wait for the store.
+pub(crate) fn finish_fills(pending: Vec<PendingFills<'_>>) {
+    if pending.is_empty() {
+        return;
+    }
+    let waiting = std::time::Instant::now();
+    let fetched: Vec<_> = crate::waits::waiting_for_store(|| {
+        pending
+            .iter()
+            .map(|pending| pending.fetching.receive())
+            .collect()
+    });
+    ReadCounts::add_wait(waiting.elapsed());
+    for (pending, fetched) in pending.into_iter().zip(fetched) {
+        pending.complete(fetched);
     }
 }

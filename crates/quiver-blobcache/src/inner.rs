@@ -109,6 +109,20 @@ impl Inner {
         requests: Vec<Range<u64>>,
         in_flight: usize,
     ) -> Vec<Result<Bytes, String>> {
+        let fetching = self.send_ranges(key, requests, in_flight);
+        crate::waits::waiting_for_store(|| fetching.receive())
+    }
+
+    /// Sends the requests for the ranges `requests` of `key`, `in_flight` at a
+    /// time, in one task on the runtime, and returns at once: the caller
+    /// receives the results (in the order of `requests`) when it needs them,
+    /// so several objects' requests can be in flight while it waits once.
+    pub(crate) fn send_ranges(
+        &self,
+        key: &str,
+        requests: Vec<Range<u64>>,
+        in_flight: usize,
+    ) -> Fetching {
         let count = requests.len();
         let storage = self.storage.clone();
         let owned_key = key.to_owned();
@@ -129,14 +143,11 @@ impl Inner {
                     .collect::<Vec<_>>(),
             );
         });
-        let received = crate::waits::waiting_for_store(|| match Handle::try_current() {
-            Ok(_) => tokio::task::block_in_place(|| result.recv()),
-            Err(_) => result.recv(),
-        });
-        received.unwrap_or_else(|_| {
-            let message = format!("the runtime shut down while {key} was being read");
-            vec![Err(message); count]
-        })
+        Fetching {
+            key: key.to_owned(),
+            count,
+            result,
+        }
     }
 
     /// Tells whether reads go straight to the object store (no cache file).
@@ -177,5 +188,28 @@ impl Inner {
         let hits = self.counters.hits.load(Ordering::Relaxed);
         let exported = self.exported_hits.swap(hits, Ordering::Relaxed);
         METRICS.hits.inc_by(hits.saturating_sub(exported));
+    }
+}
+
+/// Requests sent by [`Inner::send_ranges`], their results not received yet.
+pub(crate) struct Fetching {
+    key: String,
+    count: usize,
+    result: std::sync::mpsc::Receiver<Vec<Result<Bytes, String>>>,
+}
+
+impl Fetching {
+    /// Sleeps until every result is in (giving the core back inside a tokio
+    /// runtime) and returns them, in the order of the requests. The caller
+    /// tells the thread's store-wait observer (`waits::waiting_for_store`).
+    pub(crate) fn receive(&self) -> Vec<Result<Bytes, String>> {
+        let received = match Handle::try_current() {
+            Ok(_) => tokio::task::block_in_place(|| self.result.recv()),
+            Err(_) => self.result.recv(),
+        };
+        received.unwrap_or_else(|_| {
+            let message = format!("the runtime shut down while {} was being read", self.key);
+            vec![Err(message); self.count]
+        })
     }
 }

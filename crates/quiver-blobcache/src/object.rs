@@ -10,7 +10,7 @@ use quiver_index::{AccessPattern, ByteSource, ChunkChecksums, IndexError, IndexR
 
 use crate::bytes::{CacheBytes, RegionGuard};
 use crate::error::{CacheError, CacheResult};
-use crate::fill::FETCH_AHEAD_RUN_BYTES;
+use crate::fill::{FETCH_AHEAD_RUN_BYTES, finish_fills};
 use crate::inner::{Inner, ObjectIdentity};
 use crate::metrics::{METRICS, ReadCounts};
 use crate::session::CacheSession;
@@ -159,7 +159,7 @@ impl CachedObject {
             return Ok(0);
         }
         let missing: Vec<u64> = (self.inner.region_of(range.start)..=self.inner.region_of(end - 1))
-            .filter(|&region| !self.is_resident(region))
+            .filter(|&region| self.resident_slot(region).is_none())
             .collect();
         // Several fills in flight: a warm-up is bounded by the store's
         // bandwidth, not by one request's round trip after another.
@@ -230,6 +230,7 @@ impl CachedObject {
                     in_flight: WARM_ROW_FILLS,
                     max_run_bytes: WARM_ROW_RUN_BYTES,
                     first_round_only: false,
+                    awaited: false,
                 },
             );
         }
@@ -459,29 +460,37 @@ impl CachedObject {
         });
     }
 
-    /// Tells whether region `region` is (as far as this object remembers) in the
-    /// cache right now; a lock-free look, for deciding what to fetch ahead.
-    fn is_resident(&self, region: u64) -> bool {
-        let Some((slot, generation)) =
-            remembered_fill(self.region_slots[region as usize].load(Ordering::Acquire))
-        else {
-            return false;
-        };
-        self.inner.slot_counters[slot]
+    /// Returns the slot of region `region` when it is (as far as this object
+    /// remembers) in the cache right now; a lock-free look, for deciding what
+    /// to fetch ahead.
+    fn resident_slot(&self, region: u64) -> Option<usize> {
+        let (slot, generation) =
+            remembered_fill(self.region_slots[region as usize].load(Ordering::Acquire))?;
+        (self.inner.slot_counters[slot]
             .generation
             .load(Ordering::Acquire)
-            == generation
+            == generation)
+            .then_some(slot)
     }
 
-    /// Fills the regions under `ranges` that are not cached (see
-    /// [`FetchPlan::query`]), and returns when they are in (or failed: the reads
-    /// that follow see the error).
-    fn fetch_missing(&self, ranges: impl IntoIterator<Item = (u64, usize)>) {
-        self.fetch_missing_with(ranges, FetchPlan::query(self, false));
-    }
-
-    /// [`Self::fetch_missing`] as `plan` says.
+    /// Fills the regions under `ranges` that are not cached, as `plan` says,
+    /// and returns when they are in (or failed: the reads that follow see the
+    /// error).
     fn fetch_missing_with(&self, ranges: impl IntoIterator<Item = (u64, usize)>, plan: FetchPlan) {
+        let missing = self.missing_regions(ranges, plan.awaited);
+        fetch_in_rounds(vec![(self, missing)], |_| plan);
+    }
+
+    /// The regions of this object's tier under `ranges` that are not resident,
+    /// each once, in the order the ranges ask for them. `awaited`: those
+    /// resident are marked awaited by the reads that follow (see
+    /// `SlotCounters::awaited`), so the fills of the missing ones do not
+    /// evict them first.
+    fn missing_regions(
+        &self,
+        ranges: impl IntoIterator<Item = (u64, usize)>,
+        awaited: bool,
+    ) -> Vec<u64> {
         let mut missing: Vec<u64> = Vec::new();
         for (offset, length) in ranges {
             let end = offset.saturating_add(length as u64).min(self.identity.size);
@@ -489,29 +498,40 @@ impl CachedObject {
                 continue;
             }
             for region in self.inner.region_of(offset)..=self.inner.region_of(end - 1) {
-                if !self.is_resident(region) && !missing.contains(&region) {
-                    missing.push(region);
+                match self.resident_slot(region) {
+                    Some(slot) if awaited => self.inner.slot_counters[slot]
+                        .awaited
+                        .store(true, Ordering::Relaxed),
+                    Some(_) => {}
+                    None if !missing.contains(&region) => missing.push(region),
+                    None => {}
                 }
             }
         }
-        // One miss is fetched by the read itself; fetching ahead pays for more.
-        if missing.len() < 2 {
+        missing
+    }
+
+    /// Splits `ranges` by tier and adds each tier's missing regions to `parts`
+    /// (see [`fetch_in_rounds`]): a hit's ranges span both tiers (its id in the
+    /// hot one, its payload and vector in the row tier).
+    fn missing_by_tier<'o>(&'o self, ranges: &[(u64, usize)], parts: &mut Vec<FetchPart<'o>>) {
+        let Some(rows) = self.rows.as_deref() else {
+            parts.push((self, self.missing_regions(ranges.iter().copied(), true)));
             return;
-        }
-        if plan.first_round_only {
-            missing.truncate(plan.claim);
-        }
-        let counters = &self.inner.counters;
-        counters.add(
-            &counters.fetched_ahead,
-            &METRICS.fetched_ahead,
-            missing.len() as u64,
-        );
-        // A round's regions are claimed together (pinned until all are in),
-        // then released: the reads that follow pin (and check) them.
-        for regions in missing.chunks(plan.claim.max(1)) {
-            self.inner
-                .fill_many(&self.identity, regions, plan.max_run_bytes, plan.in_flight);
+        };
+        let in_rows = |&(offset, length): &(u64, usize)| {
+            self.row_tier(offset, offset.saturating_add(length as u64))
+                .is_some()
+        };
+        parts.push((
+            rows,
+            rows.missing_regions(ranges.iter().copied().filter(in_rows), true),
+        ));
+        if !ranges.iter().all(in_rows) {
+            parts.push((
+                self,
+                self.missing_regions(ranges.iter().copied().filter(|range| !in_rows(range)), true),
+            ));
         }
     }
 
@@ -614,36 +634,39 @@ impl ByteSource for CachedObject {
     }
 
     fn fetch_ahead(&self, ranges: &[(u64, usize)]) {
-        if let Some(map) = &self.mapped {
-            self.advice.fetch_ahead(map, ranges);
-            return;
-        }
-        if self.inner.is_read_through() {
-            return;
-        }
-        // Rescoring candidates are raw vectors: in the row tier when there is
-        // one. A hit's ranges span both tiers (its id in the hot one, its
-        // payload in the row tier): each tier fetches its own.
-        let Some(rows) = self.rows.as_deref() else {
-            return self.fetch_missing(ranges.iter().copied());
-        };
-        let in_rows = |&(offset, length): &(u64, usize)| {
-            self.row_tier(offset, offset.saturating_add(length as u64))
-                .is_some()
-        };
-        rows.fetch_missing(ranges.iter().copied().filter(in_rows));
-        if !ranges.iter().all(in_rows) {
-            self.fetch_missing(ranges.iter().copied().filter(|range| !in_rows(range)));
-        }
+        Self::fetch_ahead_together(&[(self, ranges)]);
     }
 
-    fn fetch_scan_ahead(&self, ranges: &mut dyn Iterator<Item = (u64, usize)>) {
+    fn fetch_ahead_together(requests: &[(&Self, &[(u64, usize)])]) {
+        // Every object's missing regions, in both tiers, in one round: a
+        // search over several segments, or a hit's id (hot tier) with its
+        // payload (row tier), waits for the store once, not once per object
+        // and tier.
+        let mut parts = Vec::with_capacity(requests.len() * 2);
+        for &(object, ranges) in requests {
+            if let Some(map) = &object.mapped {
+                object.advice.fetch_ahead(map, ranges);
+            } else if !object.inner.is_read_through() {
+                object.missing_by_tier(ranges, &mut parts);
+            }
+        }
+        fetch_in_rounds(parts, |object| FetchPlan::query(object, false));
+    }
+
+    fn scans_ahead(&self) -> bool {
         // A mapped file's scanned sections come in as huge folios by faults
         // (read-ahead would split them); a read-through cache keeps nothing.
-        if self.mapped.is_some() || self.inner.is_read_through() {
-            return;
+        self.mapped.is_none() && !self.inner.is_read_through()
+    }
+
+    fn fetch_scan_ahead_together(requests: &[(&Self, &[(u64, usize)])]) {
+        let mut parts = Vec::with_capacity(requests.len());
+        for &(object, ranges) in requests {
+            if object.scans_ahead() {
+                parts.push((object, object.missing_regions(ranges.iter().copied(), true)));
+            }
         }
-        self.fetch_missing_with(ranges, FetchPlan::query(self, true));
+        fetch_in_rounds(parts, |object| FetchPlan::query(object, true));
     }
 
     fn read_ahead(&self, offset: u64, length: usize) {
@@ -681,6 +704,9 @@ struct FetchPlan {
     max_run_bytes: usize,
     /// Fetches the first round only and leaves the rest to the reads.
     first_round_only: bool,
+    /// For a query's reads that follow: its regions (fetched, or found
+    /// resident) are kept from eviction until read (`SlotCounters::awaited`).
+    awaited: bool,
 }
 
 impl FetchPlan {
@@ -700,6 +726,89 @@ impl FetchPlan {
             in_flight: FETCH_AHEAD_FILLS,
             max_run_bytes: FETCH_AHEAD_RUN_BYTES,
             first_round_only,
+            awaited: true,
+        }
+    }
+}
+
+/// One object (in its own tier) and the regions of it a fetch-ahead wants.
+type FetchPart<'o> = (&'o CachedObject, Vec<u64>);
+
+/// Fetches the missing regions of `parts` in rounds, each part's tier claiming
+/// at most its plan's `claim` regions per round (the parts of one tier share
+/// it), every part's requests of a round in flight together: the caller waits
+/// once per round, whatever the objects and tiers. One region missing in all
+/// is left to the read that needs it (fetching ahead pays for more). A
+/// `first_round_only` plan fetches one round and leaves the rest to the reads.
+fn fetch_in_rounds(mut parts: Vec<FetchPart<'_>>, plan: impl Fn(&CachedObject) -> FetchPlan) {
+    parts.retain(|(_, missing)| !missing.is_empty());
+    if parts
+        .iter()
+        .map(|(_, missing)| missing.len())
+        .sum::<usize>()
+        < 2
+    {
+        return;
+    }
+    let plans: Vec<FetchPlan> = parts.iter().map(|(object, _)| plan(object)).collect();
+    let tier_of = |index: usize| Arc::as_ptr(&parts[index].0.inner);
+    // A single round is shared evenly by a tier's parts (each member's lists
+    // probed first); rounds that go on until all is in take the parts in turn.
+    let shares: Vec<usize> = (0..parts.len())
+        .map(|index| match plans[index].first_round_only {
+            true => {
+                let sharing = (0..parts.len())
+                    .filter(|&other| tier_of(other) == tier_of(index))
+                    .count();
+                (plans[index].claim / sharing).max(1)
+            }
+            false => usize::MAX,
+        })
+        .collect();
+    let mut taken = vec![0; parts.len()];
+    loop {
+        // Each tier's claim for this round, shared by its parts in order.
+        let mut claims: Vec<(*const Inner, usize)> = Vec::new();
+        let mut pending = Vec::new();
+        for (index, (object, missing)) in parts.iter().enumerate() {
+            let tier = tier_of(index);
+            let left = match claims.iter_mut().find(|(of, _)| *of == tier) {
+                Some((_, left)) => left,
+                None => {
+                    claims.push((tier, plans[index].claim.max(1)));
+                    &mut claims.last_mut().expect("just pushed").1
+                }
+            };
+            let regions = &missing[taken[index]..];
+            let count = regions.len().min(*left).min(shares[index]);
+            if count == 0 {
+                continue;
+            }
+            *left -= count;
+            taken[index] += count;
+            let counters = &object.inner.counters;
+            counters.add(
+                &counters.fetched_ahead,
+                &METRICS.fetched_ahead,
+                count as u64,
+            );
+            // A round's regions are claimed together (pinned until all are
+            // in), then released: the reads that follow pin (and check) them.
+            pending.extend(object.inner.start_fills(
+                &object.identity,
+                &regions[..count],
+                plans[index].max_run_bytes,
+                plans[index].in_flight,
+                plans[index].awaited,
+            ));
+        }
+        finish_fills(pending);
+        let done = parts
+            .iter()
+            .zip(&taken)
+            .all(|((_, missing), &taken)| taken == missing.len());
+        if done || plans.iter().any(|plan| plan.first_round_only) {
+            return;
         }
     }
 }

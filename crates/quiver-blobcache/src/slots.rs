@@ -15,7 +15,9 @@
 //! in a small cache), so an eviction costs the same in a cache of a thousand
 //! regions and of a million. Every access bumps a slot's frequency, and every
 //! time as many fills as there are regions have happened, all frequencies halve,
-//! so old popularity fades.
+//! so old popularity fades. Regions a query fetched ahead (or found resident
+//! when it did) and has not read yet are awaited: passed over while anything
+//! else can go, until read or until the next halving.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -94,6 +96,18 @@ pub(crate) struct SlotCounters {
     /// Set once the current fill passed its object's chunk checksums; cleared
     /// whenever the slot changes hands, so every fill is checked anew.
     pub(crate) verified: AtomicBool,
+    /// Set while a query that fetched the region ahead (or found it resident
+    /// when it did) has not read it yet: an eviction takes it only when every
+    /// region of its sample is awaited too. Cleared by the read, by the next
+    /// decay pass (a query that never reads it does not protect it for
+    /// long), and when the slot changes hands. Without it, a fetch-ahead's
+    /// fresh fills — used once, the least frequent regions there are — were
+    /// the first pick of the next eviction whose sample reached them: over a
+    /// 512-region row tier (a sample of 32, so the hand laps it every 16
+    /// evictions) one miss among a run's reads evicted another of the run's
+    /// rows, whose read then missed and evicted the next, and the slowest
+    /// cold queries fetched ~40 rows twice, one round trip each.
+    pub(crate) awaited: AtomicBool,
 }
 
 /// The region table, behind [`Inner::state`].
@@ -149,11 +163,14 @@ impl Inner {
     pub(crate) fn touch(&self, slot: usize) {
         // A plain load and store, not a locked add: a lost increment under a race
         // only blurs the popularity estimate, and the hit path stays cheap.
-        let frequency = &self.slot_counters[slot].frequency;
-        frequency.store(
-            frequency.load(Ordering::Relaxed).saturating_add(1),
+        let counters = &self.slot_counters[slot];
+        counters.frequency.store(
+            counters.frequency.load(Ordering::Relaxed).saturating_add(1),
             Ordering::Relaxed,
         );
+        if counters.awaited.load(Ordering::Relaxed) {
+            counters.awaited.store(false, Ordering::Relaxed);
+        }
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
         ReadCounts::add_hit(self.is_row_tier());
     }
@@ -166,6 +183,7 @@ impl Inner {
             for counters in &self.slot_counters {
                 let frequency = counters.frequency.load(Ordering::Relaxed);
                 counters.frequency.store(frequency / 2, Ordering::Relaxed);
+                counters.awaited.store(false, Ordering::Relaxed);
             }
         }
         self.export_hits();
@@ -215,12 +233,16 @@ impl Inner {
     }
 
     /// Picks the least frequently used of the next [`EVICTION_SAMPLE`] unpinned
-    /// ready regions after the clock hand, claims it and frees it; looks further
-    /// when a reader pinned the pick meanwhile, and fails only when no region of
-    /// the whole table can be evicted.
+    /// ready regions after the clock hand that no read awaits
+    /// (`SlotCounters::awaited`), claims it and frees it; looks further when a
+    /// reader pinned the pick meanwhile. An awaited region is taken only when
+    /// the whole table holds nothing else, and the eviction fails only when no
+    /// region of it can be evicted.
     pub(crate) fn evict(&self, state: &mut State) -> CacheResult<usize> {
         let slots = state.slots.len();
         let mut looked_at = 0;
+        // The least used awaited region seen: the pick when nothing else is.
+        let mut awaited: Option<(u32, usize)> = None;
         while looked_at < slots {
             let mut best: Option<(u32, usize)> = None;
             let mut sampled = 0;
@@ -234,13 +256,19 @@ impl Inner {
                 {
                     continue;
                 }
-                sampled += 1;
                 let frequency = counters.frequency.load(Ordering::Relaxed);
+                if counters.awaited.load(Ordering::Relaxed) {
+                    if awaited.is_none_or(|(lowest, _)| frequency < lowest) {
+                        awaited = Some((frequency, index));
+                    }
+                    continue;
+                }
+                sampled += 1;
                 if best.is_none_or(|(lowest, _)| frequency < lowest) {
                     best = Some((frequency, index));
                 }
             }
-            let Some((_, victim)) = best else {
+            let Some((_, victim)) = best.or_else(|| awaited.take()) else {
                 break;
             };
             if self.claim(state, victim) {
@@ -265,6 +293,7 @@ impl Inner {
         }
         counters.generation.fetch_add(1, Ordering::AcqRel);
         counters.frequency.store(0, Ordering::Relaxed);
+        counters.awaited.store(false, Ordering::Relaxed);
         counters.discarded.store(false, Ordering::Release);
         counters.verified.store(false, Ordering::Release);
         // A discarded slot left the index already; its key may name a newer fill.

@@ -632,19 +632,42 @@ impl<S: ByteSource> Segment<S> {
     /// texts those offsets point at. A cold store is waited for twice at most,
     /// not once or twice per hit. Errors are left to the reads that follow.
     pub fn fetch_hits_ahead(&self, rows: &[u32], payloads: bool, vectors: bool) {
-        let count = self.header.rows;
-        let valid = || {
-            rows.iter()
-                .map(|&row| row as u64)
-                .filter(move |&row| row < count)
-        };
+        Self::fetch_hits_ahead_together(&[(self, rows)], payloads, vectors);
+    }
+
+    /// [`Self::fetch_hits_ahead`] of the hits of several segments (`(segment,
+    /// its rows)`) at once: the store is waited for twice at most in all, not
+    /// twice per segment (see [`ByteSource::fetch_ahead_together`]).
+    pub fn fetch_hits_ahead_together(hits: &[(&Self, &[u32])], payloads: bool, vectors: bool) {
+        let mut ranges: Vec<Vec<(u64, usize)>> = hits
+            .iter()
+            .map(|&(segment, rows)| segment.hit_ranges(rows, payloads, vectors))
+            .collect();
+        fetch_together(hits, &ranges);
+        if !payloads
+            && hits
+                .iter()
+                .all(|(segment, _)| segment.header.id_type != IdType::String)
+        {
+            return;
+        }
+        // The texts, where the offsets (now in) say.
+        for (&(segment, rows), ranges) in hits.iter().zip(&mut ranges) {
+            segment.hit_text_ranges(rows, payloads, ranges);
+        }
+        fetch_together(hits, &ranges);
+    }
+
+    /// The ranges of `rows`' ids, and as asked their payload offsets and raw
+    /// vectors (see [`Self::fetch_hits_ahead`]).
+    fn hit_ranges(&self, rows: &[u32], payloads: bool, vectors: bool) -> Vec<(u64, usize)> {
         let ids = self.section(SectionKind::RowIds).offset;
         let stored = self.section(SectionKind::Payloads).offset;
         let raw = self.section(SectionKind::RawVectors).offset;
         let row_bytes = (self.header.dim * self.header.raw_precision.value_bytes()) as u64;
         let string_ids = self.header.id_type == IdType::String;
         let mut ranges = Vec::with_capacity(rows.len() * 3);
-        for row in valid() {
+        for row in self.valid_rows(rows) {
             ranges.push(if string_ids {
                 (ids + row * 4, 8)
             } else {
@@ -657,15 +680,17 @@ impl<S: ByteSource> Segment<S> {
                 ranges.push((raw + row * row_bytes, row_bytes as usize));
             }
         }
-        if ranges.len() > 1 {
-            self.source.fetch_ahead(&ranges);
-        }
-        if !payloads && !string_ids {
-            return;
-        }
-        // The texts, where the offsets (now in) say.
+        ranges
+    }
+
+    /// Sets `ranges` to where the payload texts (as asked) and string ids of
+    /// `rows` lie, read from their offsets (see [`Self::fetch_hits_ahead`]).
+    fn hit_text_ranges(&self, rows: &[u32], payloads: bool, ranges: &mut Vec<(u64, usize)>) {
+        let ids = self.section(SectionKind::RowIds).offset;
+        let stored = self.section(SectionKind::Payloads).offset;
+        let string_ids = self.header.id_type == IdType::String;
         ranges.clear();
-        for row in valid() {
+        for row in self.valid_rows(rows) {
             let row = row as u32;
             if payloads && let Ok(Some((at, length))) = self.payload_span(row) {
                 ranges.push((stored + at, length));
@@ -674,9 +699,14 @@ impl<S: ByteSource> Segment<S> {
                 ranges.push((ids + at, length));
             }
         }
-        if ranges.len() > 1 {
-            self.source.fetch_ahead(&ranges);
-        }
+    }
+
+    /// The rows of `rows` this segment has.
+    fn valid_rows<'r>(&self, rows: &'r [u32]) -> impl Iterator<Item = u64> + 'r {
+        let count = self.header.rows;
+        rows.iter()
+            .map(|&row| row as u64)
+            .filter(move |&row| row < count)
     }
 
     /// Returns where `row`'s payload text lies in the payload section (offset,
@@ -864,4 +894,19 @@ fn validate_header(object: &str, header: &SegmentHeader) -> IndexResult<()> {
         return bad("code layout is not the one this build reads".into());
     }
     Ok(())
+}
+
+/// Fetches ahead `ranges[i]` of `segments[i].0`, all together, when there are
+/// two ranges or more in all (one is left to its read).
+fn fetch_together<S: ByteSource, T>(segments: &[(&Segment<S>, T)], ranges: &[Vec<(u64, usize)>]) {
+    if ranges.iter().map(Vec::len).sum::<usize>() < 2 {
+        return;
+    }
+    let requests: Vec<(&S, &[(u64, usize)])> = segments
+        .iter()
+        .zip(ranges)
+        .filter(|(_, ranges)| !ranges.is_empty())
+        .map(|((segment, _), ranges)| (&segment.source, ranges.as_slice()))
+        .collect();
+    S::fetch_ahead_together(&requests);
 }

@@ -66,15 +66,40 @@ pub trait ByteSource: Send + Sync {
     /// to the reads that follow.
     fn fetch_ahead(&self, _ranges: &[(u64, usize)]) {}
 
+    /// [`Self::fetch_ahead`] of the ranges of several sources at once (the
+    /// candidates of a search over several segments, the hits it returns): a
+    /// cache fetches what all of them miss concurrently, so the query waits
+    /// for the store once, not once per source.
+    fn fetch_ahead_together(requests: &[(&Self, &[(u64, usize)])])
+    where
+        Self: Sized,
+    {
+        for &(source, ranges) in requests {
+            source.fetch_ahead(ranges);
+        }
+    }
+
     /// Makes the ranges `(offset, length)` of a section scanned in whole, one
     /// range after the other, resident before the scan reads them (the codes of
     /// the lists a query probes): a cache fetches the missing ones concurrently
     /// and waits for them, so a cold query waits for the store once, not once
-    /// per probed list. The ranges are produced only if the source asks for
-    /// them. Sources in memory and mapped files ignore it (a mapped file's
-    /// scanned sections come in as huge folios through faults, which
-    /// read-ahead would split); errors are left to the reads that follow.
-    fn fetch_scan_ahead(&self, _ranges: &mut dyn Iterator<Item = (u64, usize)>) {}
+    /// per probed list — and over several segments (`requests`, each source
+    /// with its ranges), once in all. Called only with sources whose
+    /// [`Self::scans_ahead`] says yes. Sources in memory and mapped files
+    /// ignore it (a mapped file's scanned sections come in as huge folios
+    /// through faults, which read-ahead would split); errors are left to the
+    /// reads that follow.
+    fn fetch_scan_ahead_together(_requests: &[(&Self, &[(u64, usize)])])
+    where
+        Self: Sized,
+    {
+    }
+
+    /// Tells whether [`Self::fetch_scan_ahead_together`] does anything for this
+    /// source, so that a search builds the ranges only then.
+    fn scans_ahead(&self) -> bool {
+        false
+    }
 
     /// Makes `offset..offset + length`, a whole section about to be read at
     /// once, resident first: a mapped file reads it in with read-ahead (its

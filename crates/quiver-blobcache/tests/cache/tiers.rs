@@ -431,6 +431,121 @@ fn the_hits_ids_payloads_and_vectors_come_in_together_from_both_tiers() {
     assert_eq!(cache.stats().pinned_regions, 0);
 }
 
+/// Rows a query fetched ahead stay until it reads them, even when reads in
+/// between miss and evict: a fresh fill is used once, the least frequent
+/// region there is, and was the first pick of the next eviction whose sample
+/// reached it — so one miss among a run's reads evicted another of the run's
+/// rows, whose read then missed too (the slowest cold queries of a searcher
+/// fetched ~40 rows twice that way, one round trip each).
+#[test]
+fn rows_fetched_ahead_stay_until_read_while_other_reads_miss() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let dim = 64;
+    // 156 row regions of raw vectors; a row tier of 95.
+    let (bytes, _) = segment_bytes(40_000, dim);
+    put(&runtime, &storage, "segments/awaited.qseg", &bytes);
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
+    let tier = cache.stats_by_tier().1.unwrap().total_regions;
+    let segment = Segment::open(cache.open_blocking("segments/awaited.qseg").unwrap()).unwrap();
+    let raw = section(&segment, SectionKind::RawVectors);
+    assert!((tier + 60) * (64 << 10) <= raw.length, "{tier} row regions");
+    let row_bytes = dim as u64 * 4;
+    let region_row = |region: u64| {
+        let row = (region * (64 << 10)).div_ceil(row_bytes);
+        (raw.offset + row * row_bytes, row_bytes as usize)
+    };
+    let read = |region: u64| {
+        let (offset, length) = region_row(region);
+        segment.source().read_at(offset, length).unwrap();
+    };
+    // The tier full of rows read twice each (the reads of earlier queries).
+    for region in 0..tier {
+        read(region);
+        read(region);
+    }
+    // A run of 40 rows fetched ahead, then 20 other rows read, each a miss
+    // that evicts, before the run's rows are read.
+    let run: Vec<(u64, usize)> = (tier..tier + 40).map(region_row).collect();
+    let before = ReadCounts::of_this_thread();
+    segment.source().fetch_ahead(&run);
+    assert_eq!(ReadCounts::of_this_thread().since(before).row_misses, 40);
+    for region in tier + 40..tier + 60 {
+        read(region);
+    }
+    let before = ReadCounts::of_this_thread();
+    for &(offset, length) in &run {
+        segment.source().read_at(offset, length).unwrap();
+    }
+    let reads = ReadCounts::of_this_thread().since(before);
+    assert_eq!(
+        reads.row_misses, 0,
+        "every row fetched ahead was still in when read: {reads:?}"
+    );
+    // Read, they are ordinary regions again: enough misses evict them.
+    for region in (0..tier).chain(tier + 40..tier + 60) {
+        read(region);
+    }
+    let before = ReadCounts::of_this_thread();
+    for &(offset, length) in &run {
+        segment.source().read_at(offset, length).unwrap();
+    }
+    assert!(ReadCounts::of_this_thread().since(before).row_misses > 0);
+    assert_eq!(cache.stats().pinned_regions, 0);
+}
+
+/// The hits of a search over several segments come in two waits in all (ids,
+/// payload offsets and vectors from both tiers; then the payload texts), not
+/// two or three per segment.
+#[test]
+fn the_hits_of_several_segments_come_in_two_waits_in_all() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let dim = 64;
+    let (bytes, _) = segment_bytes(40_000, dim);
+    let keys = ["segments/a.qseg", "segments/b.qseg", "segments/c.qseg"];
+    for key in keys {
+        put(&runtime, &storage, key, &bytes);
+    }
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 16 << 20, 128 << 10);
+    let segments: Vec<_> = keys
+        .iter()
+        .map(|key| Segment::open(cache.open_blocking(key).unwrap()).unwrap())
+        .collect();
+    let reference = Segment::open(MemorySource::new("reference", &bytes)).unwrap();
+    // Four hits far apart in each segment, each in its own row regions.
+    let rows: Vec<Vec<u32>> = (0..3u32)
+        .map(|of| (0..4).map(|hit| hit * 9_973 + of * 1_999 + 11).collect())
+        .collect();
+    let hits: Vec<_> = segments
+        .iter()
+        .zip(&rows)
+        .map(|(segment, rows)| (segment, rows.as_slice()))
+        .collect();
+    let before = ReadCounts::of_this_thread();
+    Segment::fetch_hits_ahead_together(&hits, true, true);
+    let fetched = ReadCounts::of_this_thread().since(before);
+    assert!(fetched.row_misses >= 24, "{fetched:?}");
+    assert_eq!(
+        fetched.store_waits, 2,
+        "two rounds over three segments and both tiers: {fetched:?}"
+    );
+    let before = ReadCounts::of_this_thread();
+    for (segment, rows) in &hits {
+        for &row in *rows {
+            assert_eq!(segment.id(row).unwrap(), reference.id(row).unwrap());
+            assert_eq!(
+                segment.payload(row).unwrap(),
+                reference.payload(row).unwrap()
+            );
+            assert_eq!(segment.vector(row).unwrap(), reference.vector(row).unwrap());
+        }
+    }
+    let read = ReadCounts::of_this_thread().since(before);
+    assert_eq!(read.store_waits, 0, "the hits' reads all hit: {read:?}");
+    assert_eq!(cache.stats().pinned_regions, 0);
+}
+
 #[test]
 fn rows_fetched_ahead_together_come_in_one_wait_and_stay_for_their_reads() {
     let runtime = runtime();

@@ -175,6 +175,8 @@ pub struct SearchScratch {
     heap: BinaryHeap<Ranked>,
     reserve: BinaryHeap<Ranked>,
     fetch_ranges: Vec<(u64, usize)>,
+    /// Per member of a shared search, the ranges of its rows to fetch ahead.
+    member_ranges: Vec<Vec<(u64, usize)>>,
     /// Counters of the last search.
     pub stats: SearchStats,
 }
@@ -360,22 +362,32 @@ impl<S: ByteSource> Segment<S> {
         rows: impl Iterator<Item = u32>,
         ranges: &mut Vec<(u64, usize)>,
     ) {
-        let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
-        let raw = self.section(SectionKind::RawVectors).offset;
-        ranges.clear();
-        ranges.extend(rows.map(|row| (raw + row as u64 * row_bytes as u64, row_bytes)));
+        self.row_ranges(rows, ranges);
         if ranges.len() > 1 {
             self.source.fetch_ahead(ranges);
         }
     }
 
-    /// Asks the source to make the codes of the probed `lists` resident together
-    /// before they are scanned one by one (see [`ByteSource::fetch_scan_ahead`]).
-    pub(super) fn fetch_lists_ahead(&self, lists: &[(f32, u32)]) {
+    /// Sets `ranges` to the ranges of the raw vectors of `rows`.
+    pub(super) fn row_ranges(
+        &self,
+        rows: impl Iterator<Item = u32>,
+        ranges: &mut Vec<(u64, usize)>,
+    ) {
+        let row_bytes = self.header.dim * self.header.raw_precision.value_bytes();
+        let raw = self.section(SectionKind::RawVectors).offset;
+        ranges.clear();
+        ranges.extend(rows.map(|row| (raw + row as u64 * row_bytes as u64, row_bytes)));
+    }
+
+    /// Sets `ranges` to the ranges of the codes of the probed `lists`, in the
+    /// order they are scanned (see [`ByteSource::fetch_scan_ahead_together`]).
+    pub(super) fn list_ranges(&self, lists: &[(f32, u32)], ranges: &mut Vec<(u64, usize)>) {
         let block_bytes =
             (self.header.padded_dim / 64) * RABITQ_BLOCK_ROWS * 8 + FACTOR_BLOCK_BYTES;
         let codes = self.section(SectionKind::Codes).offset;
-        let mut ranges = lists.iter().filter_map(|&(_, list)| {
+        ranges.clear();
+        ranges.extend(lists.iter().filter_map(|&(_, list)| {
             let entry = self.lists.get(list as usize)?;
             (entry.rows > 0).then(|| {
                 (
@@ -383,8 +395,7 @@ impl<S: ByteSource> Segment<S> {
                     (entry.rows as usize).div_ceil(RABITQ_BLOCK_ROWS) * block_bytes,
                 )
             })
-        });
-        self.source.fetch_scan_ahead(&mut ranges);
+        }));
     }
 
     /// Returns the approximate top-`k` rows for `query` (IVF + RaBitQ + rescoring).

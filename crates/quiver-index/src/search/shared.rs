@@ -97,10 +97,9 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
         scratch.stats = SearchStats::default();
         let encoded = lead.encode_query(scratch);
         lead.choose_lists(&encoded, probe, scratch);
-        // A cold member's probed codes come in together: one wait, not one per list.
-        for member in members {
-            member.segment.fetch_lists_ahead(&scratch.list_keys);
-        }
+        // Cold members' probed codes come in together: one wait, not one per
+        // list and member.
+        self.fetch_lists_ahead(&scratch.list_keys, &mut scratch.member_ranges);
         let mut ranking = Ranking {
             top: TopK::new(params.k, std::mem::take(&mut scratch.heap)),
             reserve: TopK::new(
@@ -147,17 +146,17 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
         scratch.upper_heap = uppers.heap;
         // Their rows were ruled out, so they were never read: fetch the missing
         // ones together (one round trip to the store per member, not one per row).
-        for (index, member) in members.iter().enumerate() {
-            member.segment.fetch_rows_ahead(
+        self.fetch_rows_ahead(
+            |index| {
                 reserve
                     .heap
                     .iter()
                     .map(|ranked| unhandle(ranked.handle))
-                    .filter(|&(of, _)| of == index)
-                    .map(|(_, row)| row),
-                &mut scratch.fetch_ranges,
-            );
-        }
+                    .filter(move |&(of, _)| of == index)
+                    .map(|(_, row)| row)
+            },
+            &mut scratch.member_ranges,
+        );
         for ranked in reserve.heap.drain() {
             let (index, row) = unhandle(ranked.handle);
             let segment = members[index].segment;
@@ -208,13 +207,15 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
                 fetched_up_to = position
                     + pending[position..end]
                         .partition_point(|(_, candidate)| candidate.lower < threshold);
-                for (index, segment) in self.members.iter().map(|m| m.segment).enumerate() {
-                    let rows = pending[position..fetched_up_to]
-                        .iter()
-                        .filter(|(of, _)| *of == index)
-                        .map(|(_, candidate)| candidate.row);
-                    segment.fetch_rows_ahead(rows, &mut scratch.fetch_ranges);
-                }
+                let run = &pending[position..fetched_up_to];
+                self.fetch_rows_ahead(
+                    |index| {
+                        run.iter()
+                            .filter(move |(of, _)| *of == index)
+                            .map(|(_, candidate)| candidate.row)
+                    },
+                    &mut scratch.member_ranges,
+                );
             }
             let segment = self.members[member].segment;
             ranking.top.push(
@@ -231,6 +232,59 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
         pending.clear();
         scratch.pending = pending;
         Ok(())
+    }
+
+    /// Makes the raw vectors of `rows(member)` of every member resident
+    /// together (see [`ByteSource::fetch_ahead_together`]): a cold search over
+    /// several segments waits for the store once per run of rows, not once
+    /// per run and segment. `ranges` is scratch space.
+    fn fetch_rows_ahead<I: Iterator<Item = u32>>(
+        &self,
+        rows: impl Fn(usize) -> I,
+        ranges: &mut Vec<Vec<(u64, usize)>>,
+    ) {
+        ranges.resize_with(self.members.len().max(ranges.len()), Vec::new);
+        for (index, member) in self.members.iter().enumerate() {
+            member.segment.row_ranges(rows(index), &mut ranges[index]);
+        }
+        let requests: Vec<(&S, &[(u64, usize)])> = self
+            .members
+            .iter()
+            .zip(ranges.iter())
+            .filter(|(_, ranges)| !ranges.is_empty())
+            .map(|(member, ranges)| (&member.segment.source, ranges.as_slice()))
+            .collect();
+        if requests
+            .iter()
+            .map(|(_, ranges)| ranges.len())
+            .sum::<usize>()
+            > 1
+        {
+            S::fetch_ahead_together(&requests);
+        }
+    }
+
+    /// Makes the codes of the probed `lists` of every member whose source
+    /// fetches them ahead resident together (see
+    /// [`ByteSource::fetch_scan_ahead_together`]); nothing is built for
+    /// sources that do not (memory, mapped files). `ranges` is scratch space.
+    fn fetch_lists_ahead(&self, lists: &[(f32, u32)], ranges: &mut Vec<Vec<(u64, usize)>>) {
+        if !self
+            .members
+            .iter()
+            .any(|member| member.segment.source.scans_ahead())
+        {
+            return;
+        }
+        ranges.resize_with(self.members.len().max(ranges.len()), Vec::new);
+        let mut requests: Vec<(&S, &[(u64, usize)])> = Vec::with_capacity(self.members.len());
+        for (member, ranges) in self.members.iter().zip(ranges.iter_mut()) {
+            if member.segment.source.scans_ahead() {
+                member.segment.list_ranges(lists, ranges);
+                requests.push((&member.segment.source, ranges.as_slice()));
+            }
+        }
+        S::fetch_scan_ahead_together(&requests);
     }
 
     /// Scans `list` in every member.

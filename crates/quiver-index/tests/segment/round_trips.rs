@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use quiver_index::{
-    ByteSource, ChunkChecksums, DirectSession, IndexResult, MemorySource, Metric, ReadSession,
-    SearchParams, SearchScratch, Segment,
+    ByteSource, ChunkChecksums, Codebook, DirectSession, IndexResult, MemorySource, Metric,
+    ReadSession, SearchParams, SearchScratch, Segment, SharedProbe, search_shared,
 };
 
 use crate::data::{build, clustered};
@@ -22,10 +22,25 @@ struct ColdRows {
     inner: MemorySource,
     tracking: AtomicBool,
     resident: Mutex<HashSet<(u64, usize)>>,
-    round_trips: AtomicUsize,
+    /// Shared by the members of a search over several segments: a fetch of
+    /// several sources' ranges together is one round trip.
+    round_trips: Arc<AtomicUsize>,
 }
 
 impl ColdRows {
+    /// Marks `ranges` resident; tells whether any was cold.
+    fn fetch(&self, ranges: &[(u64, usize)]) -> bool {
+        if !self.tracking.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut resident = self.resident.lock().unwrap();
+        let mut cold = false;
+        for range in ranges {
+            cold |= resident.insert(*range);
+        }
+        cold
+    }
+
     /// Returns how many distinct rows were read or fetched ahead so far.
     fn rows_asked(&self) -> usize {
         self.resident.lock().unwrap().len()
@@ -62,16 +77,18 @@ impl ByteSource for ColdRows {
     }
 
     fn fetch_ahead(&self, ranges: &[(u64, usize)]) {
-        if !self.tracking.load(Ordering::SeqCst) {
-            return;
+        if self.fetch(ranges) {
+            self.round_trips.fetch_add(1, Ordering::SeqCst);
         }
-        let mut resident = self.resident.lock().unwrap();
+    }
+
+    fn fetch_ahead_together(requests: &[(&Self, &[(u64, usize)])]) {
         let mut cold = false;
-        for range in ranges {
-            cold |= resident.insert(*range);
+        for (source, ranges) in requests {
+            cold |= source.fetch(ranges);
         }
         if cold {
-            self.round_trips.fetch_add(1, Ordering::SeqCst);
+            requests[0].0.round_trips.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -88,16 +105,21 @@ impl ByteSource for ColdRows {
 
 fn cold_segment(vectors: &[f32], dim: usize) -> Segment<ColdRows> {
     let built = build(vectors, dim, Metric::L2, |spec| spec.build.nlist = Some(64));
-    let bytes = built
+    cold_rows(&built, Arc::default())
+}
+
+/// `segment` read through a [`ColdRows`] counting its round trips in `round_trips`.
+fn cold_rows(segment: &Segment<MemorySource>, round_trips: Arc<AtomicUsize>) -> Segment<ColdRows> {
+    let bytes = segment
         .source()
-        .read_at(0, built.source().size() as usize)
+        .read_at(0, segment.source().size() as usize)
         .unwrap()
         .to_vec();
     Segment::open(ColdRows {
         inner: MemorySource::new("cold.qseg", &bytes),
         tracking: AtomicBool::new(false),
         resident: Mutex::new(HashSet::new()),
-        round_trips: AtomicUsize::new(0),
+        round_trips,
     })
     .unwrap()
 }
@@ -154,6 +176,63 @@ fn a_cold_search_waits_for_a_run_or_two_of_rows_not_once_per_list() {
     );
     let recall = found as f64 / wanted as f64;
     assert!(recall >= 0.95, "recall@10 {recall}");
+}
+
+/// A search over several segments of one codebook asks for every member's
+/// rows of a run together: a cold search waits as often as over one segment
+/// holding them all, not once per run and member (three members waited three
+/// times as often).
+#[test]
+fn a_cold_search_over_several_segments_waits_once_per_run_not_once_per_member() {
+    let dim = 32;
+    let (base, queries) = clustered(30_000, 20, dim, 2_000, 11);
+    let third = base.len() / 3;
+    let first = build(&base[..third], dim, Metric::L2, |spec| {
+        spec.build.nlist = Some(64)
+    });
+    let codebook = Arc::new(Codebook::of_segment(&first).unwrap().unwrap());
+    let round_trips = Arc::new(AtomicUsize::new(0));
+    let members: Vec<Segment<ColdRows>> = base
+        .chunks(third)
+        .map(|part| {
+            let built = build(part, dim, Metric::L2, |spec| {
+                spec.build.codebook = Some(codebook.clone())
+            });
+            cold_rows(&built, round_trips.clone())
+        })
+        .collect();
+    let probes: Vec<SharedProbe<'_, ColdRows>> = members
+        .iter()
+        .map(|segment| SharedProbe {
+            segment,
+            filter: None,
+        })
+        .collect();
+    let params = SearchParams {
+        k: 10,
+        nprobe: Some(24),
+        ..SearchParams::default()
+    };
+    let mut scratch = SearchScratch::default();
+    let mut rounds = 0;
+    for query in queries.chunks_exact(dim) {
+        for member in &members {
+            member.source().start_tracking();
+        }
+        round_trips.store(0, Ordering::SeqCst);
+        let hits = search_shared(&probes, query, &params, &mut scratch).unwrap();
+        assert_eq!(hits.len(), 10);
+        let members_hit: HashSet<usize> = hits.iter().map(|(member, _)| *member).collect();
+        assert!(!members_hit.is_empty());
+        let trips = round_trips.load(Ordering::SeqCst);
+        let rescored = scratch.stats.rows_rescored;
+        assert!(
+            trips <= 2 + rescored.div_ceil(80),
+            "{trips} round trips for {rescored} rescored rows over 3 members"
+        );
+        rounds += trips;
+    }
+    assert!(rounds > 0, "the searches fetched rows ahead");
 }
 
 #[test]
@@ -223,7 +302,7 @@ fn rows_past_the_kth_upper_bound_are_neither_fetched_nor_read() {
 /// make a segment, with a trained codebook and with a shared one of one list.
 #[test]
 fn rows_with_overflowing_squares_still_build_a_segment() {
-    use quiver_index::{Codebook, IdType, PointId, SegmentSpec, SegmentWriter};
+    use quiver_index::{IdType, PointId, SegmentSpec, SegmentWriter};
 
     let dim = 4;
     let rows: [[f32; 4]; 3] = [[1e38; 4], [3e38, 0.0, 0.0, 0.0], [1e-45, 0.0, 0.0, 0.0]];
@@ -260,7 +339,7 @@ fn rows_with_overflowing_squares_still_build_a_segment() {
 }
 
 /// A memory source that counts the round trips a cold cache would make for the
-/// codes a search scans (read through its session): a `fetch_scan_ahead` with
+/// codes a search scans (read through its session): a `fetch_scan_ahead_together` with
 /// cold ranges in it is one, and a session read of a range it was not asked to
 /// fetch is one more.
 struct ColdCodes {
@@ -305,14 +384,20 @@ impl ByteSource for ColdCodes {
         self.inner.name()
     }
 
-    fn fetch_scan_ahead(&self, ranges: &mut dyn Iterator<Item = (u64, usize)>) {
-        let mut resident = self.resident.lock().unwrap();
-        let mut cold = false;
-        for range in ranges {
-            cold |= resident.insert(range);
-        }
-        if cold {
-            self.round_trips.fetch_add(1, Ordering::SeqCst);
+    fn scans_ahead(&self) -> bool {
+        true
+    }
+
+    fn fetch_scan_ahead_together(requests: &[(&Self, &[(u64, usize)])]) {
+        for &(source, ranges) in requests {
+            let mut resident = source.resident.lock().unwrap();
+            let mut cold = false;
+            for range in ranges {
+                cold |= resident.insert(*range);
+            }
+            if cold {
+                source.round_trips.fetch_add(1, Ordering::SeqCst);
+            }
         }
     }
 
@@ -378,7 +463,7 @@ fn the_hits_ids_payloads_and_vectors_are_fetched_ahead_together() {
         inner: MemorySource::new("hits.qseg", &bytes),
         tracking: AtomicBool::new(false),
         resident: Mutex::new(HashSet::new()),
-        round_trips: AtomicUsize::new(0),
+        round_trips: Arc::default(),
     })
     .unwrap();
     let read_hits = |rows: &[u32]| {

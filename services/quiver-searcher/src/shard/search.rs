@@ -4,8 +4,8 @@
 
 use quiver_blobcache::{CachedObject, ReadCounts};
 use quiver_index::{
-    CalibratedProbe, Filter, RowFilter, SearchParams, SearchScratch, SharedProbe, SharedSearch,
-    probe_for_k, search_shared,
+    CalibratedProbe, Filter, RowFilter, SearchParams, SearchScratch, Segment, SharedProbe,
+    SharedSearch, probe_for_k, search_shared,
 };
 use roaring::RoaringBitmap;
 
@@ -439,8 +439,8 @@ impl ShardView {
 
     /// Asks each segment holding hits for their ids, payloads and vectors (as
     /// `request` wants them) together, before [`Self::hit_of`] reads them one
-    /// by one: a cold cache waits for the store twice per segment, not once or
-    /// twice per hit.
+    /// by one: a cold cache waits for the store twice in all, not once or
+    /// twice per hit and segment.
     fn fetch_hits_ahead<'h>(
         &self,
         hits: impl Iterator<Item = &'h HitSource>,
@@ -453,11 +453,15 @@ impl ShardView {
             })
             .collect();
         rows.sort_unstable();
-        for same in rows.chunk_by(|a, b| a.0 == b.0) {
-            let segment = &self.segments[same[0].0].segment;
-            let rows: Vec<u32> = same.iter().map(|&(_, row)| row).collect();
-            segment.fetch_hits_ahead(&rows, request.include_payload, request.include_vector);
-        }
+        let by_segment: Vec<(usize, Vec<u32>)> = rows
+            .chunk_by(|a, b| a.0 == b.0)
+            .map(|same| (same[0].0, same.iter().map(|&(_, row)| row).collect()))
+            .collect();
+        let hits: Vec<(&Segment<CachedObject>, &[u32])> = by_segment
+            .iter()
+            .map(|(index, rows)| (&*self.segments[*index].segment, rows.as_slice()))
+            .collect();
+        Segment::fetch_hits_ahead_together(&hits, request.include_payload, request.include_vector);
     }
 
     /// Reads what `request` wants of one hit: its id, payload and vector.
