@@ -477,20 +477,12 @@ impl CachedObject {
     /// and returns when they are in (or failed: the reads that follow see the
     /// error).
     fn fetch_missing_with(&self, ranges: impl IntoIterator<Item = (u64, usize)>, plan: FetchPlan) {
-        let missing = self.missing_regions(ranges, plan.awaited);
-        fetch_in_rounds(vec![(self, missing)], |_| plan);
+        fetch_in_rounds(vec![(self, self.missing_regions(ranges))], |_| plan);
     }
 
     /// The regions of this object's tier under `ranges` that are not resident,
-    /// each once, in the order the ranges ask for them. `awaited`: those
-    /// resident are marked awaited by the reads that follow (see
-    /// `SlotCounters::awaited`), so the fills of the missing ones do not
-    /// evict them first.
-    fn missing_regions(
-        &self,
-        ranges: impl IntoIterator<Item = (u64, usize)>,
-        awaited: bool,
-    ) -> Vec<u64> {
+    /// each once, in the order the ranges ask for them.
+    fn missing_regions(&self, ranges: impl IntoIterator<Item = (u64, usize)>) -> Vec<u64> {
         let mut missing: Vec<u64> = Vec::new();
         for (offset, length) in ranges {
             let end = offset.saturating_add(length as u64).min(self.identity.size);
@@ -498,17 +490,47 @@ impl CachedObject {
                 continue;
             }
             for region in self.inner.region_of(offset)..=self.inner.region_of(end - 1) {
-                match self.resident_slot(region) {
-                    Some(slot) if awaited => self.inner.slot_counters[slot]
-                        .awaited
-                        .store(true, Ordering::Relaxed),
-                    Some(_) => {}
-                    None if !missing.contains(&region) => missing.push(region),
-                    None => {}
+                if self.resident_slot(region).is_none() && !missing.contains(&region) {
+                    missing.push(region);
                 }
             }
         }
         missing
+    }
+
+    /// Marks the resident regions of this object's tier under `ranges` awaited
+    /// by the reads that follow (see `SlotCounters::awaited`), so that the
+    /// fills of the missing ones do not evict them first. Only before a
+    /// round is fetched: a query that fetches nothing evicts nothing, and
+    /// writes nothing to the slots it shares with other queries.
+    fn await_resident(&self, ranges: impl IntoIterator<Item = (u64, usize)>) {
+        for (offset, length) in ranges {
+            let end = offset.saturating_add(length as u64).min(self.identity.size);
+            if offset >= end {
+                continue;
+            }
+            for region in self.inner.region_of(offset)..=self.inner.region_of(end - 1) {
+                if let Some(slot) = self.resident_slot(region) {
+                    let awaited = &self.inner.slot_counters[slot].awaited;
+                    if !awaited.load(Ordering::Relaxed) {
+                        awaited.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Self::await_resident`] of `ranges`, each in its tier.
+    fn await_by_tier(&self, ranges: &[(u64, usize)]) {
+        let Some(rows) = self.rows.as_deref() else {
+            return self.await_resident(ranges.iter().copied());
+        };
+        let in_rows = |&(offset, length): &(u64, usize)| {
+            self.row_tier(offset, offset.saturating_add(length as u64))
+                .is_some()
+        };
+        rows.await_resident(ranges.iter().copied().filter(in_rows));
+        self.await_resident(ranges.iter().copied().filter(|range| !in_rows(range)));
     }
 
     /// Splits `ranges` by tier and adds each tier's missing regions to `parts`
@@ -516,7 +538,7 @@ impl CachedObject {
     /// hot one, its payload and vector in the row tier).
     fn missing_by_tier<'o>(&'o self, ranges: &[(u64, usize)], parts: &mut Vec<FetchPart<'o>>) {
         let Some(rows) = self.rows.as_deref() else {
-            parts.push((self, self.missing_regions(ranges.iter().copied(), true)));
+            parts.push((self, self.missing_regions(ranges.iter().copied())));
             return;
         };
         let in_rows = |&(offset, length): &(u64, usize)| {
@@ -525,12 +547,12 @@ impl CachedObject {
         };
         parts.push((
             rows,
-            rows.missing_regions(ranges.iter().copied().filter(in_rows), true),
+            rows.missing_regions(ranges.iter().copied().filter(in_rows)),
         ));
         if !ranges.iter().all(in_rows) {
             parts.push((
                 self,
-                self.missing_regions(ranges.iter().copied().filter(|range| !in_rows(range)), true),
+                self.missing_regions(ranges.iter().copied().filter(|range| !in_rows(range))),
             ));
         }
     }
@@ -650,6 +672,14 @@ impl ByteSource for CachedObject {
                 object.missing_by_tier(ranges, &mut parts);
             }
         }
+        if !worth_a_round(&parts) {
+            return;
+        }
+        for &(object, ranges) in requests {
+            if object.mapped.is_none() {
+                object.await_by_tier(ranges);
+            }
+        }
         fetch_in_rounds(parts, |object| FetchPlan::query(object, false));
     }
 
@@ -663,7 +693,15 @@ impl ByteSource for CachedObject {
         let mut parts = Vec::with_capacity(requests.len());
         for &(object, ranges) in requests {
             if object.scans_ahead() {
-                parts.push((object, object.missing_regions(ranges.iter().copied(), true)));
+                parts.push((object, object.missing_regions(ranges.iter().copied())));
+            }
+        }
+        if !worth_a_round(&parts) {
+            return;
+        }
+        for &(object, ranges) in requests {
+            if object.scans_ahead() {
+                object.await_resident(ranges.iter().copied());
             }
         }
         fetch_in_rounds(parts, |object| FetchPlan::query(object, true));
@@ -731,6 +769,16 @@ impl FetchPlan {
     }
 }
 
+/// Tells whether `parts` miss two regions or more in all: one missing region
+/// is left to the read that needs it (fetching ahead pays for more).
+fn worth_a_round(parts: &[FetchPart<'_>]) -> bool {
+    parts
+        .iter()
+        .map(|(_, missing)| missing.len())
+        .sum::<usize>()
+        >= 2
+}
+
 /// One object (in its own tier) and the regions of it a fetch-ahead wants.
 type FetchPart<'o> = (&'o CachedObject, Vec<u64>);
 
@@ -741,15 +789,10 @@ type FetchPart<'o> = (&'o CachedObject, Vec<u64>);
 /// is left to the read that needs it (fetching ahead pays for more). A
 /// `first_round_only` plan fetches one round and leaves the rest to the reads.
 fn fetch_in_rounds(mut parts: Vec<FetchPart<'_>>, plan: impl Fn(&CachedObject) -> FetchPlan) {
-    parts.retain(|(_, missing)| !missing.is_empty());
-    if parts
-        .iter()
-        .map(|(_, missing)| missing.len())
-        .sum::<usize>()
-        < 2
-    {
+    if !worth_a_round(&parts) {
         return;
     }
+    parts.retain(|(_, missing)| !missing.is_empty());
     let plans: Vec<FetchPlan> = parts.iter().map(|(object, _)| plan(object)).collect();
     let tier_of = |index: usize| Arc::as_ptr(&parts[index].0.inner);
     // A single round is shared evenly by a tier's parts (each member's lists
