@@ -643,7 +643,7 @@ impl<S: ByteSource> Segment<S> {
             .iter()
             .map(|&(segment, rows)| segment.hit_ranges(rows, payloads, vectors))
             .collect();
-        fetch_together(hits, &ranges);
+        fetch_together(hits.iter().map(|&(segment, _)| segment), &ranges);
         if !payloads
             && hits
                 .iter()
@@ -655,7 +655,7 @@ impl<S: ByteSource> Segment<S> {
         for (&(segment, rows), ranges) in hits.iter().zip(&mut ranges) {
             segment.hit_text_ranges(rows, payloads, ranges);
         }
-        fetch_together(hits, &ranges);
+        fetch_together(hits.iter().map(|&(segment, _)| segment), &ranges);
     }
 
     /// The ranges of `rows`' ids, and as asked their payload offsets and raw
@@ -896,17 +896,20 @@ fn validate_header(object: &str, header: &SegmentHeader) -> IndexResult<()> {
     Ok(())
 }
 
-/// Fetches ahead `ranges[i]` of `segments[i].0`, all together, when there are
-/// two ranges or more in all (one is left to its read).
-fn fetch_together<S: ByteSource, T>(segments: &[(&Segment<S>, T)], ranges: &[Vec<(u64, usize)>]) {
+/// Fetches ahead the ranges `ranges[i]` of the `i`-th of `segments`, all
+/// together (see [`ByteSource::fetch_ahead_together`]), when there are two
+/// ranges or more in all (one is left to its read).
+pub(crate) fn fetch_together<'s, S: ByteSource + 's>(
+    segments: impl Iterator<Item = &'s Segment<S>>,
+    ranges: &[Vec<(u64, usize)>],
+) {
     if ranges.iter().map(Vec::len).sum::<usize>() < 2 {
         return;
     }
     let requests: Vec<(&S, &[(u64, usize)])> = segments
-        .iter()
         .zip(ranges)
         .filter(|(_, ranges)| !ranges.is_empty())
-        .map(|((segment, _), ranges)| (&segment.source, ranges.as_slice()))
+        .map(|(segment, ranges)| (&segment.source, ranges.as_slice()))
         .collect();
     S::fetch_ahead_together(&requests);
 }

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::error::{IndexError, IndexResult};
 use crate::params::{CALIBRATED_K, MIN_ROWS_PER_HIT, Metric, SearchParams};
-use crate::reader::Segment;
+use crate::reader::{Segment, fetch_together};
 use crate::source::ByteSource;
 
 /// One member of a shared search: a segment and the rows it may return.
@@ -243,25 +243,11 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
         rows: impl Fn(usize) -> I,
         ranges: &mut Vec<Vec<(u64, usize)>>,
     ) {
-        ranges.resize_with(self.members.len().max(ranges.len()), Vec::new);
+        ranges.resize_with(self.members.len(), Vec::new);
         for (index, member) in self.members.iter().enumerate() {
             member.segment.row_ranges(rows(index), &mut ranges[index]);
         }
-        let requests: Vec<(&S, &[(u64, usize)])> = self
-            .members
-            .iter()
-            .zip(ranges.iter())
-            .filter(|(_, ranges)| !ranges.is_empty())
-            .map(|(member, ranges)| (&member.segment.source, ranges.as_slice()))
-            .collect();
-        if requests
-            .iter()
-            .map(|(_, ranges)| ranges.len())
-            .sum::<usize>()
-            > 1
-        {
-            S::fetch_ahead_together(&requests);
-        }
+        fetch_together(self.members.iter().map(|member| member.segment), ranges);
     }
 
     /// Makes the codes of the probed `lists` of every member whose source
@@ -276,7 +262,7 @@ impl<'m, 'a, S: ByteSource + 'a> SharedSearch<'m, 'a, S> {
         {
             return;
         }
-        ranges.resize_with(self.members.len().max(ranges.len()), Vec::new);
+        ranges.resize_with(self.members.len(), Vec::new);
         let mut requests: Vec<(&S, &[(u64, usize)])> = Vec::with_capacity(self.members.len());
         for (member, ranges) in self.members.iter().zip(ranges.iter_mut()) {
             if member.segment.source.scans_ahead() {

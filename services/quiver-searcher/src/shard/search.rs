@@ -453,13 +453,15 @@ impl ShardView {
             })
             .collect();
         rows.sort_unstable();
-        let by_segment: Vec<(usize, Vec<u32>)> = rows
+        let ordered: Vec<u32> = rows.iter().map(|&(_, row)| row).collect();
+        let mut start = 0;
+        let hits: Vec<(&Segment<CachedObject>, &[u32])> = rows
             .chunk_by(|a, b| a.0 == b.0)
-            .map(|same| (same[0].0, same.iter().map(|&(_, row)| row).collect()))
-            .collect();
-        let hits: Vec<(&Segment<CachedObject>, &[u32])> = by_segment
-            .iter()
-            .map(|(index, rows)| (&*self.segments[*index].segment, rows.as_slice()))
+            .map(|same| {
+                start += same.len();
+                let rows = &ordered[start - same.len()..start];
+                (&*self.segments[same[0].0].segment, rows)
+            })
             .collect();
         Segment::fetch_hits_ahead_together(&hits, request.include_payload, request.include_vector);
     }
