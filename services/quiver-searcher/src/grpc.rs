@@ -22,6 +22,7 @@ use crate::error::SearcherError;
 use crate::metrics::METRICS;
 use crate::node::NodeState;
 use crate::reload::{ReloadTarget, ServedShard, note_read_error, reload};
+use crate::search_pool::SearchPool;
 use crate::shard::{QueryCost, SearchRequest, ShardHit, ShardView};
 
 fn shard_ref(shard: &pb::ShardRef) -> ShardRef {
@@ -201,10 +202,11 @@ enum SameRows {
     Unknown,
 }
 
-/// Cuts a batch of `len` searches into at most `slots` consecutive parts of
-/// nearly equal size (none empty), one per CPU slot.
-fn batch_parts(len: usize, slots: usize) -> Vec<std::ops::Range<usize>> {
-    let parts = len.min(slots.max(1));
+/// Cuts a batch of `len` searches into at most `jobs` consecutive parts of
+/// nearly equal size (none empty): one per CPU slot of the search pool, or
+/// more while searches wait for the store ([`crate::search_pool::SearchPool::calls`]).
+fn batch_parts(len: usize, jobs: usize) -> Vec<std::ops::Range<usize>> {
+    let parts = len.min(jobs.max(1));
     (0..parts)
         .map(|part| part * len / parts..(part + 1) * len / parts)
         .collect()
@@ -231,15 +233,32 @@ fn search_of(request: data::SearchRequest) -> Result<SearchRequest, Status> {
     })
 }
 
+/// What a searcher tells its callers of its search pool in every answer.
+#[derive(Clone, Copy)]
+struct PoolSays {
+    slots: u32,
+    calls: u32,
+}
+
+impl PoolSays {
+    fn of(pool: &SearchPool) -> Self {
+        PoolSays {
+            slots: u32::try_from(pool.slots()).unwrap_or(u32::MAX),
+            calls: u32::try_from(pool.calls()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
 /// The wire answer of one search.
 fn answer_of(
     hits: Vec<ShardHit>,
     cost: QueryCost,
     manifest_version: u64,
-    search_slots: usize,
+    pool: PoolSays,
 ) -> data::SearchResponse {
     data::SearchResponse {
-        search_slots: u32::try_from(search_slots).unwrap_or(u32::MAX),
+        search_slots: pool.slots,
+        search_calls: pool.calls,
         hits: hits
             .into_iter()
             .map(|hit| wire_hit(&hit.id, hit.score, hit.payload, hit.vector))
@@ -292,13 +311,14 @@ impl Searcher for SearcherGrpc {
             hits,
             cost,
             view.manifest().version,
-            self.state.search_pool.slots(),
+            PoolSays::of(&self.state.search_pool),
         )))
     }
 
     /// A batch of searches of one shard: one view, the batch cut into one part
-    /// per CPU slot of the search pool ([`batch_parts`]), each part one task on
-    /// the pool run segment group by segment group
+    /// per CPU slot of the search pool ([`batch_parts`]; more parts while
+    /// searches wait for the store, so their waits overlap), each part one task
+    /// on the pool run segment group by segment group
     /// ([`ShardView::search_batch`]), so a batch computes on every core instead
     /// of one. The answers come back in the batch's order; an invalid search
     /// refuses the whole batch before any of it runs.
@@ -327,7 +347,7 @@ impl Searcher for SearcherGrpc {
         view.check_batch(&searches)
             .map_err(|error| status_of(&error))?;
         let count = searches.len();
-        let parts: Vec<Vec<SearchRequest>> = batch_parts(count, self.state.search_pool.slots())
+        let parts: Vec<Vec<SearchRequest>> = batch_parts(count, self.state.search_pool.calls())
             .into_iter()
             .map(|range| searches.drain(..range.len()).collect())
             .collect();
@@ -348,10 +368,10 @@ impl Searcher for SearcherGrpc {
             .query_seconds
             .observe(started.elapsed().as_secs_f64());
         let version = view.manifest().version;
-        let slots = self.state.search_pool.slots();
+        let pool = PoolSays::of(&self.state.search_pool);
         Ok(Response::new(data::SearchBatchResponse {
             results: answers
-                .map(|(hits, cost)| answer_of(hits, cost, version, slots))
+                .map(|(hits, cost)| answer_of(hits, cost, version, pool))
                 .collect(),
             manifest_version: version,
         }))

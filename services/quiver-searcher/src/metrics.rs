@@ -19,6 +19,7 @@ pub(crate) struct SearcherMetrics {
     pub manifest_reloads: IntCounterVec,
     pub watch_reconnects: IntCounter,
     pub search_pool_threads: IntGauge,
+    pub search_pool_calls: IntGauge,
     pub search_pool_queued: IntGauge,
     pub search_pool_busy: IntGauge,
     pub search_pool_wait_seconds: Histogram,
@@ -84,6 +85,11 @@ pub(crate) static METRICS: LazyLock<SearcherMetrics> = LazyLock::new(|| {
     search_pool_threads: register_int_gauge!(
         "quiver_searcher_search_pool_threads",
         "CPU slots of the search pool (searches and point reads compute there; a job waiting for the object store gives its slot back)."
+    )
+    .expect("metric registers once"),
+    search_pool_calls: register_int_gauge!(
+        "quiver_searcher_search_pool_calls",
+        "Jobs that keep the search pool's CPU slots busy now: its slots, more while searches wait for the object store (a batch is cut into this many jobs; gateways keep this many calls in flight)."
     )
     .expect("metric registers once"),
     search_pool_queued: register_int_gauge!(

@@ -11,7 +11,14 @@
 //! ([`WAIT_THREADS_PER_SLOT`] per slot). With a cache smaller than the data, the
 //! searcher then keeps its cores busy and its round trips overlapped instead of
 //! idling one query's wait after another.
+//!
+//! How many jobs keep the slots busy depends on how long they wait: the pool
+//! measures the share of its jobs' time spent waiting for the store and says
+//! so ([`SearchPool::calls`]) — the searcher cuts a batch into that many jobs
+//! and tells the gateway how many calls to keep in flight, so searches waiting
+//! for the store overlap instead of waiting one after another in one job.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -52,6 +59,21 @@ pub(crate) fn overload_retry_after(
         .clamp(MIN_OVERLOAD_RETRY_AFTER, MAX_OVERLOAD_RETRY_AFTER)
 }
 
+/// How many jobs keep `slots` slots busy when a job takes `service` seconds of
+/// which it waits `store_wait` for the store: `slots × service / (service −
+/// store_wait)`, rounded, within `slots..=slots × WAIT_THREADS_PER_SLOT`.
+fn calls_for(slots: usize, service: f64, store_wait: f64) -> usize {
+    let most = slots * WAIT_THREADS_PER_SLOT;
+    let busy = service - store_wait;
+    if service <= 0.0 || store_wait <= 0.0 {
+        return slots;
+    }
+    if busy <= service / most as f64 {
+        return most;
+    }
+    ((slots as f64 * service / busy).round() as usize).clamp(slots, most)
+}
+
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
 struct Queue {
@@ -68,6 +90,9 @@ struct Queue {
     /// Moving average of the time a job took from its start to its end
     /// (store waits included), in seconds; 0 before the first job.
     mean_service_seconds: f64,
+    /// Moving average of the time a job spent waiting for the store (from a
+    /// fill's wait to its answer, not the wait for a slot after it), seconds.
+    mean_store_wait_seconds: f64,
     /// When the pool last logged that it refuses work.
     overload_logged_at: Option<Instant>,
     /// Requests refused since then.
@@ -110,11 +135,19 @@ impl Shared {
     }
 }
 
+thread_local! {
+    /// When this pool thread's job began its current wait for the store.
+    static STORE_WAIT_STARTED: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// How long this pool thread's current job has waited for the store.
+    static STORE_WAITED: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+}
+
 /// A pool thread's job waiting for the object store gives its slot back.
 struct SlotHandBack(Arc<Shared>);
 
 impl quiver_blobcache::StoreWaitObserver for SlotHandBack {
     fn waiting(&self) {
+        STORE_WAIT_STARTED.set(Some(Instant::now()));
         let mut queue = self.0.lock();
         queue.computing -= 1;
         METRICS.search_pool_busy.dec();
@@ -122,6 +155,9 @@ impl quiver_blobcache::StoreWaitObserver for SlotHandBack {
     }
 
     fn resumed(&self) {
+        if let Some(started) = STORE_WAIT_STARTED.take() {
+            STORE_WAITED.set(STORE_WAITED.get() + started.elapsed());
+        }
         let mut queue = self.0.lock();
         queue.resuming += 1;
         // A stopping pool finishes what it runs without waiting for a slot.
@@ -167,6 +203,7 @@ impl SearchPool {
                 resuming: 0,
                 woken_for_nothing: 0,
                 mean_service_seconds: 0.0,
+                mean_store_wait_seconds: 0.0,
                 overload_logged_at: None,
                 refused_since_log: 0,
             }),
@@ -191,12 +228,25 @@ impl SearchPool {
                 })?;
         }
         METRICS.search_pool_threads.set(slots as i64);
+        METRICS.search_pool_calls.set(slots as i64);
         Ok(SearchPool { shared })
     }
 
     /// Returns how many searches may compute at once (CPU slots).
     pub(crate) fn slots(&self) -> usize {
         self.shared.slots
+    }
+
+    /// Returns how many jobs keep the slots busy now: the slots, times the
+    /// jobs' time over their time not waiting for the store (a job waiting
+    /// half its time, two per slot), within the slots and the pool's threads.
+    pub(crate) fn calls(&self) -> usize {
+        let queue = self.shared.lock();
+        calls_for(
+            self.shared.slots,
+            queue.mean_service_seconds,
+            queue.mean_store_wait_seconds,
+        )
     }
 
     /// Runs `job` on a pool thread and returns its result; refuses it with
@@ -304,19 +354,30 @@ fn work(shared: &Shared) {
             .observe(queued_at.elapsed().as_secs_f64());
         METRICS.search_pool_busy.inc();
         let started = Instant::now();
+        STORE_WAITED.set(Duration::ZERO);
         // A panicking job drops its sender: the caller gets an internal error and
         // this thread goes on serving.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
         let service_seconds = started.elapsed().as_secs_f64();
+        let store_wait_seconds = STORE_WAITED.take().as_secs_f64();
         METRICS.search_pool_busy.dec();
         let mut queue = shared.lock();
         queue.computing -= 1;
-        queue.mean_service_seconds = if queue.mean_service_seconds == 0.0 {
-            service_seconds
+        let store_wait_seconds = store_wait_seconds.min(service_seconds);
+        if queue.mean_service_seconds == 0.0 {
+            queue.mean_service_seconds = service_seconds;
+            queue.mean_store_wait_seconds = store_wait_seconds;
         } else {
-            queue.mean_service_seconds
-                + SERVICE_TIME_WEIGHT * (service_seconds - queue.mean_service_seconds)
-        };
+            queue.mean_service_seconds +=
+                SERVICE_TIME_WEIGHT * (service_seconds - queue.mean_service_seconds);
+            queue.mean_store_wait_seconds +=
+                SERVICE_TIME_WEIGHT * (store_wait_seconds - queue.mean_store_wait_seconds);
+        }
+        METRICS.search_pool_calls.set(calls_for(
+            shared.slots,
+            queue.mean_service_seconds,
+            queue.mean_store_wait_seconds,
+        ) as i64);
         // A job back from the store takes the slot; otherwise this thread takes
         // the next queued job itself, without waking another.
         if queue.resuming > 0 {
@@ -413,6 +474,46 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         panic!("a slot was never given back");
+    }
+
+    #[test]
+    fn the_calls_that_keep_the_slots_busy_grow_with_the_share_of_time_waited() {
+        assert_eq!(calls_for(2, 0.0, 0.0), 2, "no job yet");
+        assert_eq!(calls_for(2, 0.001, 0.0), 2, "jobs that only compute");
+        assert_eq!(calls_for(2, 0.010, 0.005), 4, "half the time waiting");
+        assert_eq!(calls_for(2, 0.010, 0.0075), 8);
+        assert_eq!(calls_for(2, 0.010, 0.0099), 8, "at most the threads");
+        assert_eq!(calls_for(2, 0.010, 0.010), 8);
+        assert_eq!(calls_for(1, 0.010, 0.0001), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn jobs_waiting_for_the_store_raise_the_calls_and_computing_ones_lower_them() {
+        let pool = SearchPool::new(1, 8).expect("pool");
+        assert_eq!(pool.calls(), 1, "nothing measured yet");
+        for _ in 0..20 {
+            pool.run(|| {
+                quiver_blobcache::waiting_for_store(|| std::thread::sleep(Duration::from_millis(5)))
+            })
+            .await
+            .expect("ran");
+        }
+        assert_eq!(
+            pool.calls(),
+            WAIT_THREADS_PER_SLOT,
+            "jobs that only wait for the store: as many as the pool's threads"
+        );
+        for _ in 0..100 {
+            pool.run(|| {
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_millis(1) {
+                    std::hint::spin_loop();
+                }
+            })
+            .await
+            .expect("ran");
+        }
+        assert_eq!(pool.calls(), 1, "jobs that compute: one per slot");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

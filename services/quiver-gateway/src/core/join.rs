@@ -4,10 +4,11 @@
 //! amount of work besides the search: HTTP/2 framing, protobuf, a socket write
 //! and read on each side, the wake-ups of the tasks that carry it, and the
 //! searcher's hand-off to its search pool and back. A searcher computes only as
-//! many searches at once as it has CPU slots (it says how many in every answer,
-//! `SearchResponse.search_slots`); more calls than that only queue in its pool.
-//! So the gateway keeps at most that many calls in flight to each searcher and
-//! holds the single searches that come meanwhile; when a call ends, the ones
+//! many searches at once as it has CPU slots, and keeps them busy with as many
+//! calls as it says in every answer (`SearchResponse.search_calls`: its slots,
+//! more while its searches wait for the object store); more calls than that
+//! only queue in its pool. So the gateway keeps at most that many calls in
+//! flight to each searcher and holds the single searches that come meanwhile; when a call ends, the ones
 //! waiting for the same shard leave together as one `SearchBatch` call (which
 //! the searcher spreads over its slots, see its `batch_parts`). Under light
 //! load nothing waits and every search is its own call; under load the fixed
@@ -43,6 +44,22 @@ const WAITING_PER_SLOT: usize = 64;
 
 type Answer = Result<data::SearchResponse, tonic::Status>;
 
+/// What a searcher's answer said of its search pool.
+#[derive(Clone, Copy)]
+struct PoolSaid {
+    slots: u32,
+    calls: u32,
+}
+
+impl PoolSaid {
+    fn of(answer: &data::SearchResponse) -> Self {
+        PoolSaid {
+            slots: answer.search_slots,
+            calls: answer.search_calls,
+        }
+    }
+}
+
 /// The searches waiting for each searcher (by address), and the calls in
 /// flight to it.
 pub(crate) struct SearchLanes {
@@ -59,6 +76,9 @@ struct Lane {
     /// The searcher's search slots, from its last answer (None: not known yet,
     /// and then no search waits).
     slots: Option<usize>,
+    /// The calls that keep those slots busy, from its last answer (None: not
+    /// said, then the slots).
+    calls: Option<usize>,
     waiting: VecDeque<Waiting>,
     /// How long a call to the searcher takes (a moving average; zero until
     /// one has ended), for the retry hint of a refused search.
@@ -72,10 +92,11 @@ struct Waiting {
 }
 
 impl Lane {
-    /// Notes what the searcher said of its slots and how long a call took.
-    fn learn(&mut self, slots: Option<u32>, took: Duration) {
-        if let Some(slots) = slots {
-            self.slots = (slots > 0).then_some(slots as usize);
+    /// Notes what the searcher said of its pool and how long a call took.
+    fn learn(&mut self, pool: Option<PoolSaid>, took: Duration) {
+        if let Some(pool) = pool {
+            self.slots = (pool.slots > 0).then_some(pool.slots as usize);
+            self.calls = (pool.calls > 0).then_some(pool.calls as usize);
         }
         self.call_time = if self.call_time.is_zero() {
             took
@@ -110,7 +131,8 @@ impl Lane {
     }
 
     fn has_room(&self) -> bool {
-        self.slots.is_none_or(|slots| self.in_flight < slots.max(1))
+        self.slots
+            .is_none_or(|slots| self.in_flight < self.calls.unwrap_or(slots).max(1))
     }
 
     /// Takes the next searches to send together: the oldest waiting search
@@ -206,7 +228,7 @@ impl SearchLanes {
             answer
                 .as_ref()
                 .ok()
-                .map(|response| response.get_ref().search_slots),
+                .map(|response| PoolSaid::of(response.get_ref())),
             started.elapsed(),
         );
         drop(slot);
@@ -246,12 +268,12 @@ impl SearchLanes {
             let mut batch = batch;
             loop {
                 let started = std::time::Instant::now();
-                let slots = send_joined(&client, batch).await;
+                let pool = send_joined(&client, batch).await;
                 let mut lanes = self.lock();
                 let Some(lane) = lanes.get_mut(&address) else {
                     return;
                 };
-                lane.learn(slots, started.elapsed());
+                lane.learn(pool, started.elapsed());
                 batch = lane.take_batch();
                 if batch.is_empty() {
                     lane.in_flight = lane.in_flight.saturating_sub(1);
@@ -270,10 +292,10 @@ struct Slot {
 }
 
 impl Slot {
-    fn learn(&self, slots: Option<u32>, took: Duration) {
+    fn learn(&self, pool: Option<PoolSaid>, took: Duration) {
         let mut lanes = self.lanes.lock();
         if let Some(lane) = lanes.get_mut(&self.address) {
-            lane.learn(slots, took);
+            lane.learn(pool, took);
         }
     }
 }
@@ -289,8 +311,8 @@ impl Drop for Slot {
 }
 
 /// Sends `batch` (searches of one shard) and hands each its answer; returns
-/// the searcher's slots when it said.
-async fn send_joined(client: &SearcherClient<RpcChannel>, batch: Vec<Waiting>) -> Option<u32> {
+/// what the searcher said of its pool, when it answered.
+async fn send_joined(client: &SearcherClient<RpcChannel>, batch: Vec<Waiting>) -> Option<PoolSaid> {
     if batch.len() == 1 {
         let waiting = batch.into_iter().next().expect("one search");
         return send_alone(client, waiting).await;
@@ -323,11 +345,11 @@ async fn send_joined(client: &SearcherClient<RpcChannel>, batch: Vec<Waiting>) -
     match answer {
         Ok(response) if response.get_ref().results.len() == batch.len() => {
             let results = response.into_inner().results;
-            let slots = results.first().map(|result| result.search_slots);
+            let pool = results.first().map(PoolSaid::of);
             for (waiting, result) in batch.into_iter().zip(results) {
                 let _ = waiting.reply.send(Ok(result));
             }
-            slots
+            pool
         }
         Ok(response) => {
             let status = tonic::Status::internal(format!(
@@ -359,8 +381,8 @@ async fn send_joined(client: &SearcherClient<RpcChannel>, batch: Vec<Waiting>) -
 }
 
 /// Sends one waiting search as its own call and hands it its answer; returns
-/// the searcher's slots when it said.
-async fn send_alone(client: &SearcherClient<RpcChannel>, waiting: Waiting) -> Option<u32> {
+/// what the searcher said of its pool, when it answered.
+async fn send_alone(client: &SearcherClient<RpcChannel>, waiting: Waiting) -> Option<PoolSaid> {
     let request = tonic::Request::from_parts(
         waiting.metadata,
         tonic::Extensions::default(),
@@ -371,9 +393,9 @@ async fn send_alone(client: &SearcherClient<RpcChannel>, waiting: Waiting) -> Op
         .search(request)
         .await
         .map(tonic::Response::into_inner);
-    let slots = answer.as_ref().ok().map(|answer| answer.search_slots);
+    let pool = answer.as_ref().ok().map(PoolSaid::of);
     let _ = waiting.reply.send(answer);
-    slots
+    pool
 }
 
 /// Tells whether `status` is about the searcher (down, overloaded, slow,
@@ -408,6 +430,8 @@ mod tests {
         singles: AtomicUsize,
         batches: AtomicUsize,
         delay: Duration,
+        /// The calls it says keep its slot busy (0: not said).
+        calls: u32,
     }
 
     impl OneSlotSearcher {
@@ -416,6 +440,7 @@ mod tests {
                 singles: AtomicUsize::new(0),
                 batches: AtomicUsize::new(0),
                 delay,
+                calls: 0,
             }
         }
     }
@@ -448,7 +473,7 @@ mod tests {
         (address, SearcherClient::new(RpcChannel::Remote(channel)))
     }
 
-    fn answer(request: &data::SearchRequest) -> Result<data::SearchResponse, String> {
+    fn answer(request: &data::SearchRequest, calls: u32) -> Result<data::SearchResponse, String> {
         if request.k == 99 {
             return Err("k must not be 99".into());
         }
@@ -461,6 +486,7 @@ mod tests {
                 ..Default::default()
             }],
             search_slots: 1,
+            search_calls: calls,
             ..Default::default()
         })
     }
@@ -473,7 +499,7 @@ mod tests {
         ) -> Result<Response<data::SearchResponse>, Status> {
             self.singles.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(self.delay).await;
-            answer(request.get_ref())
+            answer(request.get_ref(), self.calls)
                 .map(Response::new)
                 .map_err(Status::invalid_argument)
         }
@@ -486,7 +512,7 @@ mod tests {
             tokio::time::sleep(self.delay).await;
             let mut results = Vec::new();
             for (index, search) in request.get_ref().searches.iter().enumerate() {
-                results.push(answer(search).map_err(|message| {
+                results.push(answer(search, self.calls).map_err(|message| {
                     Status::invalid_argument(format!("searches[{index}]: {message}"))
                 })?);
             }
@@ -692,5 +718,43 @@ mod tests {
         lane.slots = Some(1);
         lane.in_flight = 1;
         assert!(!lane.has_room());
+        // A searcher whose searches wait for the store takes more calls.
+        lane.calls = Some(2);
+        assert!(lane.has_room());
+        lane.in_flight = 2;
+        assert!(!lane.has_room());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_searcher_waiting_for_the_store_gets_as_many_calls_as_it_says() {
+        // One slot, but its searches wait for the store: it says 4 calls keep
+        // the slot busy, so 4 searches at once go as 4 calls, none joined (a
+        // joined batch would wait for its searches' round trips one after
+        // another).
+        let searcher = Arc::new(OneSlotSearcher {
+            calls: 4,
+            ..OneSlotSearcher::new(Duration::from_millis(200))
+        });
+        let (address, client) = serve(searcher.clone()).await;
+        let lanes = Arc::new(SearchLanes::new(Duration::from_secs(10)));
+        lanes
+            .search(&address, client.clone(), search(0, 1))
+            .await
+            .expect("learns the searcher's pool");
+        assert_eq!(lanes.lock()[&address].calls, Some(4));
+        let calls: Vec<_> = (0..4u32)
+            .map(|index| {
+                let (lanes, client, address) = (lanes.clone(), client.clone(), address.clone());
+                tokio::spawn(
+                    async move { lanes.search(&address, client, search(0, index + 2)).await },
+                )
+            })
+            .collect();
+        for (index, call) in calls.into_iter().enumerate() {
+            let response = call.await.unwrap().expect("answered");
+            assert_eq!(hit_id(response.get_ref()), index as u64 + 2);
+        }
+        assert_eq!(searcher.batches.load(Ordering::SeqCst), 0, "none joined");
+        assert_eq!(searcher.singles.load(Ordering::SeqCst), 5);
     }
 }
