@@ -400,6 +400,7 @@ fn tier_stats(inner: &Inner) -> CacheStats {
         misses: load(&counters.misses),
         bytes_fetched: load(&counters.bytes_fetched),
         evictions: load(&counters.evictions),
+        awaited_evictions: load(&counters.awaited_evictions),
         boundary_copies: load(&counters.boundary_copies),
         fill_errors: load(&counters.fill_errors),
         discarded_regions: load(&counters.discards),

@@ -11,7 +11,7 @@ use crate::bytes::RegionGuard;
 use crate::error::{CacheError, CacheResult};
 use crate::inner::{Fetching, Inner, ObjectIdentity, RegionKey};
 use crate::metrics::{METRICS, ReadCounts};
-use crate::slots::{Slot, SlotStatus, State};
+use crate::slots::{Evict, Slot, SlotStatus, State};
 
 /// The most bytes of neighbouring regions a query's fetch-ahead asks for in one
 /// request (16 row regions; hot regions, 1 MiB and more, go one per request).
@@ -88,7 +88,7 @@ impl Inner {
                     SlotStatus::Free => unreachable!("free regions are not in the index"),
                 }
             }
-            let (slot, signal) = self.claim_locked(&mut state, &key)?;
+            let (slot, signal) = self.claim_locked(&mut state, &key, Evict::AwaitedToo)?;
             drop(state);
             let start = key.region * self.region_bytes as u64;
             let end = (start + self.region_bytes as u64).min(key.object.size);
@@ -103,7 +103,7 @@ impl Inner {
     /// cached nor being filled and sends their requests (`in_flight` at a
     /// time, neighbouring regions as one request of up to `max_run_bytes`);
     /// [`finish_fills`] waits for them. `None` when nothing was claimed. Stops
-    /// claiming, without error, once every slot is pinned. `awaited`: the
+    /// claiming, without error, once every slot is pinned or awaited by a read. `awaited`: the
     /// fills are for reads that follow (a query's), and are kept from
     /// eviction until then (see `SlotCounters::awaited`).
     pub(crate) fn start_fills(
@@ -125,13 +125,13 @@ impl Inner {
                 // Filled (or being filled) by another reader: kept for this
                 // one's read too, so this round's claims do not evict it.
                 if awaited {
-                    self.slot_counters[slot]
-                        .awaited
-                        .store(true, Ordering::Relaxed);
+                    self.slot_counters[slot].await_read();
                 }
                 continue;
             }
-            match self.claim_locked(&mut state, &key) {
+            // A round never evicts what another query fetched ahead and has
+            // not read: it stops, and its own reads fetch the rest later.
+            match self.claim_locked(&mut state, &key, Evict::NotAwaited) {
                 Ok((slot, signal)) => claimed.push((key, slot, signal)),
                 Err(error) => {
                     tracing::debug!(key = %object.key, region, %error, "fetch ahead stopped");
@@ -186,10 +186,11 @@ impl Inner {
         &self,
         state: &mut MutexGuard<'_, State>,
         key: &RegionKey,
+        evict: Evict,
     ) -> CacheResult<(usize, Arc<FillSignal>)> {
         let slot = match state.free.pop() {
             Some(slot) => slot,
-            None => self.evict(state)?,
+            None => self.evict(state, evict)?,
         };
         let signal = Arc::new(FillSignal::new());
         state.slots[slot] = Slot {
@@ -200,7 +201,7 @@ impl Inner {
         let counters = &self.slot_counters[slot];
         counters.pins.fetch_add(1, Ordering::AcqRel);
         counters.frequency.store(1, Ordering::Relaxed);
-        counters.awaited.store(false, Ordering::Relaxed);
+        counters.awaited.store(0, Ordering::Relaxed);
         counters.verified.store(false, Ordering::Release);
         state.index.insert(key.clone(), slot);
         METRICS.fills_in_flight.inc();
@@ -369,9 +370,7 @@ impl PendingFills<'_> {
                 });
                 match inner.finish_fill(key, *slot, signal, part) {
                     // Marked while still pinned: no eviction can take it first.
-                    Ok(_pinned) if awaited => inner.slot_counters[*slot]
-                        .awaited
-                        .store(true, Ordering::Relaxed),
+                    Ok(_pinned) if awaited => inner.slot_counters[*slot].await_read(),
                     Ok(_) => {}
                     Err(error) => {
                         tracing::debug!(key = %object.key, region = key.region, %error, "fetch ahead failed")

@@ -14,6 +14,7 @@ pub(crate) struct CacheMetrics {
     pub misses: IntCounter,
     pub bytes_fetched: IntCounter,
     pub evictions: IntCounter,
+    pub awaited_evictions: IntCounter,
     pub boundary_copies: IntCounter,
     pub fill_errors: IntCounter,
     pub discards: IntCounter,
@@ -52,6 +53,10 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
     evictions: counter(
         "quiver_cache_evictions_total",
         "Regions evicted to make room.",
+    ),
+    awaited_evictions: counter(
+        "quiver_cache_awaited_evictions_total",
+        "Regions evicted before the query that fetched them ahead read them, because nothing else in the tier could go (more cold queries at once than the cache holds).",
     ),
     boundary_copies: counter(
         "quiver_cache_boundary_copies_total",
@@ -115,6 +120,9 @@ pub struct CacheStats {
     pub bytes_fetched: u64,
     /// Regions evicted.
     pub evictions: u64,
+    /// Regions evicted before the query awaiting them read them (nothing else
+    /// in the tier could go).
+    pub awaited_evictions: u64,
     /// Reads that crossed a region boundary (copied).
     pub boundary_copies: u64,
     /// Failed fills.
@@ -145,6 +153,7 @@ impl CacheStats {
             misses: self.misses + other.misses,
             bytes_fetched: self.bytes_fetched + other.bytes_fetched,
             evictions: self.evictions + other.evictions,
+            awaited_evictions: self.awaited_evictions + other.awaited_evictions,
             boundary_copies: self.boundary_copies + other.boundary_copies,
             fill_errors: self.fill_errors + other.fill_errors,
             discarded_regions: self.discarded_regions + other.discarded_regions,
@@ -260,6 +269,7 @@ pub(crate) struct Counters {
     pub misses: AtomicU64,
     pub bytes_fetched: AtomicU64,
     pub evictions: AtomicU64,
+    pub awaited_evictions: AtomicU64,
     pub boundary_copies: AtomicU64,
     pub fill_errors: AtomicU64,
     pub discards: AtomicU64,

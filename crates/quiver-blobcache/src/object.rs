@@ -511,10 +511,7 @@ impl CachedObject {
             }
             for region in self.inner.region_of(offset)..=self.inner.region_of(end - 1) {
                 if let Some(slot) = self.resident_slot(region) {
-                    let awaited = &self.inner.slot_counters[slot].awaited;
-                    if !awaited.load(Ordering::Relaxed) {
-                        awaited.store(true, Ordering::Relaxed);
-                    }
+                    self.inner.slot_counters[slot].await_read();
                 }
             }
         }

@@ -17,11 +17,12 @@
 //! time as many fills as there are regions have happened, all frequencies halve,
 //! so old popularity fades. Regions a query fetched ahead (or found resident
 //! when it did) and has not read yet are awaited: passed over while anything
-//! else can go, until read or until the next halving.
+//! else can go, until read or until the second halving after (one halving
+//! could come at any time, even right after the fill).
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::bytes::RegionGuard;
 use crate::error::{CacheError, CacheResult};
@@ -30,6 +31,16 @@ use crate::inner::{Inner, ObjectIdentity, RegionKey};
 use crate::metrics::{METRICS, ReadCounts};
 
 /// Bits of a remembered region location that hold the slot index.
+/// Whether an eviction may take a region a query fetched ahead and has not
+/// read yet (`SlotCounters::awaited`) when nothing else can go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Evict {
+    /// For a read: it must make progress, so it takes one when nothing else is.
+    AwaitedToo,
+    /// For a fetch ahead (a round, a warm-up): it stops claiming instead.
+    NotAwaited,
+}
+
 const SLOT_BITS: u32 = 24;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
 
@@ -96,18 +107,46 @@ pub(crate) struct SlotCounters {
     /// Set once the current fill passed its object's chunk checksums; cleared
     /// whenever the slot changes hands, so every fill is checked anew.
     pub(crate) verified: AtomicBool,
-    /// Set while a query that fetched the region ahead (or found it resident
-    /// when it did) has not read it yet: an eviction takes it only when every
-    /// region of its sample is awaited too. Cleared by the read, by the next
-    /// decay pass (a query that never reads it does not protect it for
-    /// long), and when the slot changes hands. Without it, a fetch-ahead's
+    /// Non-zero while a query that fetched the region ahead (or found it
+    /// resident when it did) has not read it yet: an eviction takes it only
+    /// when every region of its sample is awaited too (and a fetch ahead
+    /// never does). Cleared by the read and when the slot changes hands;
+    /// counted down by each decay pass, so a query that never reads it does
+    /// not protect it for long — two passes, as one may come right after the
+    /// fill: with 8 cold queries at once over a 512-region tier, a pass came
+    /// every ~0.3 s, about as often as a query's search, and cleared half the
+    /// marks before their reads. Without it, a fetch-ahead's
     /// fresh fills — used once, the least frequent regions there are — were
     /// the first pick of the next eviction whose sample reached them: over a
     /// 512-region row tier (a sample of 32, so the hand laps it every 16
     /// evictions) one miss among a run's reads evicted another of the run's
     /// rows, whose read then missed and evicted the next, and the slowest
     /// cold queries fetched ~40 rows twice, one round trip each.
-    pub(crate) awaited: AtomicBool,
+    pub(crate) awaited: AtomicU8,
+}
+
+/// Decay passes a region stays awaited for (see `SlotCounters::awaited`).
+const AWAITED_PASSES: u8 = 2;
+
+impl SlotCounters {
+    /// Marks the region awaited by a read to come.
+    pub(crate) fn await_read(&self) {
+        if self.awaited.load(Ordering::Relaxed) != AWAITED_PASSES {
+            self.awaited.store(AWAITED_PASSES, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a read to come awaits the region.
+    pub(crate) fn is_awaited(&self) -> bool {
+        self.awaited.load(Ordering::Relaxed) != 0
+    }
+
+    /// The region is read, or changes hands: no read awaits it any more.
+    pub(crate) fn clear_awaited(&self) {
+        if self.is_awaited() {
+            self.awaited.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The region table, behind [`Inner::state`].
@@ -168,9 +207,7 @@ impl Inner {
             counters.frequency.load(Ordering::Relaxed).saturating_add(1),
             Ordering::Relaxed,
         );
-        if counters.awaited.load(Ordering::Relaxed) {
-            counters.awaited.store(false, Ordering::Relaxed);
-        }
+        counters.clear_awaited();
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
         ReadCounts::add_hit(self.is_row_tier());
     }
@@ -183,7 +220,10 @@ impl Inner {
             for counters in &self.slot_counters {
                 let frequency = counters.frequency.load(Ordering::Relaxed);
                 counters.frequency.store(frequency / 2, Ordering::Relaxed);
-                counters.awaited.store(false, Ordering::Relaxed);
+                let awaited = counters.awaited.load(Ordering::Relaxed);
+                if awaited != 0 {
+                    counters.awaited.store(awaited - 1, Ordering::Relaxed);
+                }
             }
         }
         self.export_hits();
@@ -236,9 +276,11 @@ impl Inner {
     /// ready regions after the clock hand that no read awaits
     /// (`SlotCounters::awaited`), claims it and frees it; looks further when a
     /// reader pinned the pick meanwhile. An awaited region is taken only when
-    /// the whole table holds nothing else, and the eviction fails only when no
-    /// region of it can be evicted.
-    pub(crate) fn evict(&self, state: &mut State) -> CacheResult<usize> {
+    /// the whole table holds nothing else, and only for a read
+    /// (`Evict::AwaitedToo`): a fetch ahead stops there instead, so a round
+    /// never evicts the fresh rows of another query's round. The eviction fails
+    /// when no region of it may be evicted.
+    pub(crate) fn evict(&self, state: &mut State, evict: Evict) -> CacheResult<usize> {
         let slots = state.slots.len();
         let mut looked_at = 0;
         // The least used awaited region seen: the pick when nothing else is.
@@ -257,7 +299,7 @@ impl Inner {
                     continue;
                 }
                 let frequency = counters.frequency.load(Ordering::Relaxed);
-                if counters.awaited.load(Ordering::Relaxed) {
+                if counters.is_awaited() {
                     if awaited.is_none_or(|(lowest, _)| frequency < lowest) {
                         awaited = Some((frequency, index));
                     }
@@ -268,10 +310,21 @@ impl Inner {
                     best = Some((frequency, index));
                 }
             }
-            let Some((_, victim)) = best.or_else(|| awaited.take()) else {
+            let took_awaited = best.is_none();
+            let Some((_, victim)) = best.or_else(|| match evict {
+                Evict::AwaitedToo => awaited.take(),
+                Evict::NotAwaited => None,
+            }) else {
                 break;
             };
             if self.claim(state, victim) {
+                if took_awaited {
+                    self.counters.add(
+                        &self.counters.awaited_evictions,
+                        &METRICS.awaited_evictions,
+                        1,
+                    );
+                }
                 return Ok(victim);
             }
         }
@@ -293,7 +346,7 @@ impl Inner {
         }
         counters.generation.fetch_add(1, Ordering::AcqRel);
         counters.frequency.store(0, Ordering::Relaxed);
-        counters.awaited.store(false, Ordering::Relaxed);
+        counters.awaited.store(0, Ordering::Relaxed);
         counters.discarded.store(false, Ordering::Release);
         counters.verified.store(false, Ordering::Release);
         // A discarded slot left the index already; its key may name a newer fill.

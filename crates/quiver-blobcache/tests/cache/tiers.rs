@@ -494,6 +494,66 @@ fn rows_fetched_ahead_stay_until_read_while_other_reads_miss() {
     assert_eq!(cache.stats().pinned_regions, 0);
 }
 
+/// A query's round never evicts the rows another query fetched ahead and has
+/// not read yet: with the row tier mostly awaited by one query, a second
+/// query's round claims what else can go and stops; the first query then reads
+/// every row it fetched, and the second fetches the rest of its own as it reads.
+#[test]
+fn a_round_stops_at_rows_another_query_awaits_instead_of_evicting_them() {
+    let runtime = runtime();
+    let storage = memory_storage();
+    let dim = 64;
+    let (bytes, _) = segment_bytes(40_000, dim);
+    put(&runtime, &storage, "segments/rounds.qseg", &bytes);
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
+    let tier = cache.stats_by_tier().1.unwrap().total_regions;
+    let segment = Segment::open(cache.open_blocking("segments/rounds.qseg").unwrap()).unwrap();
+    let raw = section(&segment, SectionKind::RawVectors);
+    assert!((tier + 40) * (64 << 10) <= raw.length, "{tier} row regions");
+    let row_bytes = dim as u64 * 4;
+    let region_row = |region: u64| {
+        let row = (region * (64 << 10)).div_ceil(row_bytes);
+        (raw.offset + row * row_bytes, row_bytes as usize)
+    };
+    // 25 rows read before (by earlier queries).
+    for region in 0..25 {
+        let (offset, length) = region_row(region);
+        segment.source().read_at(offset, length).unwrap();
+    }
+    // Query A fetches ahead the rest of the tier (its last fill, the tier's
+    // 95th, is a decay pass: the marks outlive it); query B then a run of 40
+    // others: only the 25 regions nobody awaits can go.
+    let first: Vec<(u64, usize)> = (25..tier).map(region_row).collect();
+    segment.source().fetch_ahead(&first);
+    let second: Vec<(u64, usize)> = (tier..tier + 40).map(region_row).collect();
+    let before = ReadCounts::of_this_thread();
+    segment.source().fetch_ahead(&second);
+    let fetched = ReadCounts::of_this_thread().since(before);
+    assert_eq!(
+        fetched.row_misses, 25,
+        "B's round took what A does not await: {fetched:?}"
+    );
+    let before = ReadCounts::of_this_thread();
+    for &(offset, length) in &first {
+        segment.source().read_at(offset, length).unwrap();
+    }
+    let reads = ReadCounts::of_this_thread().since(before);
+    assert_eq!(
+        reads.row_misses, 0,
+        "A read every row it fetched ahead: {reads:?}"
+    );
+    // B reads its run: the 25 fetched are in, the other 15 fetched now.
+    let before = ReadCounts::of_this_thread();
+    for &(offset, length) in &second {
+        segment.source().read_at(offset, length).unwrap();
+    }
+    let reads = ReadCounts::of_this_thread().since(before);
+    assert_eq!(reads.row_misses, 15, "{reads:?}");
+    let stats = cache.stats();
+    assert_eq!(stats.awaited_evictions, 0, "{stats:?}");
+    assert_eq!(stats.pinned_regions, 0);
+}
+
 /// The hits of a search over several segments come in two waits in all (ids,
 /// payload offsets and vectors from both tiers; then the payload texts), not
 /// two or three per segment.
