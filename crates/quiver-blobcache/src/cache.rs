@@ -407,6 +407,7 @@ fn tier_stats(inner: &Inner) -> CacheStats {
         check_bytes_fetched: load(&counters.check_bytes_fetched),
         uncached_reads: load(&counters.uncached_reads),
         fetched_ahead: load(&counters.fetched_ahead),
+        fetch_ahead_left: load(&counters.fetch_ahead_left),
         pinned_regions: {
             let pinned = inner.pinned_regions();
             METRICS

@@ -102,8 +102,9 @@ impl Inner {
     /// Claims (pins) the regions of `object` in `regions` that are neither
     /// cached nor being filled and sends their requests (`in_flight` at a
     /// time, neighbouring regions as one request of up to `max_run_bytes`);
-    /// [`finish_fills`] waits for them. `None` when nothing was claimed. Stops
-    /// claiming, without error, once every slot is pinned or awaited by a read. `awaited`: the
+    /// [`finish_fills`] waits for them (`None` when nothing was claimed), and
+    /// how many of `regions` it left: it stops claiming, without error, once
+    /// every slot is pinned or awaited by a read, and leaves the rest. `awaited`: the
     /// fills are for reads that follow (a query's), and are kept from
     /// eviction until then (see `SlotCounters::awaited`).
     pub(crate) fn start_fills(
@@ -113,9 +114,10 @@ impl Inner {
         max_run_bytes: usize,
         in_flight: usize,
         awaited: bool,
-    ) -> Option<PendingFills<'_>> {
+    ) -> (Option<PendingFills<'_>>, usize) {
         let mut claimed = Vec::with_capacity(regions.len());
-        for &region in regions {
+        let mut left = 0;
+        for (position, &region) in regions.iter().enumerate() {
             let key = RegionKey {
                 object: object.clone(),
                 region,
@@ -135,12 +137,13 @@ impl Inner {
                 Ok((slot, signal)) => claimed.push((key, slot, signal)),
                 Err(error) => {
                     tracing::debug!(key = %object.key, region, %error, "fetch ahead stopped");
+                    left = regions.len() - position;
                     break;
                 }
             }
         }
         if claimed.is_empty() {
-            return None;
+            return (None, left);
         }
         // Neighbouring regions go out as one request (up to max_run_bytes):
         // a store charges, and a server spends, per request more than per byte,
@@ -169,14 +172,15 @@ impl Inner {
             })
             .collect();
         let fetching = self.send_ranges(&object.key, requests, in_flight);
-        Some(PendingFills {
+        let pending = PendingFills {
             inner: self,
             object: object.clone(),
             claimed,
             runs,
             fetching,
             awaited,
-        })
+        };
+        (Some(pending), left)
     }
 
     /// Takes a slot for `key` (not in the index): a free one or an evicted one,

@@ -26,6 +26,7 @@ pub(crate) struct CacheMetrics {
     pub mapped_objects: IntCounter,
     pub uncached_reads: IntCounter,
     pub fetched_ahead: IntCounter,
+    pub fetch_ahead_left: IntCounter,
     pub rows_held_bytes: IntGauge,
 }
 
@@ -107,6 +108,10 @@ pub(crate) static METRICS: LazyLock<CacheMetrics> = LazyLock::new(|| CacheMetric
         "quiver_cache_fetched_ahead_total",
         "Regions filled concurrently ahead of a query's reads (the raw vectors of its rescoring candidates) instead of one after another.",
     ),
+    fetch_ahead_left: counter(
+        "quiver_cache_fetch_ahead_left_total",
+        "Regions a fetch-ahead round left unfetched because every region it could evict was pinned or awaited by another query (their reads fetch them one at a time).",
+    ),
 });
 
 /// Counters of one cache since it was created.
@@ -137,6 +142,9 @@ pub struct CacheStats {
     pub uncached_reads: u64,
     /// Regions filled concurrently ahead of a query's reads.
     pub fetched_ahead: u64,
+    /// Regions a fetch-ahead round left because every region it could evict
+    /// was pinned or awaited by another query.
+    pub fetch_ahead_left: u64,
     /// Regions pinned right now.
     pub pinned_regions: u64,
     /// Regions holding data right now.
@@ -160,6 +168,7 @@ impl CacheStats {
             check_bytes_fetched: self.check_bytes_fetched + other.check_bytes_fetched,
             uncached_reads: self.uncached_reads + other.uncached_reads,
             fetched_ahead: self.fetched_ahead + other.fetched_ahead,
+            fetch_ahead_left: self.fetch_ahead_left + other.fetch_ahead_left,
             pinned_regions: self.pinned_regions + other.pinned_regions,
             resident_regions: self.resident_regions + other.resident_regions,
             total_regions: self.total_regions + other.total_regions,
@@ -276,6 +285,7 @@ pub(crate) struct Counters {
     pub check_bytes_fetched: AtomicU64,
     pub uncached_reads: AtomicU64,
     pub fetched_ahead: AtomicU64,
+    pub fetch_ahead_left: AtomicU64,
 }
 
 impl Counters {

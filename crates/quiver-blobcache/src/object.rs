@@ -785,6 +785,10 @@ type FetchPart<'o> = (&'o CachedObject, Vec<u64>);
 /// once per round, whatever the objects and tiers. One region missing in all
 /// is left to the read that needs it (fetching ahead pays for more). A
 /// `first_round_only` plan fetches one round and leaves the rest to the reads.
+/// A round never evicts a region another query awaits: what it could not take
+/// goes in the next round (those queries have read some of theirs by then),
+/// until a round takes nothing, and then the reads fetch the rest
+/// (`quiver_cache_fetch_ahead_left_total`).
 fn fetch_in_rounds(mut parts: Vec<FetchPart<'_>>, plan: impl Fn(&CachedObject) -> FetchPlan) {
     if !worth_a_round(&parts) {
         return;
@@ -806,7 +810,13 @@ fn fetch_in_rounds(mut parts: Vec<FetchPart<'_>>, plan: impl Fn(&CachedObject) -
         })
         .collect();
     let mut taken = vec![0; parts.len()];
+    // Regions of each part the last round could not take (every region it
+    // could evict pinned or awaited by other queries' reads).
+    let mut stopped_at = vec![0; parts.len()];
     loop {
+        // Whether this round took any region on (claimed it, or found it in).
+        let mut progressed = false;
+        stopped_at.fill(0);
         // Each tier's claim for this round, shared by its parts in order.
         let mut claims: Vec<(*const Inner, usize)> = Vec::new();
         let mut pending = Vec::new();
@@ -825,29 +835,45 @@ fn fetch_in_rounds(mut parts: Vec<FetchPart<'_>>, plan: impl Fn(&CachedObject) -
                 continue;
             }
             *left -= count;
-            taken[index] += count;
-            let counters = &object.inner.counters;
-            counters.add(
-                &counters.fetched_ahead,
-                &METRICS.fetched_ahead,
-                count as u64,
-            );
             // A round's regions are claimed together (pinned until all are
             // in), then released: the reads that follow pin (and check) them.
-            pending.extend(object.inner.start_fills(
+            let (fills, stopped) = object.inner.start_fills(
                 &object.identity,
                 &regions[..count],
                 plans[index].max_run_bytes,
                 plans[index].in_flight,
                 plans[index].awaited,
-            ));
+            );
+            pending.extend(fills);
+            // What a round left (every region it could take awaited by other
+            // queries' reads) goes in the next round: by then those queries
+            // have read some of theirs.
+            taken[index] += count - stopped;
+            stopped_at[index] = stopped;
+            progressed |= count > stopped;
+            let counters = &object.inner.counters;
+            counters.add(
+                &counters.fetched_ahead,
+                &METRICS.fetched_ahead,
+                (count - stopped) as u64,
+            );
         }
         finish_fills(pending);
         let done = parts
             .iter()
             .zip(&taken)
             .all(|((_, missing), &taken)| taken == missing.len());
-        if done || plans.iter().any(|plan| plan.first_round_only) {
+        // Nothing could be taken (the reads fetch the rest), all is in, or
+        // one round was asked for.
+        if !progressed || done || plans.iter().any(|plan| plan.first_round_only) {
+            for ((object, _), &stopped) in parts.iter().zip(&stopped_at) {
+                let counters = &object.inner.counters;
+                counters.add(
+                    &counters.fetch_ahead_left,
+                    &METRICS.fetch_ahead_left,
+                    stopped as u64,
+                );
+            }
             return;
         }
     }

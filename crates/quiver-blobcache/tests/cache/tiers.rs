@@ -551,6 +551,87 @@ fn a_round_stops_at_rows_another_query_awaits_instead_of_evicting_them() {
     assert_eq!(reads.row_misses, 15, "{reads:?}");
     let stats = cache.stats();
     assert_eq!(stats.awaited_evictions, 0, "{stats:?}");
+    assert_eq!(
+        stats.fetch_ahead_left, 15,
+        "B's second round stopped: {stats:?}"
+    );
+    assert_eq!(stats.pinned_regions, 0);
+}
+
+/// What a round could not take (every region it could evict awaited by
+/// another query) goes in its next round, once that query has read its rows:
+/// query B's second round stops at A's rows; A reads them while B waits for
+/// that round; B's third round takes the rest, and B's reads all hit.
+#[test]
+fn a_round_left_at_awaited_rows_goes_in_the_next_round_once_they_are_read() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// On the thread's second wait for the store, reads the rows of `first`.
+    struct ReadsFirstOnSecondWait {
+        waits: AtomicUsize,
+        segment: Arc<Segment<quiver_blobcache::CachedObject>>,
+        first: Vec<(u64, usize)>,
+    }
+    impl quiver_blobcache::StoreWaitObserver for ReadsFirstOnSecondWait {
+        fn waiting(&self) {
+            if self.waits.fetch_add(1, Ordering::SeqCst) == 1 {
+                for &(offset, length) in &self.first {
+                    self.segment.source().read_at(offset, length).unwrap();
+                }
+            }
+        }
+        fn resumed(&self) {}
+    }
+
+    let runtime = runtime();
+    let storage = memory_storage();
+    let dim = 64;
+    let (bytes, _) = segment_bytes(40_000, dim);
+    put(&runtime, &storage, "segments/retried.qseg", &bytes);
+    let (_directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
+    let tier = cache.stats_by_tier().1.unwrap().total_regions;
+    let segment =
+        Arc::new(Segment::open(cache.open_blocking("segments/retried.qseg").unwrap()).unwrap());
+    let raw = section(&segment, SectionKind::RawVectors);
+    assert!((tier + 40) * (64 << 10) <= raw.length, "{tier} row regions");
+    let row_bytes = dim as u64 * 4;
+    let region_row = |region: u64| {
+        let row = (region * (64 << 10)).div_ceil(row_bytes);
+        (raw.offset + row * row_bytes, row_bytes as usize)
+    };
+    for region in 0..25 {
+        let (offset, length) = region_row(region);
+        segment.source().read_at(offset, length).unwrap();
+    }
+    let first: Vec<(u64, usize)> = (25..tier).map(region_row).collect();
+    segment.source().fetch_ahead(&first);
+    let observer = Arc::new(ReadsFirstOnSecondWait {
+        waits: AtomicUsize::new(0),
+        segment: segment.clone(),
+        first,
+    });
+    quiver_blobcache::observe_store_waits(Some(observer.clone()));
+    let second: Vec<(u64, usize)> = (tier..tier + 40).map(region_row).collect();
+    let before = ReadCounts::of_this_thread();
+    segment.source().fetch_ahead(&second);
+    let fetched = ReadCounts::of_this_thread().since(before);
+    quiver_blobcache::observe_store_waits(None);
+    assert_eq!(
+        observer.waits.load(Ordering::SeqCst),
+        3,
+        "rounds of 23, 2 (stopped at A's rows) and 15"
+    );
+    assert_eq!(fetched.row_misses, 40, "{fetched:?}");
+    let before = ReadCounts::of_this_thread();
+    for &(offset, length) in &second {
+        segment.source().read_at(offset, length).unwrap();
+    }
+    let reads = ReadCounts::of_this_thread().since(before);
+    assert_eq!(reads.row_misses, 0, "all of B's run came ahead: {reads:?}");
+    let stats = cache.stats();
+    assert_eq!(stats.fetch_ahead_left, 0, "{stats:?}");
+    assert_eq!(stats.awaited_evictions, 0, "{stats:?}");
     assert_eq!(stats.pinned_regions, 0);
 }
 
