@@ -7,4 +7,4 @@ cd /var/tmp/s52; ./cl3.sh swap $2
 R=/var/tmp/real
 $2/quiver-bench cluster --endpoint http://127.0.0.1:7970 --collection ${COLLECTION:-served} --queries $R/queries.fvecs --gt $R/gt100k.ivecs --include-payload --concurrency ${CONC:-1,16} --max-queries ${NQ:-2000} --server-pid $(cat ${NAME:-cl3}.pids) --json /var/tmp/s52/ab3-$1.json 2>&1 | grep -E "^ +[0-9]+ +0\." | sed "s/^/$1 /"
 curl -s http://127.0.0.1:7970/metrics | grep -E "^quiver_gateway_(searches_joined|joined_batches)_total" | sed "s/^/$1 /"
-curl -s http://127.0.0.1:8011/metrics | grep -E "^quiver_cache_(awaited_)?evictions_total|^quiver_searcher_search_pool_calls" | sed "s/^/$1 /"
+curl -s http://127.0.0.1:8011/metrics | grep -E "^quiver_cache_((awaited_)?evictions|fetch_ahead_left)_total|^quiver_searcher_search_pool_calls" | sed "s/^/$1 /"
