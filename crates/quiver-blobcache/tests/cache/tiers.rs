@@ -494,62 +494,113 @@ fn rows_fetched_ahead_stay_until_read_while_other_reads_miss() {
     assert_eq!(cache.stats().pinned_regions, 0);
 }
 
+/// A row tier of 64 KiB regions whose first 25 hold rows read before (by
+/// earlier queries) and the rest rows query A fetched ahead and has not read
+/// yet (A's last fill, the tier's last, is a decay pass: the marks outlive it).
+struct TierAwaitedByA {
+    segment: std::sync::Arc<Segment<quiver_blobcache::CachedObject>>,
+    cache: BlobCache,
+    _directory: tempfile::TempDir,
+    _runtime: tokio::runtime::Runtime,
+    /// Regions in the row tier.
+    tier: u64,
+    raw: SectionEntry,
+    row_bytes: u64,
+}
+
+impl TierAwaitedByA {
+    fn new(key: &str) -> Self {
+        let runtime = runtime();
+        let storage = memory_storage();
+        let dim = 64;
+        let (bytes, _) = segment_bytes(40_000, dim);
+        put(&runtime, &storage, key, &bytes);
+        let (directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
+        let tier = cache.stats_by_tier().1.unwrap().total_regions;
+        let segment =
+            std::sync::Arc::new(Segment::open(cache.open_blocking(key).unwrap()).unwrap());
+        let raw = section(&segment, SectionKind::RawVectors);
+        assert!((tier + 40) * (64 << 10) <= raw.length, "{tier} row regions");
+        let tier_awaited = TierAwaitedByA {
+            segment,
+            cache,
+            _directory: directory,
+            _runtime: runtime,
+            tier,
+            raw,
+            row_bytes: dim as u64 * 4,
+        };
+        for region in 0..25 {
+            tier_awaited.read(&[tier_awaited.row(region)]);
+        }
+        tier_awaited
+            .segment
+            .source()
+            .fetch_ahead(&tier_awaited.first());
+        tier_awaited
+    }
+
+    /// The first row of raw-vector region `region`.
+    fn row(&self, region: u64) -> (u64, usize) {
+        let row = (region * (64 << 10)).div_ceil(self.row_bytes);
+        (
+            self.raw.offset + row * self.row_bytes,
+            self.row_bytes as usize,
+        )
+    }
+
+    /// A's rows: one in each region of the tier but the first 25.
+    fn first(&self) -> Vec<(u64, usize)> {
+        (25..self.tier).map(|region| self.row(region)).collect()
+    }
+
+    /// B's run: 40 rows of regions not cached.
+    fn second(&self) -> Vec<(u64, usize)> {
+        (self.tier..self.tier + 40)
+            .map(|region| self.row(region))
+            .collect()
+    }
+
+    /// Reads `rows`; returns what it took.
+    fn read(&self, rows: &[(u64, usize)]) -> ReadCounts {
+        let before = ReadCounts::of_this_thread();
+        for &(offset, length) in rows {
+            self.segment.source().read_at(offset, length).unwrap();
+        }
+        ReadCounts::of_this_thread().since(before)
+    }
+
+    /// Fetches `rows` ahead; returns what it took.
+    fn fetch_ahead(&self, rows: &[(u64, usize)]) -> ReadCounts {
+        let before = ReadCounts::of_this_thread();
+        self.segment.source().fetch_ahead(rows);
+        ReadCounts::of_this_thread().since(before)
+    }
+}
+
 /// A query's round never evicts the rows another query fetched ahead and has
 /// not read yet: with the row tier mostly awaited by one query, a second
 /// query's round claims what else can go and stops; the first query then reads
 /// every row it fetched, and the second fetches the rest of its own as it reads.
 #[test]
 fn a_round_stops_at_rows_another_query_awaits_instead_of_evicting_them() {
-    let runtime = runtime();
-    let storage = memory_storage();
-    let dim = 64;
-    let (bytes, _) = segment_bytes(40_000, dim);
-    put(&runtime, &storage, "segments/rounds.qseg", &bytes);
-    let (_directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
-    let tier = cache.stats_by_tier().1.unwrap().total_regions;
-    let segment = Segment::open(cache.open_blocking("segments/rounds.qseg").unwrap()).unwrap();
-    let raw = section(&segment, SectionKind::RawVectors);
-    assert!((tier + 40) * (64 << 10) <= raw.length, "{tier} row regions");
-    let row_bytes = dim as u64 * 4;
-    let region_row = |region: u64| {
-        let row = (region * (64 << 10)).div_ceil(row_bytes);
-        (raw.offset + row * row_bytes, row_bytes as usize)
-    };
-    // 25 rows read before (by earlier queries).
-    for region in 0..25 {
-        let (offset, length) = region_row(region);
-        segment.source().read_at(offset, length).unwrap();
-    }
-    // Query A fetches ahead the rest of the tier (its last fill, the tier's
-    // 95th, is a decay pass: the marks outlive it); query B then a run of 40
-    // others: only the 25 regions nobody awaits can go.
-    let first: Vec<(u64, usize)> = (25..tier).map(region_row).collect();
-    segment.source().fetch_ahead(&first);
-    let second: Vec<(u64, usize)> = (tier..tier + 40).map(region_row).collect();
-    let before = ReadCounts::of_this_thread();
-    segment.source().fetch_ahead(&second);
-    let fetched = ReadCounts::of_this_thread().since(before);
+    let tier = TierAwaitedByA::new("segments/rounds.qseg");
+    // Query B fetches a run of 40 ahead: only the 25 regions nobody awaits
+    // can go.
+    let fetched = tier.fetch_ahead(&tier.second());
     assert_eq!(
         fetched.row_misses, 25,
         "B's round took what A does not await: {fetched:?}"
     );
-    let before = ReadCounts::of_this_thread();
-    for &(offset, length) in &first {
-        segment.source().read_at(offset, length).unwrap();
-    }
-    let reads = ReadCounts::of_this_thread().since(before);
+    let reads = tier.read(&tier.first());
     assert_eq!(
         reads.row_misses, 0,
         "A read every row it fetched ahead: {reads:?}"
     );
     // B reads its run: the 25 fetched are in, the other 15 fetched now.
-    let before = ReadCounts::of_this_thread();
-    for &(offset, length) in &second {
-        segment.source().read_at(offset, length).unwrap();
-    }
-    let reads = ReadCounts::of_this_thread().since(before);
+    let reads = tier.read(&tier.second());
     assert_eq!(reads.row_misses, 15, "{reads:?}");
-    let stats = cache.stats();
+    let stats = tier.cache.stats();
     assert_eq!(stats.awaited_evictions, 0, "{stats:?}");
     assert_eq!(
         stats.fetch_ahead_left, 15,
@@ -567,13 +618,13 @@ fn a_round_left_at_awaited_rows_goes_in_the_next_round_once_they_are_read() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// On the thread's second wait for the store, reads the rows of `first`.
-    struct ReadsFirstOnSecondWait {
+    /// On the thread's second wait for the store, A reads its rows.
+    struct AReadsOnSecondWait {
         waits: AtomicUsize,
         segment: Arc<Segment<quiver_blobcache::CachedObject>>,
         first: Vec<(u64, usize)>,
     }
-    impl quiver_blobcache::StoreWaitObserver for ReadsFirstOnSecondWait {
+    impl quiver_blobcache::StoreWaitObserver for AReadsOnSecondWait {
         fn waiting(&self) {
             if self.waits.fetch_add(1, Ordering::SeqCst) == 1 {
                 for &(offset, length) in &self.first {
@@ -584,38 +635,14 @@ fn a_round_left_at_awaited_rows_goes_in_the_next_round_once_they_are_read() {
         fn resumed(&self) {}
     }
 
-    let runtime = runtime();
-    let storage = memory_storage();
-    let dim = 64;
-    let (bytes, _) = segment_bytes(40_000, dim);
-    put(&runtime, &storage, "segments/retried.qseg", &bytes);
-    let (_directory, cache) = two_tier_cache(storage, &runtime, 8 << 20, 128 << 10);
-    let tier = cache.stats_by_tier().1.unwrap().total_regions;
-    let segment =
-        Arc::new(Segment::open(cache.open_blocking("segments/retried.qseg").unwrap()).unwrap());
-    let raw = section(&segment, SectionKind::RawVectors);
-    assert!((tier + 40) * (64 << 10) <= raw.length, "{tier} row regions");
-    let row_bytes = dim as u64 * 4;
-    let region_row = |region: u64| {
-        let row = (region * (64 << 10)).div_ceil(row_bytes);
-        (raw.offset + row * row_bytes, row_bytes as usize)
-    };
-    for region in 0..25 {
-        let (offset, length) = region_row(region);
-        segment.source().read_at(offset, length).unwrap();
-    }
-    let first: Vec<(u64, usize)> = (25..tier).map(region_row).collect();
-    segment.source().fetch_ahead(&first);
-    let observer = Arc::new(ReadsFirstOnSecondWait {
+    let tier = TierAwaitedByA::new("segments/retried.qseg");
+    let observer = Arc::new(AReadsOnSecondWait {
         waits: AtomicUsize::new(0),
-        segment: segment.clone(),
-        first,
+        segment: tier.segment.clone(),
+        first: tier.first(),
     });
     quiver_blobcache::observe_store_waits(Some(observer.clone()));
-    let second: Vec<(u64, usize)> = (tier..tier + 40).map(region_row).collect();
-    let before = ReadCounts::of_this_thread();
-    segment.source().fetch_ahead(&second);
-    let fetched = ReadCounts::of_this_thread().since(before);
+    let fetched = tier.fetch_ahead(&tier.second());
     quiver_blobcache::observe_store_waits(None);
     assert_eq!(
         observer.waits.load(Ordering::SeqCst),
@@ -623,13 +650,9 @@ fn a_round_left_at_awaited_rows_goes_in_the_next_round_once_they_are_read() {
         "rounds of 23, 2 (stopped at A's rows) and 15"
     );
     assert_eq!(fetched.row_misses, 40, "{fetched:?}");
-    let before = ReadCounts::of_this_thread();
-    for &(offset, length) in &second {
-        segment.source().read_at(offset, length).unwrap();
-    }
-    let reads = ReadCounts::of_this_thread().since(before);
+    let reads = tier.read(&tier.second());
     assert_eq!(reads.row_misses, 0, "all of B's run came ahead: {reads:?}");
-    let stats = cache.stats();
+    let stats = tier.cache.stats();
     assert_eq!(stats.fetch_ahead_left, 0, "{stats:?}");
     assert_eq!(stats.awaited_evictions, 0, "{stats:?}");
     assert_eq!(stats.pinned_regions, 0);
