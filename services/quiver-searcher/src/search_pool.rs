@@ -63,15 +63,13 @@ pub(crate) fn overload_retry_after(
 /// which it waits `store_wait` for the store: `slots × service / (service −
 /// store_wait)`, rounded, within `slots..=slots × WAIT_THREADS_PER_SLOT`.
 fn calls_for(slots: usize, service: f64, store_wait: f64) -> usize {
-    let most = slots * WAIT_THREADS_PER_SLOT;
-    let busy = service - store_wait;
     if service <= 0.0 || store_wait <= 0.0 {
         return slots;
     }
-    if busy <= service / most as f64 {
-        return most;
-    }
-    ((slots as f64 * service / busy).round() as usize).clamp(slots, most)
+    // A job that only waits (busy 0) divides to infinity, which the cast
+    // saturates: the pool's threads.
+    let busy = service - store_wait;
+    ((slots as f64 * service / busy).round() as usize).clamp(slots, slots * WAIT_THREADS_PER_SLOT)
 }
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -91,7 +89,8 @@ struct Queue {
     /// (store waits included), in seconds; 0 before the first job.
     mean_service_seconds: f64,
     /// Moving average of the time a job spent waiting for the store (from a
-    /// fill's wait to its answer, not the wait for a slot after it), seconds.
+    /// fill's wait to its answer, not the wait for a slot after it, which the
+    /// cache's `ReadCounts::store_wait_nanos` includes), seconds.
     mean_store_wait_seconds: f64,
     /// When the pool last logged that it refuses work.
     overload_logged_at: Option<Instant>,
